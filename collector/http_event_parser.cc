@@ -1,0 +1,360 @@
+#include "collector/http_event_parser.h"
+
+#include <simdjson.h>
+
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/json_writer.h"
+#include "common/strings.h"
+#include "common/time_format.h"
+
+namespace hookrelay::collector {
+namespace {
+
+namespace dom = simdjson::dom;
+using common::ToAbsl;
+
+void AppendElement(std::string* out, dom::element e);
+
+void AppendObject(std::string* out, dom::object o) {
+  out->push_back('{');
+  bool first = true;
+  for (dom::key_value_pair field : o) {
+    if (!first) out->push_back(',');
+    first = false;
+    common::AppendJsonString(out, field.key);
+    out->push_back(':');
+    AppendElement(out, field.value);
+  }
+  out->push_back('}');
+}
+
+// Appends `e` as compact JSON. Depth is bounded by the parser's max depth.
+void AppendElement(std::string* out, dom::element e) {
+  switch (e.type()) {
+    case dom::element_type::OBJECT:
+      AppendObject(out, dom::object(e));
+      break;
+    case dom::element_type::ARRAY: {
+      out->push_back('[');
+      bool first = true;
+      for (dom::element item : dom::array(e)) {
+        if (!first) out->push_back(',');
+        first = false;
+        AppendElement(out, item);
+      }
+      out->push_back(']');
+      break;
+    }
+    case dom::element_type::STRING:
+      common::AppendJsonString(out, std::string_view(e));
+      break;
+    case dom::element_type::INT64:
+      common::AppendJsonInt(out, int64_t(e));
+      break;
+    case dom::element_type::UINT64:
+      common::AppendJsonUint(out, uint64_t(e));
+      break;
+    case dom::element_type::DOUBLE:
+      common::AppendJsonDouble(out, double(e));
+      break;
+    case dom::element_type::BOOL:
+      out->append(bool(e) ? "true" : "false");
+      break;
+    case dom::element_type::NULL_VALUE:
+      out->append("null");
+      break;
+  }
+}
+
+// Writes object `item` with the fields of `batch` it lacks (item values win), as compact JSON.
+void AppendMerged(std::string* out, dom::object item, dom::object batch) {
+  out->push_back('{');
+  bool first = true;
+  for (dom::key_value_pair field : item) {
+    if (!first) out->push_back(',');
+    first = false;
+    common::AppendJsonString(out, field.key);
+    out->push_back(':');
+    AppendElement(out, field.value);
+  }
+  for (dom::key_value_pair field : batch) {
+    dom::element ignored;
+    if (item.at_key(field.key).get(ignored) == simdjson::SUCCESS) continue;
+    if (!first) out->push_back(',');
+    first = false;
+    common::AppendJsonString(out, field.key);
+    out->push_back(':');
+    AppendElement(out, field.value);
+  }
+  out->push_back('}');
+}
+
+// Reads a destination switch: false turns off; true or an options object turns on; null or
+// other values leave it unset.
+std::optional<bool> Switch(dom::element e) {
+  switch (e.type()) {
+    case dom::element_type::BOOL: return bool(e);
+    case dom::element_type::OBJECT: return true;
+    default: return std::nullopt;
+  }
+}
+
+void ReadFlags(dom::object integrations, IntegrationsFlags* flags) {
+  dom::element v;
+  if (integrations.at_key("All").get(v) == simdjson::SUCCESS) flags->all = Switch(v);
+  if (integrations.at_key("Webhooks").get(v) == simdjson::SUCCESS) flags->webhooks = Switch(v);
+}
+
+// The batch-level fields merged into (or defaulting) each item.
+struct BatchDefaults {
+  std::optional<dom::object> context;
+  std::optional<dom::object> integrations;
+  std::optional<absl::Time> sent_at;
+};
+
+class ItemReader {
+ public:
+  explicit ItemReader(RawEvent* raw) : raw_(raw) {}
+
+  void Fail(std::string_view field, std::string reason) {
+    if (!raw_->parse_error.has_value()) {
+      raw_->parse_error = FieldError{std::string(field), std::move(reason)};
+    }
+  }
+
+  // A string field; null counts as absent.
+  void ReadString(std::string_view field, dom::element v, std::string* out) {
+    if (v.is_null()) return;
+    if (!v.is_string()) {
+      Fail(field, absl::StrCat(ToAbsl(field), " must be a string"));
+      return;
+    }
+    out->assign(std::string_view(v));
+  }
+
+  // An identifier: a string, or an integer (which some SDKs send) kept as its decimal text.
+  void ReadId(std::string_view field, dom::element v, std::string* out) {
+    if (v.is_null()) return;
+    if (v.is_string()) {
+      out->assign(std::string_view(v));
+    } else if (v.type() == dom::element_type::INT64) {
+      *out = absl::StrCat(int64_t(v));
+    } else if (v.type() == dom::element_type::UINT64) {
+      *out = absl::StrCat(uint64_t(v));
+    } else {
+      Fail(field, absl::StrCat(ToAbsl(field), " must be a string"));
+    }
+  }
+
+  void ReadTime(std::string_view field, dom::element v, std::optional<absl::Time>* out) {
+    if (v.is_null()) return;
+    if (!v.is_string()) {
+      Fail(field, absl::StrCat(ToAbsl(field), " must be an ISO 8601 date-time string"));
+      return;
+    }
+    *out = common::ParseIso8601(std::string_view(v));
+    if (!out->has_value()) {
+      Fail(field, absl::StrCat(ToAbsl(field), " is not an ISO 8601 date-time (e.g. 2012-12-02T00:30:08.276Z)"));
+    }
+  }
+
+  // Returns the object or nullopt (absent/null, or wrong type which is recorded).
+  std::optional<dom::object> ReadObject(std::string_view field, dom::element v) {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) {
+      Fail(field, absl::StrCat(ToAbsl(field), " must be an object"));
+      return std::nullopt;
+    }
+    return dom::object(v);
+  }
+
+ private:
+  RawEvent* raw_;
+};
+
+void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
+              const BatchDefaults& defaults, std::string* scratch, RawEvent* raw) {
+  ItemReader r(raw);
+  raw->type = endpoint_type;
+  std::optional<dom::object> properties, traits, context, integrations;
+  bool type_seen = false;
+  for (dom::key_value_pair field : item) {
+    const std::string_view k = field.key;
+    const dom::element v = field.value;
+    if (k == "type") {
+      type_seen = true;
+      if (endpoint_type != hookrelay::v1::EVENT_TYPE_UNSPECIFIED) continue;
+      if (!v.is_string()) {
+        r.Fail("type", "type must be a string");
+        continue;
+      }
+      raw->type = ParseIngestType(std::string_view(v));
+      if (raw->type == hookrelay::v1::EVENT_TYPE_UNSPECIFIED) {
+        raw->unknown_type = std::string(std::string_view(v).substr(0, 64));
+        if (raw->unknown_type.empty()) raw->unknown_type = "\"\"";
+      }
+    } else if (k == "messageId") {
+      r.ReadString(k, v, &raw->message_id);
+    } else if (k == "userId") {
+      r.ReadId(k, v, &raw->user_id);
+    } else if (k == "anonymousId") {
+      r.ReadId(k, v, &raw->anonymous_id);
+    } else if (k == "event") {
+      r.ReadString(k, v, &raw->event);
+    } else if (k == "name") {
+      r.ReadString(k, v, &raw->name);
+    } else if (k == "category") {
+      r.ReadString(k, v, &raw->category);
+    } else if (k == "groupId") {
+      r.ReadId(k, v, &raw->group_id);
+    } else if (k == "previousId") {
+      r.ReadId(k, v, &raw->previous_id);
+    } else if (k == "timestamp") {
+      r.ReadTime(k, v, &raw->timestamp);
+    } else if (k == "sentAt") {
+      r.ReadTime(k, v, &raw->sent_at);
+    } else if (k == "properties") {
+      properties = r.ReadObject(k, v);
+    } else if (k == "traits") {
+      traits = r.ReadObject(k, v);
+    } else if (k == "context") {
+      context = r.ReadObject(k, v);
+    } else if (k == "integrations") {
+      integrations = r.ReadObject(k, v);
+    }
+    // Other keys (writeKey, channel, version, client-set receivedAt...) are not part of the
+    // normalised event.
+  }
+  (void)type_seen;
+  if (!raw->sent_at.has_value()) raw->sent_at = defaults.sent_at;
+
+  if (properties) AppendObject(&raw->properties, *properties);
+  if (traits) AppendObject(&raw->traits, *traits);
+  if (context && defaults.context) {
+    AppendMerged(&raw->context, *context, *defaults.context);
+  } else if (context || defaults.context) {
+    AppendObject(&raw->context, context ? *context : *defaults.context);
+  }
+  if (integrations && defaults.integrations) {
+    AppendMerged(&raw->integrations, *integrations, *defaults.integrations);
+    ReadFlags(*defaults.integrations, &raw->flags);
+    ReadFlags(*integrations, &raw->flags);  // item values win
+  } else if (integrations || defaults.integrations) {
+    const dom::object obj = integrations ? *integrations : *defaults.integrations;
+    AppendObject(&raw->integrations, obj);
+    ReadFlags(obj, &raw->flags);
+  }
+
+  scratch->clear();
+  AppendObject(scratch, item);
+  raw->json_bytes = scratch->size();
+}
+
+}  // namespace
+
+struct HttpEventParser::Impl {
+  dom::parser parser;
+  std::string scratch;
+};
+
+HttpEventParser::HttpEventParser() : impl_(std::make_unique<Impl>()) {}
+HttpEventParser::~HttpEventParser() = default;
+
+absl::StatusOr<ParsedBody> HttpEventParser::Parse(std::string_view endpoint,
+                                                  const std::string& body) {
+  if (impl_->parser.capacity() < body.size() || impl_->parser.max_depth() != kMaxJsonDepth) {
+    if (impl_->parser.allocate(std::max(body.size(), size_t{4096}), kMaxJsonDepth) !=
+        simdjson::SUCCESS) {
+      return absl::ResourceExhaustedError("cannot allocate parser memory for the request body");
+    }
+  }
+  const bool padded = body.capacity() - body.size() >= simdjson::SIMDJSON_PADDING;
+  dom::element root;
+  const simdjson::error_code err = impl_->parser.parse(body.data(), body.size(), !padded).get(root);
+  if (err == simdjson::DEPTH_ERROR) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("body: JSON nested deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (err == simdjson::UTF8_ERROR) {
+    return absl::InvalidArgumentError("body: not valid UTF-8");
+  }
+  if (err == simdjson::NUMBER_ERROR) {
+    return absl::InvalidArgumentError(
+        "body: a number is out of range (integers must fit in 64 bits, decimals in a double)");
+  }
+  if (err != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("body: not valid JSON (", simdjson::error_message(err), ")"));
+  }
+  if (!root.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+  const dom::object obj(root);
+
+  ParsedBody out;
+  dom::element v;
+  if (obj.at_key("writeKey").get(v) == simdjson::SUCCESS && v.is_string()) {
+    out.write_key = std::string(std::string_view(v));
+  }
+
+  if (endpoint != "batch") {
+    const hookrelay::v1::EventType type = ParseIngestType(endpoint);
+    if (type == hookrelay::v1::EVENT_TYPE_UNSPECIFIED) {
+      return absl::NotFoundError(absl::StrCat("no endpoint /v1/", ToAbsl(endpoint)));
+    }
+    RawEvent& raw = out.events.emplace_back();
+    ReadItem(obj, type, BatchDefaults{}, &impl_->scratch, &raw);
+    if (raw.json_bytes > kMaxEventBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("event is ", raw.json_bytes,
+                                                       " bytes of JSON, at most ", kMaxEventBytes,
+                                                       " allowed"));
+    }
+    return out;
+  }
+
+  if (obj.at_key("batch").get(v) != simdjson::SUCCESS || !v.is_array()) {
+    return absl::InvalidArgumentError("batch: required, must be an array of events");
+  }
+  const dom::array batch(v);
+  const size_t n = batch.size();
+  if (n > kMaxBatchEvents) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("batch: ", n, " events, at most ", kMaxBatchEvents, " allowed"));
+  }
+  BatchDefaults defaults;
+  {
+    RawEvent batch_level;
+    ItemReader r(&batch_level);
+    if (obj.at_key("context").get(v) == simdjson::SUCCESS) defaults.context = r.ReadObject("context", v);
+    if (obj.at_key("integrations").get(v) == simdjson::SUCCESS) {
+      defaults.integrations = r.ReadObject("integrations", v);
+    }
+    if (obj.at_key("sentAt").get(v) == simdjson::SUCCESS) r.ReadTime("sentAt", v, &defaults.sent_at);
+    if (batch_level.parse_error.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch-level ", batch_level.parse_error->reason));
+    }
+  }
+  out.events.resize(n);
+  size_t i = 0;
+  for (dom::element item : batch) {
+    RawEvent& raw = out.events[i];
+    if (!item.is_object()) {
+      raw.parse_error = FieldError{"event", "each batch item must be a JSON object"};
+    } else {
+      ReadItem(dom::object(item), hookrelay::v1::EVENT_TYPE_UNSPECIFIED, defaults,
+               &impl_->scratch, &raw);
+      if (raw.json_bytes > kMaxEventBytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("batch[", i, "]: event is ", raw.json_bytes, " bytes of JSON, at most ",
+                         kMaxEventBytes, " allowed"));
+      }
+    }
+    ++i;
+  }
+  return out;
+}
+
+}  // namespace hookrelay::collector

@@ -1,0 +1,434 @@
+#include "collector/http_server.h"
+
+#include <zlib.h>
+
+#include <atomic>
+#include <charconv>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/core/detail/base64.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "collector/http_event_parser.h"
+#include "common/json_writer.h"
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace hookrelay::collector {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+using Response = http::response<http::string_body>;
+
+std::string ErrorBody(std::string_view message, std::string_view field = {}) {
+  std::string body;
+  common::JsonObjectWriter w(&body);
+  w.Bool("success", false);
+  w.String("error", message);
+  if (!field.empty()) w.String("field", field);
+  w.Close();
+  return body;
+}
+
+// The write key from "Authorization: Basic base64(key:)"; empty when absent or malformed.
+std::string BasicAuthUser(std::string_view header) {
+  if (header.size() < 6 || !absl::EqualsIgnoreCase(common::ToAbsl(header.substr(0, 6)), "basic ")) return {};
+  const std::string_view encoded = common::ToStd(absl::StripAsciiWhitespace(common::ToAbsl(header.substr(6))));
+  std::string decoded(beast::detail::base64::decoded_size(encoded.size()), '\0');
+  const auto [written, read] =
+      beast::detail::base64::decode(decoded.data(), encoded.data(), encoded.size());
+  if (read != encoded.size()) return {};
+  decoded.resize(written);
+  const size_t colon = decoded.find(':');
+  if (colon != std::string::npos) decoded.resize(colon);
+  return decoded;
+}
+
+// Inflates a gzip (or zlib) body into `out`, refusing more than `limit` bytes.
+absl::Status Gunzip(std::string_view in, size_t limit, std::string* out) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) return absl::InternalError("zlib init failed");
+  out->clear();
+  out->resize(std::min(limit + 1, std::max<size_t>(in.size() * 4, 4096)));
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  size_t produced = 0;
+  int rc = Z_OK;
+  while (true) {
+    if (produced == out->size()) {
+      if (out->size() > limit) break;
+      out->resize(std::min(limit + 1, out->size() * 2));
+    }
+    zs.next_out = reinterpret_cast<Bytef*>(out->data() + produced);
+    zs.avail_out = static_cast<uInt>(out->size() - produced);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    produced = out->size() - zs.avail_out;
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // truncated input
+  }
+  inflateEnd(&zs);
+  if (produced > limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request body is over ", limit, " bytes once decompressed, at most ", limit,
+                     " allowed"));
+  }
+  if (rc != Z_STREAM_END) return absl::InvalidArgumentError("body: not valid gzip data");
+  out->resize(produced);
+  return absl::OkStatus();
+}
+
+http::status HttpStatusFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnauthenticated: return http::status::unauthorized;
+    case absl::StatusCode::kInvalidArgument: return http::status::bad_request;
+    case absl::StatusCode::kNotFound: return http::status::not_found;
+    case absl::StatusCode::kResourceExhausted: return http::status::payload_too_large;
+    case absl::StatusCode::kUnavailable: return http::status::service_unavailable;
+    default: return http::status::internal_server_error;
+  }
+}
+
+constexpr std::string_view kPrefix = "/v1/";
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Options o, Ingestor& i, IngestMetrics* m)
+      : options(std::move(o)), ingestor(i), metrics(m), ioc(options.io_threads), acceptor(ioc) {}
+
+  void Accept();
+
+  const Options options;
+  Ingestor& ingestor;
+  IngestMetrics* const metrics;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<bool> accepting{true};
+  int port = 0;
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl& server)
+      : stream_(std::move(socket)), server_(server) {}
+
+  void Start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(kMaxRequestBytes);
+    parser_->header_limit(16 * 1024);
+    stream_.expires_after(absl::ToChronoSeconds(server_.options.idle_timeout));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == net::error::operation_aborted ||
+        ec == beast::error::timeout || ec == net::error::connection_reset || ec == net::error::eof) {
+      Close();
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      if (server_.metrics) server_.metrics->CountRejected("too_large");
+      Send(http::status::payload_too_large,
+           ErrorBody(absl::StrCat("request body is over ", kMaxRequestBytes, " bytes, at most ",
+                                  kMaxRequestBytes, " allowed")),
+           /*keep_alive=*/false, 11);
+      return;
+    }
+    if (ec) {
+      if (server_.metrics) server_.metrics->CountRejected("bad_http");
+      Send(http::status::bad_request, ErrorBody(absl::StrCat("malformed HTTP request: ", ec.message())),
+           false, 11);
+      return;
+    }
+    stream_.expires_never();
+    started_ = absl::Now();
+    Handle(parser_->release());
+  }
+
+  void Handle(http::request<http::string_body> req) {
+    const bool keep_alive = req.keep_alive();
+    const unsigned version = req.version();
+    const std::string_view target(req.target().data(), req.target().size());
+    std::string_view path = target.substr(0, target.find('?'));
+
+    if (path == "/healthz" || path == "/readyz") {
+      const bool ok = server_.accepting.load();
+      Send(ok ? http::status::ok : http::status::service_unavailable,
+           ok ? R"({"status":"serving"})" : R"({"status":"shutting down"})", keep_alive, version);
+      return;
+    }
+    if (!path.starts_with(kPrefix)) {
+      Send(http::status::not_found, ErrorBody(absl::StrCat("no such endpoint: ", common::ToAbsl(path))), keep_alive,
+           version);
+      return;
+    }
+    const std::string_view endpoint = path.substr(kPrefix.size());
+    if (endpoint != "batch" && ParseIngestType(endpoint) == hookrelay::v1::EVENT_TYPE_UNSPECIFIED) {
+      Send(http::status::not_found,
+           ErrorBody(absl::StrCat("no such endpoint: ", common::ToAbsl(path),
+                                  "; expected /v1/track, identify, page, screen, group, alias or batch")),
+           keep_alive, version);
+      return;
+    }
+    if (req.method() == http::verb::options) {  // CORS preflight from browser SDKs
+      Send(http::status::no_content, "", keep_alive, version);
+      return;
+    }
+    if (req.method() != http::verb::post) {
+      Send(http::status::method_not_allowed, ErrorBody("use POST"), keep_alive, version);
+      return;
+    }
+    const std::string_view content_type(req[http::field::content_type].data(),
+                                        req[http::field::content_type].size());
+    const absl::string_view mime =
+        absl::StripAsciiWhitespace(common::ToAbsl(content_type.substr(0, content_type.find(';'))));
+    // text/plain is what browser SDKs send to avoid a CORS preflight; the body is still JSON.
+    if (!absl::EqualsIgnoreCase(mime, "application/json") && !absl::EqualsIgnoreCase(mime, "text/plain")) {
+      if (server_.metrics) server_.metrics->CountRejected("unsupported_media_type");
+      Send(http::status::unsupported_media_type,
+           ErrorBody(absl::StrCat("Content-Type must be application/json, got \"",
+                                  common::ToAbsl(content_type.substr(0, 100)), "\"")),
+           keep_alive, version);
+      return;
+    }
+
+    std::string body = std::move(req.body());
+    const auto encoding = req[http::field::content_encoding];
+    if (absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "gzip")) {
+      std::string inflated;
+      absl::Status s = Gunzip(body, kMaxRequestBytes, &inflated);
+      if (!s.ok()) {
+        Reject(s, keep_alive, version);
+        return;
+      }
+      body = std::move(inflated);
+    } else if (!encoding.empty() && !absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "identity")) {
+      if (server_.metrics) server_.metrics->CountRejected("unsupported_media_type");
+      Send(http::status::unsupported_media_type,
+           ErrorBody("Content-Encoding must be gzip or absent"), keep_alive, version);
+      return;
+    }
+    body.reserve(body.size() + 64);  // simdjson's padding, so the parser need not copy
+
+    thread_local HttpEventParser parser;
+    absl::StatusOr<ParsedBody> parsed = parser.Parse(endpoint, body);
+    if (!parsed.ok()) {
+      Reject(parsed.status(), keep_alive, version);
+      return;
+    }
+    const auto auth = req[http::field::authorization];
+    std::string write_key = BasicAuthUser(std::string_view(auth.data(), auth.size()));
+    if (write_key.empty()) write_key = std::move(parsed->write_key);
+
+    const bool single = endpoint != "batch";
+    server_.ingestor.Ingest(
+        write_key, std::move(parsed->events),
+        [self = shared_from_this(), keep_alive, version, single](absl::StatusOr<IngestOutcome> r) {
+          net::post(self->stream_.get_executor(),
+                    [self, r = std::move(r), keep_alive, version, single]() mutable {
+                      self->Answer(std::move(r), keep_alive, version, single);
+                    });
+        });
+  }
+
+  void Answer(absl::StatusOr<IngestOutcome> r, bool keep_alive, unsigned version, bool single) {
+    if (!r.ok()) {
+      if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+        Send(http::status::too_many_requests, ErrorBody(common::ToStd(r.status().message())), keep_alive, version,
+             /*retry_after=*/true);
+        return;
+      }
+      Send(HttpStatusFor(r.status()), ErrorBody(common::ToStd(r.status().message())), keep_alive, version);
+      return;
+    }
+    if (single && !r->rejected.empty()) {
+      const Rejection& rej = r->rejected.front();
+      Send(http::status::bad_request, ErrorBody(rej.reason, rej.field), keep_alive, version);
+      return;
+    }
+    std::string body;
+    common::JsonObjectWriter w(&body);
+    w.Bool("success", true);
+    if (!r->rejected.empty()) {
+      w.Key("rejected");
+      body.push_back('[');
+      for (size_t i = 0; i < r->rejected.size(); ++i) {
+        if (i > 0) body.push_back(',');
+        common::JsonObjectWriter item(&body);
+        item.Int("index", static_cast<int64_t>(r->rejected[i].index));
+        item.String("field", r->rejected[i].field);
+        item.String("reason", r->rejected[i].reason);
+        item.Close();
+      }
+      body.push_back(']');
+    }
+    w.Close();
+    Send(http::status::ok, std::move(body), keep_alive, version);
+  }
+
+  void Reject(const absl::Status& s, bool keep_alive, unsigned version) {
+    if (server_.metrics) {
+      server_.metrics->CountRejected(s.code() == absl::StatusCode::kResourceExhausted ? "too_large"
+                                                                                      : "invalid_json");
+    }
+    Send(HttpStatusFor(s), ErrorBody(common::ToStd(s.message())), keep_alive, version);
+  }
+
+  void Send(http::status status, std::string body, bool keep_alive, unsigned version,
+            bool retry_after = false) {
+    res_ = Response(status, version);
+    res_.set(http::field::server, "hookrelay");
+    res_.set(http::field::access_control_allow_origin, "*");
+    if (status == http::status::no_content) {
+      res_.set(http::field::access_control_allow_methods, "POST, OPTIONS");
+      res_.set(http::field::access_control_allow_headers, "Content-Type, Authorization, Content-Encoding");
+    } else {
+      res_.set(http::field::content_type, "application/json");
+    }
+    if (status == http::status::unauthorized) {
+      res_.set(http::field::www_authenticate, "Basic realm=\"hookrelay\"");
+    }
+    if (retry_after) res_.set(http::field::retry_after, "1");
+    if (status == http::status::method_not_allowed) res_.set(http::field::allow, "POST, OPTIONS");
+    res_.keep_alive(keep_alive);
+    res_.body() = std::move(body);
+    res_.prepare_payload();
+    if (server_.metrics && started_ != absl::InfinitePast()) {
+      server_.metrics->ObserveRequest("http", absl::ToDoubleSeconds(absl::Now() - started_));
+    }
+    started_ = absl::InfinitePast();
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_write(stream_, res_,
+                      [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                        if (ec || !keep_alive || !self->server_.accepting.load()) {
+                          self->Close();
+                          return;
+                        }
+                        self->Read();
+                      });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Response res_;
+  absl::Time started_ = absl::InfinitePast();
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !accepting.load()) return;
+      common::LogWarning("http accept failed", {{"error", ec.message()}});
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Session>(std::move(socket), *this)->Start();
+    }
+    if (accepting.load()) Accept();
+  });
+}
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\": expected host:port"));
+  }
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = address.substr(colon + 1);
+  int value = -1;
+  const auto r = std::from_chars(p.data(), p.data() + p.size(), value);
+  if (r.ec != std::errc() || r.ptr != p.data() + p.size() || value < 0 || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\": port must be a number from 0 to 65535"));
+  }
+  *host = h.empty() ? "0.0.0.0" : h;
+  *port = value;
+  return absl::OkStatus();
+}
+
+HttpServer::HttpServer(Options options, Ingestor& ingestor, IngestMetrics* metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), ingestor, metrics)) {}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+absl::Status HttpServer::Start() {
+  std::string host;
+  int port;
+  if (absl::Status s = SplitHostPort(impl_->options.address, &host, &port); !s.ok()) return s;
+  beast::error_code ec;
+  const auto ip = net::ip::make_address(host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http address \"", impl_->options.address, "\": ", ec.message()));
+  }
+  const tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl_->acceptor.bind(endpoint, ec);
+  if (!ec) impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on http address ", impl_->options.address, ": ", ec.message()));
+  }
+  impl_->port = impl_->acceptor.local_endpoint().port();
+  impl_->Accept();
+  for (int i = 0; i < impl_->options.io_threads; ++i) {
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  }
+  return absl::OkStatus();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::StopAccepting() {
+  if (!impl_->accepting.exchange(false)) return;
+  net::post(impl_->ioc, [this] {
+    beast::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+}
+
+void HttpServer::Shutdown() {
+  StopAccepting();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+}  // namespace hookrelay::collector

@@ -1,0 +1,60 @@
+#include "collector/ingest_metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+
+namespace hookrelay::collector {
+namespace {
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
+}
+
+}  // namespace
+
+IngestMetrics::IngestMetrics(prometheus::Registry& registry)
+    : events_(prometheus::BuildCounter()
+                  .Name("hookrelay_ingest_events_total")
+                  .Help("Events accepted and stored, by source and type (duplicates excluded).")
+                  .Register(registry)),
+      rejected_(prometheus::BuildCounter()
+                    .Name("hookrelay_ingest_rejected_total")
+                    .Help("Events or requests refused at ingest, by reason.")
+                    .Register(registry)),
+      request_duration_(prometheus::BuildHistogram()
+                            .Name("hookrelay_ingest_request_duration_seconds")
+                            .Help("Ingest request receipt to answer (durable), by API.")
+                            .Register(registry)),
+      http_duration_(request_duration_.Add({{"api", "http"}}, LatencyBuckets())),
+      grpc_duration_(request_duration_.Add({{"api", "grpc"}}, LatencyBuckets())) {}
+
+void IngestMetrics::CountEvents(std::string_view source_id, std::string_view type, int64_t n) {
+  const std::string key = absl::StrCat(common::ToAbsl(source_id), "\t", common::ToAbsl(type));
+  prometheus::Counter* counter;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = events_by_key_.try_emplace(key, nullptr);
+    if (inserted) {
+      it->second = &events_.Add({{"source", std::string(source_id)}, {"type", std::string(type)}});
+    }
+    counter = it->second;
+  }
+  counter->Increment(static_cast<double>(n));
+}
+
+void IngestMetrics::CountRejected(std::string_view reason, int64_t n) {
+  prometheus::Counter* counter;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = rejected_by_reason_.try_emplace(std::string(reason), nullptr);
+    if (inserted) it->second = &rejected_.Add({{"reason", std::string(reason)}});
+    counter = it->second;
+  }
+  counter->Increment(static_cast<double>(n));
+}
+
+void IngestMetrics::ObserveRequest(std::string_view api, double seconds) {
+  (api == "grpc" ? grpc_duration_ : http_duration_).Observe(seconds);
+}
+
+}  // namespace hookrelay::collector

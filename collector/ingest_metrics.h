@@ -1,0 +1,45 @@
+// The collector's ingest metrics (SPEC §8 names). Families are built once; label handles for the
+// fixed label sets are cached here. Thread-safe.
+#ifndef HOOKRELAY_COLLECTOR_INGEST_METRICS_H_
+#define HOOKRELAY_COLLECTOR_INGEST_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace hookrelay::collector {
+
+class IngestMetrics {
+ public:
+  explicit IngestMetrics(prometheus::Registry& registry);
+
+  // hookrelay_ingest_events_total{source,type}: events stored (duplicates not counted).
+  void CountEvents(std::string_view source_id, std::string_view type, int64_t n);
+  // hookrelay_ingest_rejected_total{reason}: events or requests refused.
+  void CountRejected(std::string_view reason, int64_t n = 1);
+  // hookrelay_ingest_request_duration_seconds{api}: receipt of a request → its answer.
+  void ObserveRequest(std::string_view api, double seconds);
+
+ private:
+  prometheus::Family<prometheus::Counter>& events_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Histogram& http_duration_;
+  prometheus::Histogram& grpc_duration_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, prometheus::Counter*> events_by_key_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, prometheus::Counter*> rejected_by_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_INGEST_METRICS_H_

@@ -1,0 +1,131 @@
+#include "collector/ingestor.h"
+
+#include <memory>
+#include <utility>
+#include <variant>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace hookrelay::collector {
+
+Ingestor::Ingestor(Options options, const RoutingHolder& routing, JobStore& store,
+                   const common::Clock& clock, IngestMetrics* metrics)
+    : options_(options), routing_(routing), store_(store), clock_(clock), metrics_(metrics) {}
+
+void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done) {
+  std::shared_ptr<const Routing> routing = routing_.Get();
+  const SourceRoute* route = write_key.empty() ? nullptr : routing->FindByWriteKey(write_key);
+  if (route == nullptr) {
+    if (metrics_) metrics_->CountRejected("unauthenticated");
+    std::move(done)(absl::UnauthenticatedError(
+        write_key.empty() ? "missing write key" : "unknown write key"));
+    return;
+  }
+  const size_t n = events.size();
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) {
+      std::move(done)(absl::UnavailableError("collector is shutting down"));
+      return;
+    }
+    if (pending_events_ + n > options_.max_pending_events && pending_events_ > 0) {
+      if (metrics_) metrics_->CountRejected("overload", static_cast<int64_t>(n));
+      std::move(done)(absl::ResourceExhaustedError(
+          absl::StrCat("overloaded: ", pending_events_, " events waiting to be stored, limit ",
+                       options_.max_pending_events, "; retry later")));
+      return;
+    }
+    pending_events_ += n;
+    ++pending_requests_;
+  }
+
+  const absl::Time now = clock_.Now();
+  const int64_t now_ms = absl::ToUnixMillis(now);
+  const std::string& source_id = route->source->id();
+  auto outcome = std::make_unique<IngestOutcome>();
+  outcome->message_ids.resize(n);
+  std::vector<AppendItem> items;
+  items.reserve(n);
+  // Types of the appended items, for the per-type counters once they are durable.
+  std::vector<hookrelay::v1::EventType> types;
+  types.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto result = Normalize(std::move(events[i]), now);
+    if (auto* error = std::get_if<FieldError>(&result)) {
+      if (metrics_) metrics_->CountRejected(absl::StrCat("invalid_", error->field));
+      outcome->rejected.push_back(Rejection{i, std::move(error->field), std::move(error->reason)});
+      continue;
+    }
+    NormalizedEvent& ev = std::get<NormalizedEvent>(result);
+    ++outcome->accepted;
+    outcome->message_ids[i] = ev.message_id;
+    AppendItem& item = items.emplace_back();
+    item.dedup_key = DedupKey(source_id, ev.message_id);
+    types.push_back(ev.type);
+    if (!WebhooksEnabled(ev.flags)) continue;
+    const size_t fanout = route->destinations.size();
+    item.jobs.reserve(fanout);
+    for (size_t d = 0; d < fanout; ++d) {
+      hookrelay::v1::Job& job = item.jobs.emplace_back();
+      job.set_source_id(source_id);
+      job.set_destination_id(route->destinations[d]->id());
+      job.set_type(ev.type);
+      job.set_message_id(ev.message_id);
+      job.set_user_id(ev.user_id);
+      job.set_received_at_unix_ms(now_ms);
+      if (d + 1 == fanout) {
+        job.set_event_json(std::move(ev.json));
+      } else {
+        job.set_event_json(ev.json);
+      }
+    }
+  }
+
+  auto finish = [this, n](Done done, absl::StatusOr<IngestOutcome> result) {
+    std::move(done)(std::move(result));
+    absl::MutexLock lock(&mu_);
+    pending_events_ -= n;
+    --pending_requests_;
+  };
+
+  if (items.empty()) {
+    finish(std::move(done), std::move(*outcome));
+    return;
+  }
+  store_.Append(
+      std::move(items),
+      [this, finish, done = std::move(done), outcome = std::move(outcome), types = std::move(types),
+       source_id = std::string(source_id)](absl::StatusOr<AppendResult> appended) mutable {
+        if (!appended.ok()) {
+          if (metrics_) metrics_->CountRejected("store_error", static_cast<int64_t>(types.size()));
+          finish(std::move(done), std::move(appended).status());
+          return;
+        }
+        if (metrics_) {
+          // Count stored events by type; runs of equal types (the common case) in one call.
+          size_t i = 0;
+          while (i < types.size()) {
+            size_t j = i;
+            int64_t stored = 0;
+            while (j < types.size() && types[j] == types[i]) stored += appended->stored[j++] ? 1 : 0;
+            if (stored > 0) metrics_->CountEvents(source_id, EventTypeName(types[i]), stored);
+            i = j;
+          }
+        }
+        finish(std::move(done), std::move(*outcome));
+      });
+}
+
+void Ingestor::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+}
+
+void Ingestor::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](size_t* pending) { return *pending == 0; }, &pending_requests_));
+}
+
+}  // namespace hookrelay::collector

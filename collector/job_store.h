@@ -1,0 +1,118 @@
+// The job store contract: durable delivery jobs, leased to deliverers, retried, dead-lettered.
+// Two engines implement it: the embedded one on RocksDB (RocksDbJobStore) and, for scale-out,
+// one on NATS JetStream.
+//
+// States: ready (due now), scheduled (due later), leased (handed to a deliverer until a
+// deadline; not durable: a restart or an expired lease makes the job ready again), dead.
+#ifndef HOOKRELAY_COLLECTOR_JOB_STORE_H_
+#define HOOKRELAY_COLLECTOR_JOB_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "hookrelay/v1/job.pb.h"
+
+namespace hookrelay::collector {
+
+// One accepted event: the key it is de-duplicated by and the jobs it fans out to (possibly none,
+// when no destination is enabled for it; the dedup key is still recorded).
+struct AppendItem {
+  // Unique per (source, messageId); see DedupKey().
+  std::string dedup_key;
+  // `id`, `due_unix_ms` are assigned by the store; everything else is kept as given.
+  std::vector<hookrelay::v1::Job> jobs;
+};
+
+struct AppendResult {
+  // Parallel to the appended items: false when the item's dedup key was already stored within
+  // the dedup window (or earlier in the same Append), so its jobs were dropped as duplicates.
+  std::vector<bool> stored;
+};
+
+struct LeasedJob {
+  hookrelay::v1::Job job;
+  // Identifies this lease; outcomes carrying an older lease are refused.
+  uint64_t lease = 0;
+  absl::Time deadline;
+};
+
+struct JobCounts {
+  int64_t ready = 0;
+  int64_t scheduled = 0;
+  int64_t leased = 0;
+  int64_t dead = 0;
+};
+
+// Selects dead letters. Empty destination_id = all destinations; the time range applies to the
+// time the job died.
+struct DeadFilter {
+  std::string destination_id;
+  absl::Time from = absl::InfinitePast();
+  absl::Time to = absl::InfiniteFuture();
+  // ListDead: jobs with id > after_id, at most `limit` of them (pagination).
+  uint64_t after_id = 0;
+  size_t limit = 100;
+};
+
+// Thread-safe: every method may be called from any thread.
+class JobStore {
+ public:
+  // Runs exactly once, on a store thread, after the batch is durable (fsync'd / acknowledged by
+  // the replicated engine) or has failed. Must not block.
+  using AppendCallback = absl::AnyInvocable<void(absl::StatusOr<AppendResult>) &&>;
+
+  virtual ~JobStore() = default;
+
+  // Durably appends jobs; nothing is visible to Lease before it is durable. Concurrent Appends
+  // may share one fsync (group commit). Never blocks on I/O.
+  virtual void Append(std::vector<AppendItem> items, AppendCallback done) = 0;
+
+  // Leases up to `max` ready jobs (due <= now), oldest due first, until now + `duration`.
+  virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) = 0;
+
+  // Settles a lease. NOT_FOUND when the job is gone; FAILED_PRECONDITION when `lease` is not the
+  // job's current lease (it expired and the job was leased again).
+  // Delivered: the job is removed.
+  virtual absl::Status Complete(uint64_t job_id, uint64_t lease) = 0;
+  // Retry later: records the attempt and makes the job due at `not_before`.
+  virtual absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                             const hookrelay::v1::Attempt& attempt) = 0;
+  // Dead letter: records the attempt and the reason.
+  virtual absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                            const hookrelay::v1::Attempt& attempt) = 0;
+
+  // Dead letters matching `filter`, ordered by job id.
+  virtual absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) = 0;
+  // Makes every dead letter matching `filter` (ignoring after_id/limit) ready again, with a fresh
+  // retry window. Returns how many.
+  virtual absl::StatusOr<size_t> Replay(const DeadFilter& filter) = 0;
+  // Removes every not-yet-delivered job (ready, scheduled or leased) of `user_id`; when
+  // `source_ids` is non-empty, only jobs of those sources. Returns how many.
+  virtual absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
+                                           const std::vector<std::string>& source_ids) = 0;
+
+  virtual JobCounts Counts() = 0;
+  // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).
+  virtual absl::Time NextDue() = 0;
+};
+
+// The dedup key of an event: unique per (source, messageId).
+inline std::string DedupKey(std::string_view source_id, std::string_view message_id) {
+  std::string key;
+  key.reserve(source_id.size() + 1 + message_id.size());
+  key.append(source_id);
+  key.push_back('\0');
+  key.append(message_id);
+  return key;
+}
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_JOB_STORE_H_

@@ -1,0 +1,1058 @@
+#include "collector/rocksdb_job_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/memory/memory.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/compaction_filter.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
+#include "rocksdb/table.h"
+#include "common/status_macros.h"
+
+// On-disk layout (column families):
+//   default  meta: "id_limit" -> u64 BE (every id below it may have been used),
+//                  "lease_epoch" -> u64 BE (bumped on every Open).
+//   jobs     u64 BE job id -> u64 BE due_unix_ms ++ serialized v1::Job. The due prefix lets Open
+//            rebuild the ready/scheduled order without parsing any Job.
+//   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
+//            compaction filter; until then the window is also checked on lookup.
+//   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
+// Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
+// are in id order (ListDead's pagination).
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::Job;
+
+constexpr char kJobsCf[] = "jobs";
+constexpr char kDedupCf[] = "dedup";
+constexpr char kDeadCf[] = "dead";
+constexpr char kIdLimitKey[] = "id_limit";
+constexpr char kLeaseEpochKey[] = "lease_epoch";
+
+// Ids are reserved on disk in blocks so that the limit is written about once per million jobs.
+constexpr uint64_t kIdBlock = uint64_t{1} << 20;
+// 2^40 leases per epoch: over 60 days at 200k leases/s before the epoch has to move on.
+constexpr int kLeaseEpochShift = 40;
+constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
+constexpr int kMaxHistory = 10;
+constexpr size_t kDueHeaderSize = 8;
+// Replay and PurgeUser write (and publish) in chunks of this many jobs.
+constexpr size_t kAdminChunk = 1024;
+
+void EncodeU64(uint64_t v, char* out) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+}
+
+uint64_t DecodeU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// An 8-byte big-endian key or value, kept on the stack.
+class U64Bytes {
+ public:
+  explicit U64Bytes(uint64_t v) { EncodeU64(v, data_); }
+  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
+
+ private:
+  char data_[8];
+};
+
+int64_t ToMillis(absl::Time t) { return absl::ToUnixMillis(t); }
+
+void EncodeJobValue(const Job& job, std::string* out) {
+  out->resize(kDueHeaderSize);
+  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()), out->data());
+  job.AppendToString(out);
+}
+
+bool ParseJobValue(rocksdb::Slice value, Job* job) {
+  return value.size() >= kDueHeaderSize &&
+         job->ParseFromArray(value.data() + kDueHeaderSize,
+                             static_cast<int>(value.size() - kDueHeaderSize));
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message = absl::StrCat("job store: ", std::string(what), ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
+  return absl::InternalError(message);
+}
+
+absl::Status Malformed(std::string_view cf, uint64_t id) {
+  return absl::DataLossError(
+      absl::StrFormat("job store: malformed record in column family %s (job %d)", cf, id));
+}
+
+// Counts an attempt: attempts + 1, the first attempt's time, the bounded history.
+void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, Job& job) {
+  job.set_attempts(job.attempts() + 1);
+  if (job.first_attempt_unix_ms() == 0) {
+    job.set_first_attempt_unix_ms(attempt.at_unix_ms() != 0 ? attempt.at_unix_ms() : now_ms);
+  }
+  auto* history = job.mutable_history();
+  *history->Add() = attempt;
+  if (history->size() > kMaxHistory) history->DeleteSubrange(0, history->size() - kMaxHistory);
+}
+
+bool MatchesDead(const Job& job, const DeadFilter& filter) {
+  if (!filter.destination_id.empty() && job.destination_id() != filter.destination_id) {
+    return false;
+  }
+  const absl::Time dead_at = absl::FromUnixMillis(job.dead_at_unix_ms());
+  return dead_at >= filter.from && dead_at < filter.to;
+}
+
+// Drops dedup keys stored at or before now - window. One filter per compaction, so the cutoff
+// (and the clock read) is per compaction, not per key.
+class DedupExpiryFilter : public rocksdb::CompactionFilter {
+ public:
+  explicit DedupExpiryFilter(int64_t cutoff_ms) : cutoff_ms_(cutoff_ms) {}
+
+  bool Filter(int level, const rocksdb::Slice& key, const rocksdb::Slice& value,
+              std::string* new_value, bool* value_changed) const override {
+    return value.size() == 8 && static_cast<int64_t>(DecodeU64(value.data())) <= cutoff_ms_;
+  }
+  const char* Name() const override { return "hookrelay.DedupExpiryFilter"; }
+
+ private:
+  const int64_t cutoff_ms_;
+};
+
+class DedupExpiryFilterFactory : public rocksdb::CompactionFilterFactory {
+ public:
+  DedupExpiryFilterFactory(common::Clock& clock, absl::Duration window)
+      : clock_(clock), window_(window) {}
+
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context& context) override {
+    return std::make_unique<DedupExpiryFilter>(ToMillis(clock_.Now() - window_));
+  }
+  const char* Name() const override { return "hookrelay.DedupExpiryFilterFactory"; }
+
+ private:
+  common::Clock& clock_;
+  const absl::Duration window_;
+};
+
+rocksdb::DBOptions MakeDbOptions() {
+  rocksdb::DBOptions options;
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  // Sized for the 2-core target: one flush thread and two compaction threads. Writes never run
+  // on these threads (the committer writes), so they only compete for CPU while they flush.
+  options.IncreaseParallelism(2);
+  // `dead` and the meta family get few writes; without a cap their small memtables would keep
+  // every WAL file alive until they filled up. Past this size, RocksDB flushes the families
+  // holding the oldest WAL so it can be deleted.
+  options.max_total_wal_size = uint64_t{512} << 20;
+  // Write SST data back in 1 MB steps instead of one large burst at each file's end, so the
+  // WAL fsyncs of the group commit do not queue behind it.
+  options.bytes_per_sync = uint64_t{1} << 20;
+  options.keep_log_file_num = 4;
+  return options;
+}
+
+rocksdb::BlockBasedTableOptions TableOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  return table;
+}
+
+// `jobs`: sequential keys, ~0.5 KB values, most of them deleted within seconds (delivered).
+rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options;
+  // 64 MB memtables, two merged per flush (a job appended and completed within them never
+  // reaches an SST file), L0 compacted early, no compression on L0/L1 (short-lived data, and CPU
+  // is the scarce resource on 2 cores), LZ4 below where long-lived backlog ends up.
+  options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
+  // Cap memtable memory at 4 x 64 MB instead of 6 x; a write stall beyond that is back-pressure.
+  options.max_write_buffer_number = 4;
+  options.level_compaction_dynamic_level_bytes = true;
+  // New ids always land at the end: insert with a hint (all ids below 2^32 share this prefix)
+  // instead of searching the skip list from the top for every job.
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(4));
+  rocksdb::BlockBasedTableOptions table = TableOptions(cache);
+  // No bloom filter: lookups are for jobs known to exist, and with sequential keys each lookup
+  // hits one file's key range anyway. Larger blocks suit the ~0.5 KB values.
+  table.block_size = 16 * 1024;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+// `dedup`: random keys (~40-60 bytes) with 8-byte values, looked up once per ingested event and
+// almost never found.
+rocksdb::ColumnFamilyOptions MakeDedupOptions(const std::shared_ptr<rocksdb::Cache>& cache,
+                                              common::Clock& clock, absl::Duration window) {
+  rocksdb::ColumnFamilyOptions options;
+  // 32 MB memtables (about 500k keys), no compression on L0/L1, LZ4 below (keys share their
+  // source-id prefix, but most of a message id is random).
+  options.OptimizeLevelStyleCompaction(uint64_t{128} << 20);
+  options.max_write_buffer_number = 4;
+  options.level_compaction_dynamic_level_bytes = true;
+  // Misses are the common case: a whole-key bloom filter in the memtable and in every SST file
+  // answers most lookups without touching a data block.
+  options.memtable_prefix_bloom_size_ratio = 0.05;
+  options.memtable_whole_key_filtering = true;
+  rocksdb::BlockBasedTableOptions table = TableOptions(cache);
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.whole_key_filtering = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  options.compaction_filter_factory = std::make_shared<DedupExpiryFilterFactory>(clock, window);
+  // Make sure every file meets the expiry filter at least once per window (at least hourly),
+  // even when no new writes push compactions down to it.
+  options.periodic_compaction_seconds = static_cast<uint64_t>(
+      std::max<int64_t>(absl::ToInt64Seconds(window), 3600));
+  return options;
+}
+
+// `dead` and meta: small and rarely written.
+rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options;
+  options.write_buffer_size = 8 << 20;
+  options.compression = rocksdb::kLZ4Compression;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(TableOptions(cache)));
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options options) {
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError("job store: the data dir path is empty");
+  }
+  if (options.dedup_window <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job store: dedup_window must be positive, got ", absl::FormatDuration(options.dedup_window)));
+  }
+  options.max_commit_batch = std::max<size_t>(options.max_commit_batch, 1);
+  std::error_code error;
+  std::filesystem::create_directories(options.path, error);
+  if (error) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job store: cannot create data dir ", options.path, ": ", error.message()));
+  }
+  common::Clock& clock = options.clock != nullptr ? *options.clock : common::Clock::Real();
+  auto store = absl::WrapUnique(new RocksDbJobStore(std::move(options), clock));
+  RETURN_IF_ERROR(store->RegisterMetrics());
+  RETURN_IF_ERROR(store->OpenDb());
+  RETURN_IF_ERROR(store->Recover());
+  store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
+  return store;
+}
+
+RocksDbJobStore::RocksDbJobStore(Options options, common::Clock& clock)
+    : options_(std::move(options)), clock_(clock) {}
+
+RocksDbJobStore::~RocksDbJobStore() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  if (committer_.joinable()) committer_.join();
+  if (db_ != nullptr) {
+    for (rocksdb::ColumnFamilyHandle* handle : handles_) {
+      db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+    }
+    db_->Close().PermitUncheckedError();
+  }
+}
+
+absl::Status RocksDbJobStore::RegisterMetrics() {
+  if (options_.registry == nullptr) return absl::OkStatus();
+  // prometheus-cpp reports a name clash with another metric type by throwing.
+  try {
+    prometheus::Registry& registry = *options_.registry;
+    metrics_.commit_duration =
+        &prometheus::BuildHistogram()
+             .Name("hookrelay_store_commit_duration_seconds")
+             .Help("Time to write and fsync one group commit of the embedded job store")
+             .Register(registry)
+             .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01,
+                                                              0.02, 0.05, 0.1, 0.2, 0.5, 1});
+    metrics_.commit_batch_items =
+        &prometheus::BuildHistogram()
+             .Name("hookrelay_store_commit_batch_items")
+             .Help("Jobs appended and settled by one group commit of the embedded job store")
+             .Register(registry)
+             .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 20, 50, 100, 200, 500,
+                                                              1000, 2000, 5000, 10000, 20000});
+    metrics_.duplicates = &prometheus::BuildCounter()
+                               .Name("hookrelay_ingest_duplicates_total")
+                               .Help("Events dropped because their (source, messageId) was seen "
+                                     "within the dedup window")
+                               .Register(registry)
+                               .Add({});
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job store: registering metrics: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbJobStore::OpenDb() {
+  // One cache for all column families; reads are dominated by Lease (recent jobs, mostly still
+  // in the memtable) and dedup lookups (answered by bloom filters), so it can stay small.
+  std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(size_t{64} << 20);
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, MakeSmallOptions(cache)},
+      {kJobsCf, MakeJobsOptions(cache)},
+      {kDedupCf, MakeDedupOptions(cache, clock_, options_.dedup_window)},
+      {kDeadCf, MakeSmallOptions(cache)},
+  };
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s =
+      rocksdb::DB::Open(MakeDbOptions(), options_.path, families, &handles_, &db);
+  if (!s.ok()) {
+    if (s.IsIOError() && absl::StrContains(absl::AsciiStrToLower(s.ToString()), "lock")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job store: data dir ", options_.path,
+                       " is in use by another job store (its LOCK file is held): ", s.ToString()));
+    }
+    return FromRocks(s, absl::StrCat("opening data dir ", options_.path));
+  }
+  db_.reset(db);
+  meta_cf_ = handles_[0];
+  jobs_cf_ = handles_[1];
+  dedup_cf_ = handles_[2];
+  dead_cf_ = handles_[3];
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbJobStore::Recover() {
+  absl::MutexLock writer_lock(&writer_mu_);
+  absl::MutexLock lock(&mu_);
+
+  auto read_meta = [this](const char* key, uint64_t* out) -> absl::Status {
+    std::string value;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, key, &value);
+    if (s.IsNotFound()) return absl::OkStatus();
+    RETURN_IF_ERROR(FromRocks(s, absl::StrCat("reading ", key)));
+    if (value.size() != 8) {
+      return absl::DataLossError(absl::StrCat("job store: malformed meta record ", key));
+    }
+    *out = DecodeU64(value.data());
+    return absl::OkStatus();
+  };
+  uint64_t stored_id_limit = 0;
+  RETURN_IF_ERROR(read_meta(kIdLimitKey, &stored_id_limit));
+  uint64_t stored_epoch = 0;
+  RETURN_IF_ERROR(read_meta(kLeaseEpochKey, &stored_epoch));
+
+  rocksdb::ReadOptions scan;
+  scan.fill_cache = false;
+  const int64_t now_ms = ToMillis(clock_.Now());
+  uint64_t max_id = 0;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, jobs_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != 8 || it->value().size() < kDueHeaderSize) {
+        return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+      }
+      const uint64_t id = DecodeU64(it->key().data());
+      const int64_t due_ms = static_cast<int64_t>(DecodeU64(it->value().data()));
+      (due_ms <= now_ms ? ready_ : scheduled_).push_back({due_ms, id});
+      max_id = std::max(max_id, id);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
+  }
+  std::make_heap(ready_.begin(), ready_.end(), LaterFirst());
+  std::make_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, dead_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != 8) return Malformed(kDeadCf, 0);
+      ++dead_count_;
+      max_id = std::max(max_id, DecodeU64(it->key().data()));
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
+  }
+  next_id_ = std::max({stored_id_limit, max_id + 1, uint64_t{1}});
+  id_limit_ = stored_id_limit;
+
+  lease_epoch_ = stored_epoch + 1;
+  lease_counter_ = 0;
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  return FromRocks(
+      db_->Put(sync, meta_cf_, kLeaseEpochKey, U64Bytes(lease_epoch_).slice()),
+      "writing the lease epoch");
+}
+
+void RocksDbJobStore::Enqueue(WriteOp op) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back(std::move(op));
+}
+
+void RocksDbJobStore::Append(std::vector<AppendItem> items, AppendCallback done) {
+  WriteOp op;
+  op.kind = WriteOp::Kind::kAppend;
+  op.items = std::move(items);
+  op.done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+void RocksDbJobStore::Flush() {
+  absl::Notification done;
+  WriteOp op;
+  op.kind = WriteOp::Kind::kBarrier;
+  op.barrier = &done;
+  Enqueue(std::move(op));
+  done.WaitForNotification();
+}
+
+void RocksDbJobStore::CommitLoop() {
+  std::vector<WriteOp> ops;
+  for (;;) {
+    {
+      absl::MutexLock lock(&queue_mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+        return !queue_.empty() || stopping_;
+      };
+      queue_mu_.Await(absl::Condition(&has_work));
+      if (queue_.empty()) return;  // Stopping, and everything is written.
+      size_t jobs = 0;
+      while (!queue_.empty()) {
+        WriteOp& op = queue_.front();
+        size_t n = 1;
+        if (op.kind == WriteOp::Kind::kAppend) {
+          n = 0;
+          for (const AppendItem& item : op.items) n += item.jobs.size();
+        }
+        if (!ops.empty() && jobs + n > options_.max_commit_batch) break;
+        jobs += n;
+        ops.push_back(std::move(op));
+        queue_.pop_front();
+      }
+    }
+    CommitGroup(ops);
+    ops.clear();
+  }
+}
+
+void RocksDbJobStore::CommitGroup(std::vector<WriteOp>& ops) {
+  using Kind = WriteOp::Kind;
+  const int64_t now_ms = ToMillis(clock_.Now());
+  const int64_t window_ms = absl::ToInt64Milliseconds(options_.dedup_window);
+
+  // Parallel to ops; only the kAppend entries are used.
+  std::vector<AppendResult> results(ops.size());
+  std::vector<uint64_t> new_ids;
+  absl::Status status;
+  size_t duplicates = 0;
+  size_t settlements = 0;
+  {
+    absl::MutexLock writer_lock(&writer_mu_);
+    batch_.Clear();
+
+    // 1. Dedup: one MultiGet for the group's distinct keys. The committer is the only writer of
+    // `dedup`, so what it reads cannot change before its own write.
+    size_t total_items = 0;
+    for (const WriteOp& op : ops) total_items += op.items.size();
+    absl::flat_hash_set<std::string_view> seen;
+    seen.reserve(total_items);
+    std::vector<rocksdb::Slice> keys;
+    std::vector<std::pair<size_t, size_t>> key_owner;  // (op, item) of keys[i]
+    keys.reserve(total_items);
+    key_owner.reserve(total_items);
+    for (size_t o = 0; o < ops.size(); ++o) {
+      if (ops[o].kind != Kind::kAppend) continue;
+      std::vector<bool>& stored = results[o].stored;
+      stored.assign(ops[o].items.size(), true);
+      for (size_t i = 0; i < ops[o].items.size(); ++i) {
+        const std::string& key = ops[o].items[i].dedup_key;
+        if (key.empty()) continue;
+        if (!seen.insert(key).second) {
+          stored[i] = false;  // Earlier in this group.
+          ++duplicates;
+          continue;
+        }
+        keys.emplace_back(key);
+        key_owner.emplace_back(o, i);
+      }
+    }
+    if (!keys.empty()) {
+      std::vector<rocksdb::PinnableSlice> values(keys.size());
+      std::vector<rocksdb::Status> statuses(keys.size());
+      db_->MultiGet(rocksdb::ReadOptions(), dedup_cf_, keys.size(), keys.data(), values.data(),
+                    statuses.data());
+      for (size_t k = 0; k < keys.size() && status.ok(); ++k) {
+        if (statuses[k].IsNotFound()) continue;
+        if (!statuses[k].ok()) {
+          status = FromRocks(statuses[k], "reading dedup keys");
+        } else if (values[k].size() == 8 &&
+                   static_cast<int64_t>(DecodeU64(values[k].data())) > now_ms - window_ms) {
+          results[key_owner[k].first].stored[key_owner[k].second] = false;
+          ++duplicates;
+        }
+      }
+    }
+
+    // 2. The batch: appended jobs and dedup keys, then settlements in the order they happened.
+    const uint64_t old_id_limit = id_limit_;
+    if (status.ok()) {
+      const U64Bytes now_value(static_cast<uint64_t>(now_ms));
+      for (size_t o = 0; o < ops.size(); ++o) {
+        if (ops[o].kind != Kind::kAppend) continue;
+        for (size_t i = 0; i < ops[o].items.size(); ++i) {
+          if (!results[o].stored[i]) continue;
+          AppendItem& item = ops[o].items[i];
+          if (!item.dedup_key.empty()) batch_.Put(dedup_cf_, item.dedup_key, now_value.slice());
+          for (Job& job : item.jobs) {
+            const uint64_t id = next_id_++;
+            job.set_id(id);
+            job.set_due_unix_ms(now_ms);
+            EncodeJobValue(job, &scratch_);
+            batch_.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
+            new_ids.push_back(id);
+          }
+        }
+      }
+      if (next_id_ > id_limit_) {
+        id_limit_ = next_id_ + kIdBlock;
+        batch_.Put(meta_cf_, kIdLimitKey, U64Bytes(id_limit_).slice());
+      }
+    }
+    const bool appended = batch_.Count() > 0;
+    {
+      absl::MutexLock lock(&mu_);
+      for (WriteOp& op : ops) {
+        switch (op.kind) {
+          case Kind::kPutJob: {
+            // Skipped when a later settlement or PurgeUser has superseded this record.
+            auto it = overlay_.find(op.id);
+            if (it != overlay_.end() && it->second.seq == op.seq) {
+              batch_.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
+              ++settlements;
+            } else {
+              op.seq = 0;
+            }
+            break;
+          }
+          case Kind::kDeleteJob:
+            batch_.Delete(jobs_cf_, U64Bytes(op.id).slice());
+            ++settlements;
+            break;
+          case Kind::kBury:
+            batch_.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
+            batch_.Delete(jobs_cf_, U64Bytes(op.id).slice());
+            ++settlements;
+            break;
+          case Kind::kAppend:
+          case Kind::kBarrier:
+            break;
+        }
+      }
+    }
+
+    // 3. One write. Only appends need the fsync; a group of settlements alone skips it (losing
+    // one means a redelivery, which at-least-once allows).
+    if (batch_.Count() > 0) {
+      rocksdb::WriteOptions write_options;
+      write_options.sync = appended;
+      // Real elapsed time for the metric; the injected clock is for the store's semantics.
+      const auto start = std::chrono::steady_clock::now();
+      rocksdb::Status s = db_->Write(write_options, &batch_);
+      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+      if (s.ok()) {
+        if (metrics_.commit_duration != nullptr) {
+          metrics_.commit_duration->Observe(elapsed.count());
+          metrics_.commit_batch_items->Observe(static_cast<double>(new_ids.size() + settlements));
+        }
+      } else if (status.ok()) {
+        status = FromRocks(s, "group commit");
+      }
+    }
+    if (!status.ok()) id_limit_ = old_id_limit;  // The reservation was not written.
+
+    // 4. Publish. On failure the disk is unchanged: appends report the error; settled jobs keep
+    // their in-memory state (and overlay records), so this process still treats them right.
+    if (status.ok()) {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t id : new_ids) PushQueuedLocked(now_ms, id, now_ms);
+      for (const WriteOp& op : ops) {
+        if (op.kind != Kind::kPutJob || op.seq == 0) continue;
+        auto it = overlay_.find(op.id);
+        if (it != overlay_.end() && it->second.seq == op.seq) overlay_.erase(it);
+      }
+    }
+  }
+  if (status.ok() && duplicates > 0 && metrics_.duplicates != nullptr) {
+    metrics_.duplicates->Increment(static_cast<double>(duplicates));
+  }
+
+  // 5. Callbacks, outside every lock.
+  for (size_t o = 0; o < ops.size(); ++o) {
+    WriteOp& op = ops[o];
+    if (op.kind == Kind::kAppend) {
+      if (status.ok()) {
+        std::move(op.done)(std::move(results[o]));
+      } else {
+        std::move(op.done)(status);
+      }
+    } else if (op.kind == Kind::kBarrier) {
+      op.barrier->Notify();
+    }
+  }
+}
+
+void RocksDbJobStore::PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms) {
+  std::vector<QueuedJob>& heap = due_ms <= now_ms ? ready_ : scheduled_;
+  heap.push_back({due_ms, id});
+  std::push_heap(heap.begin(), heap.end(), LaterFirst());
+}
+
+void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
+  while (!scheduled_.empty() && scheduled_.front().due_ms <= now_ms) {
+    std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
+    ready_.push_back(scheduled_.back());
+    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    scheduled_.pop_back();
+  }
+}
+
+void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
+  while (!lease_deadlines_.empty() && lease_deadlines_.begin()->first <= now) {
+    const uint64_t id = lease_deadlines_.begin()->second;
+    lease_deadlines_.erase(lease_deadlines_.begin());
+    auto it = leased_.find(id);
+    // A leased job was due when leased, so it goes back to ready at its old place in line.
+    ready_.push_back({it->second.due_ms, id});
+    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    leased_.erase(it);
+  }
+}
+
+uint64_t RocksDbJobStore::NextLeaseLocked() {
+  if (++lease_counter_ >= kLeaseCounterLimit) {
+    ++lease_epoch_;
+    lease_counter_ = 1;
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    // Best effort: if this write is lost, leases of this epoch could repeat after a restart.
+    db_->Put(sync, meta_cf_, kLeaseEpochKey, U64Bytes(lease_epoch_).slice())
+        .PermitUncheckedError();
+  }
+  return (lease_epoch_ << kLeaseEpochShift) | lease_counter_;
+}
+
+absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
+                                                              absl::Duration duration) {
+  if (duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job store: lease duration must be positive, got ",
+                     absl::FormatDuration(duration)));
+  }
+  std::vector<LeasedJob> out;
+  if (max == 0) return out;
+  const absl::Time now = clock_.Now();
+  const absl::Time deadline = now + duration;
+
+  struct Pick {
+    QueuedJob job;
+    uint64_t lease;
+    std::string overlay;  // The pending record, if any.
+    bool from_overlay;
+  };
+  std::vector<Pick> picks;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireLeasesLocked(now);
+    PromoteDueLocked(ToMillis(now));
+    picks.reserve(std::min(max, ready_.size()));
+    while (picks.size() < max && !ready_.empty()) {
+      std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
+      const QueuedJob job = ready_.back();
+      ready_.pop_back();
+      const uint64_t lease = NextLeaseLocked();
+      leased_[job.id] = {lease, deadline, job.due_ms};
+      lease_deadlines_.emplace(deadline, job.id);
+      Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
+      if (auto it = overlay_.find(job.id); it != overlay_.end()) {
+        pick.overlay = it->second.value;
+        pick.from_overlay = true;
+      }
+    }
+  }
+  if (picks.empty()) return out;
+
+  // Read the records outside the lock.
+  std::vector<rocksdb::Slice> keys;
+  std::vector<U64Bytes> key_bytes;
+  key_bytes.reserve(picks.size());
+  for (const Pick& pick : picks) {
+    if (!pick.from_overlay) keys.push_back(key_bytes.emplace_back(pick.job.id).slice());
+  }
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  if (!keys.empty()) {
+    db_->MultiGet(rocksdb::ReadOptions(), jobs_cf_, keys.size(), keys.data(), values.data(),
+                  statuses.data());
+  }
+  absl::Status read_error;
+  for (const rocksdb::Status& s : statuses) {
+    if (!s.ok() && !s.IsNotFound()) {
+      read_error = FromRocks(s, "reading leased jobs");
+      break;
+    }
+  }
+
+  std::vector<const Pick*> dropped;
+  out.reserve(picks.size());
+  size_t k = 0;
+  for (const Pick& pick : picks) {
+    rocksdb::Slice value;
+    bool found = true;
+    if (pick.from_overlay) {
+      value = pick.overlay;
+    } else {
+      found = statuses[k].ok();
+      value = values[k];
+      ++k;
+    }
+    if (!read_error.ok()) continue;
+    LeasedJob& leased = out.emplace_back();
+    // Not found: purged after it was picked. Unparsable: cannot be delivered; it is dropped from
+    // memory (it stays on disk).
+    if (!found || !ParseJobValue(value, &leased.job)) {
+      out.pop_back();
+      dropped.push_back(&pick);
+      continue;
+    }
+    leased.lease = pick.lease;
+    leased.deadline = deadline;
+  }
+  if (!read_error.ok() || !dropped.empty()) {
+    absl::MutexLock lock(&mu_);
+    auto release = [&](const Pick& pick, bool back_to_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = leased_.find(pick.job.id);
+      if (it == leased_.end() || it->second.lease != pick.lease) return;
+      lease_deadlines_.erase({it->second.deadline, pick.job.id});
+      leased_.erase(it);
+      if (back_to_ready) {
+        ready_.push_back(pick.job);
+        std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+      }
+    };
+    if (!read_error.ok()) {
+      for (const Pick& pick : picks) release(pick, /*back_to_ready=*/true);
+      return read_error;
+    }
+    for (const Pick* pick : dropped) release(*pick, /*back_to_ready=*/false);
+  }
+  return out;
+}
+
+RocksDbJobStore::LeaseCheck RocksDbJobStore::EndLeaseLocked(uint64_t job_id, uint64_t lease,
+                                                            int64_t* due_ms) {
+  auto it = leased_.find(job_id);
+  if (it == leased_.end()) return LeaseCheck::kNotLeased;
+  if (it->second.lease != lease) return LeaseCheck::kOtherLease;
+  if (due_ms != nullptr) *due_ms = it->second.due_ms;
+  lease_deadlines_.erase({it->second.deadline, job_id});
+  leased_.erase(it);
+  return LeaseCheck::kOk;
+}
+
+absl::Status RocksDbJobStore::RefusedLease(uint64_t job_id, uint64_t lease, LeaseCheck check) {
+  const std::string stale = absl::StrFormat(
+      "job %d: lease %d is not the job's current lease (it expired)", job_id, lease);
+  if (check == LeaseCheck::kOtherLease) return absl::FailedPreconditionError(stale);
+  {
+    absl::MutexLock lock(&mu_);
+    if (overlay_.contains(job_id) || settling_.contains(job_id)) {
+      return absl::FailedPreconditionError(stale);
+    }
+  }
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), jobs_cf_, U64Bytes(job_id).slice(), &value);
+  if (s.ok()) return absl::FailedPreconditionError(stale);
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrFormat("job %d not found", job_id));
+  return FromRocks(s, "reading a job");
+}
+
+absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
+  LeaseCheck check;
+  {
+    absl::MutexLock lock(&mu_);
+    check = EndLeaseLocked(job_id, lease, nullptr);
+    if (check == LeaseCheck::kOk) {
+      overlay_.erase(job_id);
+      WriteOp op;
+      op.kind = WriteOp::Kind::kDeleteJob;
+      op.id = job_id;
+      Enqueue(std::move(op));
+      return absl::OkStatus();
+    }
+  }
+  return RefusedLease(job_id, lease, check);
+}
+
+absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease) {
+  LeaseCheck check;
+  int64_t due_ms = 0;
+  std::string value;
+  bool have_value = false;
+  {
+    absl::MutexLock lock(&mu_);
+    check = EndLeaseLocked(job_id, lease, &due_ms);
+    if (check == LeaseCheck::kOk) {
+      settling_.insert(job_id);
+      if (auto it = overlay_.find(job_id); it != overlay_.end()) {
+        value = it->second.value;
+        have_value = true;
+      }
+    }
+  }
+  if (check != LeaseCheck::kOk) return RefusedLease(job_id, lease, check);
+
+  absl::Status status;
+  if (!have_value) {
+    rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), jobs_cf_, U64Bytes(job_id).slice(), &value);
+    if (!s.ok()) {
+      status = s.IsNotFound() ? absl::NotFoundError(absl::StrFormat("job %d not found", job_id))
+                              : FromRocks(s, "reading a job");
+    }
+  }
+  Job job;
+  if (status.ok() && !ParseJobValue(value, &job)) status = Malformed(kJobsCf, job_id);
+  if (!status.ok()) {
+    absl::MutexLock lock(&mu_);
+    // A read error leaves the job as it was: ready again (at-least-once). A missing or broken
+    // record cannot be delivered; the job is dropped from memory.
+    if (settling_.erase(job_id) > 0 && absl::IsInternal(status)) {
+      ready_.push_back({due_ms, job_id});
+      std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    }
+    return status;
+  }
+  return job;
+}
+
+absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                                   const hookrelay::v1::Attempt& attempt) {
+  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease));
+  const int64_t now_ms = ToMillis(clock_.Now());
+  RecordAttempt(attempt, now_ms, job);
+  job.set_due_unix_ms(ToMillis(not_before));
+  std::string value;
+  EncodeJobValue(job, &value);
+
+  absl::MutexLock lock(&mu_);
+  if (settling_.erase(job_id) == 0) {
+    return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
+  }
+  const uint64_t seq = ++overlay_seq_;
+  overlay_[job_id] = PendingRecord{seq, std::move(value)};
+  PushQueuedLocked(job.due_unix_ms(), job_id, now_ms);
+  WriteOp op;
+  op.kind = WriteOp::Kind::kPutJob;
+  op.id = job_id;
+  op.seq = seq;
+  Enqueue(std::move(op));
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                                  const hookrelay::v1::Attempt& attempt) {
+  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease));
+  const int64_t now_ms = ToMillis(clock_.Now());
+  RecordAttempt(attempt, now_ms, job);
+  job.set_dead_reason(std::string(reason));
+  job.set_dead_at_unix_ms(now_ms);
+
+  WriteOp op;
+  op.kind = WriteOp::Kind::kBury;
+  op.id = job_id;
+  job.SerializeToString(&op.value);
+  absl::MutexLock lock(&mu_);
+  if (settling_.erase(job_id) == 0) {
+    return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
+  }
+  overlay_.erase(job_id);
+  ++dead_count_;
+  Enqueue(std::move(op));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Job>> RocksDbJobStore::ListDead(const DeadFilter& filter) {
+  std::vector<Job> out;
+  if (filter.limit == 0 || filter.after_id == UINT64_MAX) return out;
+  Flush();  // Earlier Bury calls are visible.
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), dead_cf_));
+  for (it->Seek(U64Bytes(filter.after_id + 1).slice()); it->Valid(); it->Next()) {
+    Job job;
+    if (!job.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Malformed(kDeadCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+    }
+    if (!MatchesDead(job, filter)) continue;
+    out.push_back(std::move(job));
+    if (out.size() >= filter.limit) break;
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
+  return out;
+}
+
+absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
+  Flush();  // Earlier Bury calls are visible.
+  absl::MutexLock writer_lock(&writer_mu_);
+  const int64_t now_ms = ToMillis(clock_.Now());
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  rocksdb::WriteBatch batch;
+  std::vector<uint64_t> ids;
+  size_t replayed = 0;
+  std::string value;
+  auto write_chunk = [&]() -> absl::Status {
+    if (ids.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "replaying dead letters"));
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : ids) PushQueuedLocked(now_ms, id, now_ms);
+    dead_count_ -= static_cast<int64_t>(ids.size());
+    replayed += ids.size();
+    ids.clear();
+    batch.Clear();
+    return absl::OkStatus();
+  };
+
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), dead_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    Job job;
+    if (it->key().size() != 8 ||
+        !job.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Malformed(kDeadCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+    }
+    if (!MatchesDead(job, filter)) continue;
+    // A fresh retry window; attempts and history stay for the record.
+    job.set_first_attempt_unix_ms(0);
+    job.clear_dead_reason();
+    job.set_dead_at_unix_ms(0);
+    job.set_due_unix_ms(now_ms);
+    EncodeJobValue(job, &value);
+    batch.Put(jobs_cf_, it->key(), value);
+    batch.Delete(dead_cf_, it->key());
+    ids.push_back(job.id());
+    if (ids.size() >= kAdminChunk) RETURN_IF_ERROR(write_chunk());
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
+  RETURN_IF_ERROR(write_chunk());
+  return replayed;
+}
+
+absl::StatusOr<size_t> RocksDbJobStore::PurgeUser(std::string_view user_id,
+                                                  const std::vector<std::string>& source_ids) {
+  Flush();  // Earlier appends and settlements are on disk.
+  const absl::flat_hash_set<std::string_view> sources(source_ids.begin(), source_ids.end());
+  absl::MutexLock writer_lock(&writer_mu_);
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  rocksdb::WriteBatch batch;
+  std::vector<uint64_t> ids;
+  size_t purged = 0;
+  auto write_chunk = [&]() -> absl::Status {
+    if (ids.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "purging jobs"));
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
+      for (uint64_t id : ids) {
+        if (auto it = leased_.find(id); it != leased_.end()) {
+          lease_deadlines_.erase({it->second.deadline, id});
+          leased_.erase(it);
+        }
+        overlay_.erase(id);
+        settling_.erase(id);  // Makes an in-flight Retry/Bury drop the job.
+      }
+      for (std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
+        heap->erase(std::remove_if(heap->begin(), heap->end(),
+                                   [&](const QueuedJob& job) { return gone.contains(job.id); }),
+                    heap->end());
+        std::make_heap(heap->begin(), heap->end(), LaterFirst());
+      }
+    }
+    purged += ids.size();
+    ids.clear();
+    batch.Clear();
+    return absl::OkStatus();
+  };
+
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), jobs_cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    Job job;
+    if (it->key().size() != 8 || !ParseJobValue(it->value(), &job)) {
+      return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+    }
+    if (job.user_id() != user_id) continue;
+    if (!sources.empty() && !sources.contains(std::string_view(job.source_id()))) continue;
+    batch.Delete(jobs_cf_, it->key());
+    ids.push_back(DecodeU64(it->key().data()));
+    if (ids.size() >= kAdminChunk) RETURN_IF_ERROR(write_chunk());
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
+  RETURN_IF_ERROR(write_chunk());
+  return purged;
+}
+
+JobCounts RocksDbJobStore::Counts() {
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&mu_);
+  ExpireLeasesLocked(now);
+  PromoteDueLocked(ToMillis(now));
+  JobCounts counts;
+  counts.ready = static_cast<int64_t>(ready_.size());
+  counts.scheduled = static_cast<int64_t>(scheduled_.size());
+  counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
+  counts.dead = dead_count_;
+  return counts;
+}
+
+absl::Time RocksDbJobStore::NextDue() {
+  absl::MutexLock lock(&mu_);
+  if (scheduled_.empty()) return absl::InfiniteFuture();
+  return absl::FromUnixMillis(scheduled_.front().due_ms);
+}
+
+absl::Status RocksDbJobStore::CompactForTesting() {
+  Flush();
+  rocksdb::CompactRangeOptions options;
+  options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  for (rocksdb::ColumnFamilyHandle* handle : handles_) {
+    RETURN_IF_ERROR(FromRocks(db_->CompactRange(options, handle, nullptr, nullptr), "compacting"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> RocksDbJobStore::HasDedupKeyForTesting(std::string_view dedup_key) {
+  Flush();
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), dedup_cf_,
+                               rocksdb::Slice(dedup_key.data(), dedup_key.size()), &value);
+  if (s.IsNotFound()) return false;
+  RETURN_IF_ERROR(FromRocks(s, "reading a dedup key"));
+  return true;
+}
+
+}  // namespace hookrelay::collector

@@ -1,0 +1,33 @@
+#include "collector/routing.h"
+#include "common/strings.h"
+
+#include <utility>
+
+namespace hookrelay::collector {
+
+Routing::Routing(hookrelay::v1::Config config) : config_(std::move(config)) {
+  absl::flat_hash_map<std::string, std::vector<const hookrelay::v1::Destination*>> by_source;
+  for (const auto& dest : config_.destinations()) {
+    destinations_[dest.id()] = &dest;
+    if (!dest.enabled()) continue;  // a disabled destination gets nothing queued
+    for (const auto& source_id : dest.sources()) by_source[source_id].push_back(&dest);
+  }
+  for (const auto& source : config_.sources()) {
+    SourceRoute route;
+    route.source = &source;
+    if (auto it = by_source.find(source.id()); it != by_source.end()) route.destinations = it->second;
+    for (const auto& key : source.write_keys()) by_write_key_[key] = route;
+  }
+}
+
+const SourceRoute* Routing::FindByWriteKey(std::string_view write_key) const {
+  auto it = by_write_key_.find(common::ToAbsl(write_key));
+  return it == by_write_key_.end() ? nullptr : &it->second;
+}
+
+const hookrelay::v1::Destination* Routing::FindDestination(std::string_view id) const {
+  auto it = destinations_.find(common::ToAbsl(id));
+  return it == destinations_.end() ? nullptr : it->second;
+}
+
+}  // namespace hookrelay::collector

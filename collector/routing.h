@@ -1,0 +1,66 @@
+// An immutable, indexed view of the configuration for the ingest path: write key → source, and
+// source → its enabled webhook destinations. A new Routing is built on every (re)load and swapped
+// in whole, so a request sees one consistent configuration.
+#ifndef HOOKRELAY_COLLECTOR_ROUTING_H_
+#define HOOKRELAY_COLLECTOR_ROUTING_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "hookrelay/v1/config.pb.h"
+
+namespace hookrelay::collector {
+
+struct SourceRoute {
+  const hookrelay::v1::Source* source = nullptr;
+  // Enabled destinations attached to this source, in config order.
+  std::vector<const hookrelay::v1::Destination*> destinations;
+};
+
+class Routing {
+ public:
+  // `config` must already be valid (common::ValidateConfig).
+  explicit Routing(hookrelay::v1::Config config);
+
+  Routing(const Routing&) = delete;
+  Routing& operator=(const Routing&) = delete;
+
+  // nullptr when no source has this write key.
+  const SourceRoute* FindByWriteKey(std::string_view write_key) const;
+  // nullptr when unknown.
+  const hookrelay::v1::Destination* FindDestination(std::string_view id) const;
+  const hookrelay::v1::Config& config() const { return config_; }
+
+ private:
+  const hookrelay::v1::Config config_;
+  absl::flat_hash_map<std::string, SourceRoute> by_write_key_;
+  absl::flat_hash_map<std::string, const hookrelay::v1::Destination*> destinations_;
+};
+
+// Holds the current Routing. Thread-safe; readers keep the snapshot they got alive.
+class RoutingHolder {
+ public:
+  explicit RoutingHolder(std::shared_ptr<const Routing> initial) : current_(std::move(initial)) {}
+
+  std::shared_ptr<const Routing> Get() const {
+    absl::ReaderMutexLock lock(&mu_);
+    return current_;
+  }
+  void Set(std::shared_ptr<const Routing> routing) {
+    absl::MutexLock lock(&mu_);
+    current_ = std::move(routing);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Routing> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_ROUTING_H_

@@ -1,0 +1,206 @@
+#include "collector/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "collector/collector_service.h"
+#include "collector/http_server.h"
+#include "collector/ingest_metrics.h"
+#include "collector/ingestor.h"
+#include "collector/rocksdb_job_store.h"
+#include "collector/routing.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+
+namespace hookrelay::collector {
+namespace {
+
+// hookrelay_jobs{state}, read from the store at scrape time.
+class JobCountsCollectable : public prometheus::Collectable {
+ public:
+  explicit JobCountsCollectable(JobStore& store) : store_(store) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const JobCounts counts = store_.Counts();
+    prometheus::MetricFamily family;
+    family.name = "hookrelay_jobs";
+    family.help = "Delivery jobs by state.";
+    family.type = prometheus::MetricType::Gauge;
+    auto add = [&family](const char* state, int64_t value) {
+      prometheus::ClientMetric metric;
+      metric.label.push_back({"state", state});
+      metric.gauge.value = static_cast<double>(value);
+      family.metric.push_back(std::move(metric));
+    };
+    add("ready", counts.ready);
+    add("scheduled", counts.scheduled);
+    add("leased", counts.leased);
+    add("dead", counts.dead);
+    return {std::move(family)};
+  }
+
+ private:
+  JobStore& store_;
+};
+
+std::string Summary(const hookrelay::v1::Config& config) {
+  int enabled = 0;
+  for (const auto& d : config.destinations()) enabled += d.enabled() ? 1 : 0;
+  return absl::StrCat(config.sources_size(), " sources, ", config.destinations_size(),
+                      " destinations (", enabled, " enabled)");
+}
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(Options o) : options(std::move(o)) {
+    if (options.clock == nullptr) options.clock = &common::Clock::Real();
+  }
+
+  Options options;
+  absl::Mutex reload_mu;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<JobCountsCollectable> job_counts;
+  std::unique_ptr<IngestMetrics> metrics;
+  std::unique_ptr<RoutingHolder> routing;
+  std::unique_ptr<RocksDbJobStore> store;
+  std::unique_ptr<Ingestor> ingestor;
+  std::unique_ptr<CollectorService> service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<HttpServer> http_server;
+  int grpc_port = 0;
+  int metrics_port = 0;
+  bool shut_down = false;
+};
+
+Server::Server(Options options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() { Shutdown(); }
+
+absl::Status Server::Start() {
+  Impl& s = *impl_;
+  if (s.options.config_path.empty()) {
+    return absl::InvalidArgumentError("--config is required: a YAML file with sources and destinations");
+  }
+  absl::StatusOr<hookrelay::v1::Config> config = common::LoadConfigFile(s.options.config_path);
+  if (!config.ok()) return config.status();
+  common::LogInfo("config loaded", {{"path", s.options.config_path}, {"summary", Summary(*config)}});
+  s.routing = std::make_unique<RoutingHolder>(std::make_shared<const Routing>(*std::move(config)));
+
+  s.registry = std::make_shared<prometheus::Registry>();
+  try {
+    s.exposer = std::make_unique<prometheus::Exposer>(s.options.metrics_address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on metrics address ",
+                                               s.options.metrics_address, ": ", e.what()));
+  }
+  s.exposer->RegisterCollectable(s.registry);
+  const auto ports = s.exposer->GetListeningPorts();
+  s.metrics_port = ports.empty() ? 0 : ports.front();
+  s.metrics = std::make_unique<IngestMetrics>(*s.registry);
+
+  RocksDbJobStore::Options store_options;
+  store_options.path = s.options.data_dir;
+  store_options.clock = s.options.clock;
+  store_options.dedup_window = s.options.dedup_window;
+  store_options.registry = s.registry.get();
+  absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
+  if (!store.ok()) return store.status();
+  s.store = *std::move(store);
+  s.job_counts = std::make_shared<JobCountsCollectable>(*s.store);
+  s.exposer->RegisterCollectable(s.job_counts);
+  const JobCounts counts = s.store->Counts();
+  common::LogInfo("job store opened", {{"data_dir", s.options.data_dir},
+                                       {"ready", counts.ready},
+                                       {"scheduled", counts.scheduled},
+                                       {"dead", counts.dead}});
+
+  s.ingestor = std::make_unique<Ingestor>(Ingestor::Options{}, *s.routing, *s.store,
+                                          *s.options.clock, s.metrics.get());
+  s.service = std::make_unique<CollectorService>(*s.ingestor, s.metrics.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(s.options.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port);
+  builder.RegisterService(s.service.get());
+  // 2,500 events of up to 32 KB each, with room for protobuf framing.
+  builder.SetMaxReceiveMessageSize(96 * 1024 * 1024);
+  s.grpc_server = builder.BuildAndStart();
+  if (s.grpc_server == nullptr || s.grpc_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on grpc address ", s.options.grpc_address));
+  }
+  s.grpc_server->GetHealthCheckService()->SetServingStatus(true);
+
+  HttpServer::Options http_options;
+  http_options.address = s.options.http_address;
+  http_options.io_threads = s.options.http_threads;
+  s.http_server = std::make_unique<HttpServer>(http_options, *s.ingestor, s.metrics.get());
+  if (absl::Status st = s.http_server->Start(); !st.ok()) return st;
+
+  common::LogInfo("collector serving",
+                  {{"grpc_port", s.grpc_port},
+                   {"http_port", s.http_server->port()},
+                   {"metrics_port", s.metrics_port},
+                   {"grpc_address", s.options.grpc_address},
+                   {"http_address", s.options.http_address},
+                   {"metrics_address", s.options.metrics_address}});
+  return absl::OkStatus();
+}
+
+absl::Status Server::Reload() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.reload_mu);
+  absl::StatusOr<hookrelay::v1::Config> config = common::LoadConfigFile(s.options.config_path);
+  if (!config.ok()) {
+    common::LogError("config reload refused; keeping the running config",
+                     {{"path", s.options.config_path}, {"error", config.status().message()}});
+    return config.status();
+  }
+  const std::string summary = Summary(*config);
+  s.routing->Set(std::make_shared<const Routing>(*std::move(config)));
+  common::LogInfo("config reloaded", {{"path", s.options.config_path}, {"summary", summary}});
+  return absl::OkStatus();
+}
+
+void Server::Shutdown() {
+  Impl& s = *impl_;
+  if (s.shut_down) return;
+  s.shut_down = true;
+  common::LogInfo("collector draining", {});
+  if (s.grpc_server) s.grpc_server->GetHealthCheckService()->SetServingStatus(false);
+  if (s.http_server) s.http_server->StopAccepting();
+  if (s.ingestor) {
+    s.ingestor->BeginShutdown();
+    s.ingestor->WaitIdle();
+  }
+  if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (s.http_server) s.http_server->Shutdown();
+  s.http_server.reset();
+  s.grpc_server.reset();
+  s.service.reset();
+  s.ingestor.reset();
+  s.job_counts.reset();
+  s.store.reset();  // flushes and closes RocksDB
+  s.exposer.reset();
+  common::LogInfo("collector stopped", {});
+}
+
+int Server::grpc_port() const { return impl_->grpc_port; }
+int Server::http_port() const { return impl_->http_server ? impl_->http_server->port() : 0; }
+int Server::metrics_port() const { return impl_->metrics_port; }
+
+}  // namespace hookrelay::collector

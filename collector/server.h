@@ -1,0 +1,55 @@
+// The collector process: config, job store, ingest core, HTTP and gRPC front ends, metrics.
+// main.cc parses flags into Options and drives Start / Reload / Shutdown from signals.
+#ifndef HOOKRELAY_COLLECTOR_SERVER_H_
+#define HOOKRELAY_COLLECTOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace hookrelay::collector {
+
+class Server {
+ public:
+  struct Options {
+    // YAML config (sources, destinations). Required.
+    std::string config_path;
+    std::string data_dir = "./data";
+    std::string grpc_address = "0.0.0.0:50051";
+    std::string http_address = "0.0.0.0:8080";
+    std::string metrics_address = "0.0.0.0:9464";
+    int http_threads = 2;
+    absl::Duration dedup_window = absl::Hours(24);
+    // Not owned; must outlive the server. Defaults to the real clock.
+    common::Clock* clock = nullptr;
+  };
+
+  explicit Server(Options options);
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Loads the config, opens the store, binds every address. Logs the bound addresses.
+  absl::Status Start();
+  // Re-reads the config file; on any error the running config stays and the error is returned
+  // (and logged).
+  absl::Status Reload();
+  // Graceful: health NOT_SERVING, stop accepting, answer in-flight requests, close the store.
+  void Shutdown();
+
+  int grpc_port() const;
+  int http_port() const;
+  int metrics_port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_SERVER_H_
