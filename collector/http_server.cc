@@ -15,10 +15,10 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/core/detail/base64.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "collector/http_event_parser.h"
@@ -49,12 +49,10 @@ std::string ErrorBody(std::string_view message, std::string_view field = {}) {
 // The write key from "Authorization: Basic base64(key:)"; empty when absent or malformed.
 std::string BasicAuthUser(std::string_view header) {
   if (header.size() < 6 || !absl::EqualsIgnoreCase(common::ToAbsl(header.substr(0, 6)), "basic ")) return {};
-  const std::string_view encoded = common::ToStd(absl::StripAsciiWhitespace(common::ToAbsl(header.substr(6))));
-  std::string decoded(beast::detail::base64::decoded_size(encoded.size()), '\0');
-  const auto [written, read] =
-      beast::detail::base64::decode(decoded.data(), encoded.data(), encoded.size());
-  if (read != encoded.size()) return {};
-  decoded.resize(written);
+  std::string decoded;
+  if (!absl::Base64Unescape(absl::StripAsciiWhitespace(common::ToAbsl(header.substr(6))), &decoded)) {
+    return {};
+  }
   const size_t colon = decoded.find(':');
   if (colon != std::string::npos) decoded.resize(colon);
   return decoded;
@@ -107,29 +105,21 @@ http::status HttpStatusFor(const absl::Status& s) {
 
 constexpr std::string_view kPrefix = "/v1/";
 
-}  // namespace
-
-struct HttpServer::Impl {
-  Impl(Options o, Ingestor& i, IngestMetrics* m)
-      : options(std::move(o)), ingestor(i), metrics(m), ioc(options.io_threads), acceptor(ioc) {}
-
-  void Accept();
-
-  const Options options;
+// What every connection needs from the server.
+struct ServerState {
+  const HttpServer::Options options;
   Ingestor& ingestor;
   IngestMetrics* const metrics;
-  net::io_context ioc;
-  tcp::acceptor acceptor;
-  std::vector<std::thread> threads;
   std::atomic<bool> accepting{true};
-  int port = 0;
 };
+
+}  // namespace
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl& server)
+  Session(tcp::socket socket, ServerState& server)
       : stream_(std::move(socket)), server_(server) {}
 
   void Start() {
@@ -341,7 +331,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
-  HttpServer::Impl& server_;
+  ServerState& server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Response res_;
@@ -350,16 +340,29 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
+struct HttpServer::Impl {
+  Impl(Options o, Ingestor& i, IngestMetrics* m)
+      : state{std::move(o), i, m}, ioc(state.options.io_threads), acceptor(ioc) {}
+
+  void Accept();
+
+  ServerState state;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  int port = 0;
+};
+
 void HttpServer::Impl::Accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
-      if (ec == net::error::operation_aborted || !accepting.load()) return;
+      if (ec == net::error::operation_aborted || !state.accepting.load()) return;
       common::LogWarning("http accept failed", {{"error", ec.message()}});
     } else {
       socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), *this)->Start();
+      std::make_shared<Session>(std::move(socket), state)->Start();
     }
-    if (accepting.load()) Accept();
+    if (state.accepting.load()) Accept();
   });
 }
 
@@ -390,12 +393,12 @@ HttpServer::~HttpServer() { Shutdown(); }
 absl::Status HttpServer::Start() {
   std::string host;
   int port;
-  if (absl::Status s = SplitHostPort(impl_->options.address, &host, &port); !s.ok()) return s;
+  if (absl::Status s = SplitHostPort(impl_->state.options.address, &host, &port); !s.ok()) return s;
   beast::error_code ec;
   const auto ip = net::ip::make_address(host, ec);
   if (ec) {
     return absl::InvalidArgumentError(
-        absl::StrCat("http address \"", impl_->options.address, "\": ", ec.message()));
+        absl::StrCat("http address \"", impl_->state.options.address, "\": ", ec.message()));
   }
   const tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
   impl_->acceptor.open(endpoint.protocol(), ec);
@@ -404,11 +407,11 @@ absl::Status HttpServer::Start() {
   if (!ec) impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on http address ", impl_->options.address, ": ", ec.message()));
+        absl::StrCat("cannot listen on http address ", impl_->state.options.address, ": ", ec.message()));
   }
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();
-  for (int i = 0; i < impl_->options.io_threads; ++i) {
+  for (int i = 0; i < impl_->state.options.io_threads; ++i) {
     impl_->threads.emplace_back([this] { impl_->ioc.run(); });
   }
   return absl::OkStatus();
@@ -417,7 +420,7 @@ absl::Status HttpServer::Start() {
 int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::StopAccepting() {
-  if (!impl_->accepting.exchange(false)) return;
+  if (!impl_->state.accepting.exchange(false)) return;
   net::post(impl_->ioc, [this] {
     beast::error_code ignored;
     impl_->acceptor.close(ignored);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages hookrelay builds, tests and runs with, and nothing else.
+# Safe to run any number of times: when everything is present it changes nothing and needs no
+# network. Run as root, or as a user with sudo.
+set -euo pipefail
+
+packages=(
+  # build
+  bazel-bootstrap          # Bazel 4.2.3 (offline; see third_party/README.md)
+  g++ pkg-config
+  # RPC, schema, base library
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # metrics, crypto, compression, HTTP server and client
+  prometheus-cpp-dev libssl-dev zlib1g-dev libboost1.81-dev libcurl4-openssl-dev
+  # storage, JSON, config
+  librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev curl
+)
+# The Go client library needs a Go toolchain; Debian's is used only when none is installed.
+command -v go >/dev/null 2>&1 || packages+=(golang-go)
+
+missing=()
+for p in "${packages[@]}"; do
+  if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "bootstrap: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "bootstrap: done"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up the machine and runs every hookrelay test: the C++ suite under Bazel and the Go client
+# library. Usage: tools/test.sh [--asan|--tsan]   (the default build is what CI runs)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+config=()
+case "${1:-}" in
+  --asan) config=(--config=asan) ;;
+  --tsan) config=(--config=tsan) ;;
+  "") ;;
+  *) echo "usage: $0 [--asan|--tsan]" >&2; exit 2 ;;
+esac
+
+tools/bootstrap.sh || exit 1
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+echo "== C++ tests (bazel test //... ${config[*]})"
+bazel test "${config[@]}" --test_tag_filters=-benchmark //... 2>&1 | tee "$log"
+bazel_rc=${PIPESTATUS[0]}
+cc_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+cc_failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+if [ "$bazel_rc" -ne 0 ] && [ "$cc_failed" -eq 0 ]; then cc_failed=1; fi  # build failure
+
+go_passed=0
+go_failed=0
+if [ -d clients/go ] && [ -z "${config[*]}" ]; then
+  echo "== Go client library (go vet, go test -race)"
+  if (cd clients/go && go vet ./... && go test -race -count=1 ./... 2>&1 | tee "$log"); then
+    go_passed=$(grep -cE '^ok ' "$log")
+  else
+    go_failed=1
+  fi
+fi
+
+passed=$((cc_passed + go_passed))
+failed=$((cc_failed + go_failed))
+echo
+echo "test suites: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
