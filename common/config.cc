@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -265,8 +264,8 @@ class YamlMapper {
     } else if (kind == "server") {
       source.set_kind(hookrelay::v1::SERVER);
     } else {
-      Error(node, path,
-            absl::StrCat("unknown kind ", Quote(node.Scalar()), ", expected web, mobile or server"));
+      Error(node, path, absl::StrCat("unknown kind ", Quote(node.Scalar()),
+                                     ", expected web, mobile or server"));
     }
   }
 
@@ -396,9 +395,8 @@ bool IsToken(absl::string_view s) {
   if (s.empty()) return false;
   for (unsigned char c : s) {
     if (absl::ascii_isalnum(c)) continue;
-    if (absl::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) == absl::string_view::npos) {
-      return false;
-    }
+    constexpr absl::string_view kTokenSymbols = "!#$%&'*+-.^_`|~";
+    if (kTokenSymbols.find(static_cast<char>(c)) == absl::string_view::npos) return false;
   }
   return true;
 }
@@ -668,7 +666,7 @@ void ValidateDestinations(const Config& config, ErrorList& errors) {
 
 // Reads a whole file; errors name the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const std::string where = absl::StrCat("config file ", Quote(path));
+  const std::string where = absl::StrCat("config file \"", absl::CHexEscape(path), "\"");
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;
@@ -728,7 +726,7 @@ absl::Status ValidateConfig(const Config& config) {
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  const std::string prefix = absl::StrCat("config file ", Quote(path), ": ");
+  const std::string prefix = absl::StrCat("config file \"", absl::CHexEscape(path), "\": ");
   absl::StatusOr<Config> config = ParseConfigYaml(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),

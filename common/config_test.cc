@@ -151,7 +151,7 @@ TEST_P(ParseErrorTest, NamesFieldPath) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   for (const std::string& part : GetParam().expected) {
-    EXPECT_THAT(config.status().message(), HasSubstr(part));
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(part));
   }
 }
 
@@ -225,7 +225,7 @@ TEST(ParseConfigYamlTest, ReportsAllStructuralErrors) {
   absl::StatusOr<Config> config = ParseConfigYaml(
       "sources:\n  - idd: a\n    kind: tablet\ndestinations:\n  - enabled: perhaps\n");
   ASSERT_FALSE(config.ok());
-  EXPECT_THAT(config.status().message(),
+  EXPECT_THAT(std::string(config.status().message()),
               AllOf(HasSubstr("sources[0]: unknown key \"idd\""),
                     HasSubstr("sources[0].kind: unknown kind \"tablet\""),
                     HasSubstr("destinations[0].enabled: expected true or false")));
@@ -237,12 +237,12 @@ TEST(ParseConfigYamlTest, MalformedYamlNamesLine) {
       ParseConfigYaml("sources:\n  - id: web\n    write_keys: [a, b\ndestinations: []\n");
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(config.status().message(), HasSubstr("YAML syntax error at line "));
-  EXPECT_THAT(config.status().message(), HasSubstr(", column "));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("YAML syntax error at line "));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(", column "));
 
   absl::StatusOr<Config> tab = ParseConfigYaml("sources:\n  - id: web\n\t  name: x\n");
   ASSERT_FALSE(tab.ok());
-  EXPECT_THAT(tab.status().message(), HasSubstr("YAML syntax error at line 3"));
+  EXPECT_THAT(std::string(tab.status().message()), HasSubstr("YAML syntax error at line 3"));
 }
 
 struct ViolationCase {
@@ -261,7 +261,9 @@ void AddHeader(Config& c, const std::string& name, const std::string& value) {
   h->set_value(value);
 }
 void AddUrls(Config& c, int n) {
-  for (int i = 0; i < n; ++i) Dest(c).add_urls()->set_url(absl::StrCat("https://h", i, ".example/"));
+  for (int i = 0; i < n; ++i) {
+    Dest(c).add_urls()->set_url(absl::StrCat("https://h", i, ".example/"));
+  }
 }
 
 // Each limit violation on top of the valid SPEC example is refused, naming field path and limit.
@@ -272,7 +274,7 @@ TEST_P(ViolationTest, RefusedWithFieldPathAndLimit) {
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   for (const std::string& part : GetParam().expected) {
-    EXPECT_THAT(status.message(), HasSubstr(part));
+    EXPECT_THAT(std::string(status.message()), HasSubstr(part));
   }
 }
 
@@ -288,7 +290,11 @@ INSTANTIATE_TEST_SUITE_P(
                         for (int i = 0; i < 5; ++i) AddHeader(c, absl::StrCat("X-H", i), "v");
                       },
                       {"destinations[0].urls[0].headers: 6 headers, at most 5 allowed"}},
-        ViolationCase{"FtpScheme", [](Config& c) { AddUrls(c, 1); Dest(c).mutable_urls(1)->set_url("ftp://x"); },
+        ViolationCase{"FtpScheme",
+                      [](Config& c) {
+                        AddUrls(c, 1);
+                        Dest(c).mutable_urls(1)->set_url("ftp://x");
+                      },
                       {"destinations[0].urls[1].url \"ftp://x\": scheme must be http or https"}},
         ViolationCase{"NoScheme", [](Config& c) { Url0(c).set_url("hooks.example.com/x"); },
                       {"destinations[0].urls[0].url \"hooks.example.com/x\": not a full URL, "
@@ -304,7 +310,9 @@ INSTANTIATE_TEST_SUITE_P(
         ViolationCase{"EmptyUrl", [](Config& c) { Url0(c).set_url(""); },
                       {"destinations[0].urls[0].url: missing or empty"}},
         ViolationCase{"LongUrl",
-                      [](Config& c) { Url0(c).set_url("https://h.example/" + std::string(2100, 'a')); },
+                      [](Config& c) {
+                        Url0(c).set_url("https://h.example/" + std::string(2100, 'a'));
+                      },
                       {"destinations[0].urls[0].url", "at most 2048 allowed"}},
         ViolationCase{"DuplicateUrl",
                       [](Config& c) { Dest(c).add_urls()->set_url(Url0(c).url()); },
@@ -468,12 +476,12 @@ TEST(ValidateConfigTest, ReportsAllViolations) {
   Dest(config).mutable_options()->set_timeout_ms(1);
   const absl::Status status = ValidateConfig(config);
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(),
+  EXPECT_THAT(std::string(status.message()),
               AllOf(HasSubstr("destinations[0].urls: 6 entries, at most 5 allowed"),
                     HasSubstr("destinations[0].urls[0].headers[\"X Bad\"]"),
                     HasSubstr("destinations[0].sources: unknown source \"mobile\""),
                     HasSubstr("destinations[0].options.timeout_ms: 1, must be between")));
-  const std::vector<std::string> parts = absl::StrSplit(status.message(), "; ");
+  const std::vector<std::string> parts = absl::StrSplit(std::string(status.message()), "; ");
   EXPECT_EQ(parts.size(), 4u) << status;
 }
 
@@ -502,9 +510,9 @@ TEST(ValidateConfigTest, SecretsNeverAppearInMessages) {
   h2->set_value("SECRET_HOST_VALUE");
   const absl::Status status = ValidateConfig(config);
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), Not(HasSubstr("SECRET"))) << status;
+  EXPECT_THAT(std::string(status.message()), Not(HasSubstr("SECRET"))) << status;
   // The problems themselves are still reported.
-  EXPECT_THAT(status.message(),
+  EXPECT_THAT(std::string(status.message()),
               AllOf(HasSubstr("sources[0].write_keys[1]: duplicate write key"),
                     HasSubstr("sources[1].write_keys[0]: duplicate write key"),
                     HasSubstr("sources[1].write_keys[1]: write key contains whitespace"),
@@ -529,8 +537,8 @@ destinations:
         headers: {X-Api-Key: [SECRET_5]}
 )yaml");
   ASSERT_FALSE(config.ok());
-  EXPECT_THAT(config.status().message(), Not(HasSubstr("SECRET"))) << config.status();
-  EXPECT_THAT(config.status().message(),
+  EXPECT_THAT(std::string(config.status().message()), Not(HasSubstr("SECRET"))) << config.status();
+  EXPECT_THAT(std::string(config.status().message()),
               AllOf(HasSubstr("sources[0]: unknown key \"write_key\""),
                     HasSubstr("sources[0].write_keys[0]: expected a string"),
                     HasSubstr("destinations[0]: unknown key \"sharedsecret\""),
@@ -570,7 +578,7 @@ TEST(LoadConfigFileTest, MissingFileNamesPath) {
   absl::StatusOr<Config> config = LoadConfigFile(path);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(config.status().message(), HasSubstr(path));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(path));
 }
 
 // A directory cannot be read as a file; the error names it.
@@ -578,7 +586,7 @@ TEST(LoadConfigFileTest, DirectoryNamesPath) {
   const std::string path = TempPath("");
   absl::StatusOr<Config> config = LoadConfigFile(path);
   ASSERT_FALSE(config.ok());
-  EXPECT_THAT(config.status().message(), HasSubstr(path));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr(path));
 }
 
 // Syntax and validation errors are prefixed with the path; nothing is returned half-applied.
@@ -588,7 +596,7 @@ TEST(LoadConfigFileTest, InvalidFileIsRefusedWhole) {
   absl::StatusOr<Config> config = LoadConfigFile(bad_syntax);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(config.status().message(),
+  EXPECT_THAT(std::string(config.status().message()),
               AllOf(HasSubstr(bad_syntax), HasSubstr("YAML syntax error at line")));
 
   const std::string invalid = TempPath("invalid.yaml");
@@ -596,7 +604,7 @@ TEST(LoadConfigFileTest, InvalidFileIsRefusedWhole) {
   config = LoadConfigFile(invalid);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(config.status().message(),
+  EXPECT_THAT(std::string(config.status().message()),
               AllOf(HasSubstr(invalid), HasSubstr("destinations[1].sources: no sources"),
                     HasSubstr("destinations[1].urls: no URLs")));
 }

@@ -283,8 +283,9 @@ absl::Status SetMinLogLevelFromEnv() {
   if (value == nullptr || *value == '\0') return absl::OkStatus();
   const std::optional<LogLevel> level = ParseLogLevel(value);
   if (!level.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("HOOKRELAY_LOG_LEVEL \"", absl::CHexEscape(value),
-                                                   "\": expected debug, info, warning or error"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HOOKRELAY_LOG_LEVEL \"", absl::CHexEscape(value),
+        "\": expected debug, info, warning or error"));
   }
   SetMinLogLevel(*level);
   return absl::OkStatus();

@@ -87,7 +87,7 @@ TEST_F(LogTest, FieldKinds) {
                        {"latency_s", absl::Milliseconds(1500)},
                        {"null_cstr", static_cast<const char*>(nullptr)}});
   ASSERT_EQ(Lines().size(), 1u);
-  const std::string& line = Lines()[0];
+  const std::string line = Lines()[0];
   EXPECT_THAT(line, HasSubstr(R"("level":"warning")"));
   EXPECT_THAT(line, HasSubstr(R"("s":"owned","sv":"view","i":-42,"u64":18446744073709551615,)"
                               R"("i64":-9223372036854775808,"d":0.25,"nan":"NaN","b":true,)"
