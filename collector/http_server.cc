@@ -21,6 +21,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "collector/http_event_parser.h"
 #include "common/json_writer.h"
 #include "common/log.h"
@@ -105,12 +106,16 @@ http::status HttpStatusFor(const absl::Status& s) {
 
 constexpr std::string_view kPrefix = "/v1/";
 
+absl::string_view ToAbsl(beast::string_view s) { return absl::string_view(s.data(), s.size()); }
+
 // What every connection needs from the server.
 struct ServerState {
   const HttpServer::Options options;
   Ingestor& ingestor;
   IngestMetrics* const metrics;
   std::atomic<bool> accepting{true};
+  // Requests read but not yet fully answered; Shutdown waits for them.
+  std::atomic<int> in_flight{0};
 };
 
 }  // namespace
@@ -132,6 +137,35 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(kMaxRequestBytes);
     parser_->header_limit(16 * 1024);
     stream_.expires_after(absl::ToChronoSeconds(server_.options.idle_timeout));
+    // Headers first, so that `Expect: 100-continue` can be answered before the body is sent.
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              self->OnHeader(ec);
+                            });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) {
+      OnRead(ec);
+      return;
+    }
+    const auto& req = parser_->get();
+    if (req.version() >= 11 && absl::EqualsIgnoreCase(ToAbsl(req[http::field::expect]), "100-continue")) {
+      continue_ = std::make_unique<http::response<http::empty_body>>(http::status::continue_, req.version());
+      http::async_write(stream_, *continue_,
+                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                          if (ec) {
+                            self->Close();
+                            return;
+                          }
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
@@ -142,6 +176,8 @@ class Session : public std::enable_shared_from_this<Session> {
       Close();
       return;
     }
+    counted_ = true;
+    server_.in_flight.fetch_add(1);
     if (ec == http::error::body_limit) {
       if (server_.metrics) server_.metrics->CountRejected("too_large");
       Send(http::status::payload_too_large,
@@ -164,6 +200,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Handle(http::request<http::string_body> req) {
     const bool keep_alive = req.keep_alive();
     const unsigned version = req.version();
+    head_ = req.method() == http::verb::head;
     const std::string_view target(req.target().data(), req.target().size());
     std::string_view path = target.substr(0, target.find('?'));
 
@@ -309,6 +346,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_.keep_alive(keep_alive);
     res_.body() = std::move(body);
     res_.prepare_payload();
+    if (head_) res_.body().clear();  // HEAD: the headers of the GET answer, no body
     if (server_.metrics && started_ != absl::InfinitePast()) {
       server_.metrics->ObserveRequest("http", absl::ToDoubleSeconds(absl::Now() - started_));
     }
@@ -316,6 +354,10 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(std::chrono::seconds(30));
     http::async_write(stream_, res_,
                       [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                        if (self->counted_) {
+                          self->counted_ = false;
+                          self->server_.in_flight.fetch_sub(1);
+                        }
                         if (ec || !keep_alive || !self->server_.accepting.load()) {
                           self->Close();
                           return;
@@ -334,7 +376,10 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerState& server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::unique_ptr<http::response<http::empty_body>> continue_;
   Response res_;
+  bool head_ = false;
+  bool counted_ = false;  // this request is counted in ServerState::in_flight
   absl::Time started_ = absl::InfinitePast();
 };
 
@@ -429,6 +474,12 @@ void HttpServer::StopAccepting() {
 
 void HttpServer::Shutdown() {
   StopAccepting();
+  // Let answers already posted to connections be written (bounded: a client that stops reading
+  // must not hold shutdown forever).
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (impl_->state.in_flight.load() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
