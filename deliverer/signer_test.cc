@@ -1,0 +1,73 @@
+#include "deliverer/signer.h"
+
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "gtest/gtest.h"
+
+namespace hookrelay::deliverer {
+namespace {
+
+// X-Signature is lowercase hex HMAC-SHA1: the widely published "quick brown fox" vector.
+TEST(SignerTest, XSignatureQuickBrownFox) {
+  EXPECT_EQ(XSignature("key", "The quick brown fox jumps over the lazy dog"),
+            "de7c9b85b8b78aa6bc8a7a36f70a90701c9db4d9");
+}
+
+// RFC 2202 HMAC-SHA1 test cases 1, 2 and 6 (short binary key, short text key, key longer than
+// the block size).
+TEST(SignerTest, XSignatureRfc2202Vectors) {
+  EXPECT_EQ(XSignature(std::string(20, '\x0b'), "Hi There"),
+            "b617318655057264e28bc0b6fb378c8ef146be00");
+  EXPECT_EQ(XSignature("Jefe", "what do ya want for nothing?"),
+            "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
+  EXPECT_EQ(XSignature(std::string(80, '\xaa'),
+                       "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "aa4ae5e15272d00e95705637ce8a3b55ed402112");
+}
+
+// Empty key and empty body still sign (HMAC-SHA1("", "")), 40 lowercase hex digits.
+TEST(SignerTest, XSignatureEmptyInputs) {
+  EXPECT_EQ(XSignature("", ""), "fbdb1d1b18aa6c08324b7d64b71fb76370690e1d");
+}
+
+// The signature covers the exact bytes: UTF-8 bodies and NUL bytes included, one byte changes it.
+TEST(SignerTest, XSignatureCoversExactBytes) {
+  const std::string body = "{\"event\":\"Caf\xC3\xA9\",\"n\":1}";
+  EXPECT_NE(XSignature("s", body), XSignature("s", "{\"event\":\"Caf\xC3\xA9\",\"n\":2}"));
+  EXPECT_NE(XSignature("s", std::string("a\0b", 3)), XSignature("s", "a"));
+  EXPECT_EQ(XSignature("s", body), XSignature("s", body));
+  EXPECT_EQ(XSignature("s", body).size(), 40u);
+}
+
+// The Standard Webhooks specification's own example.
+TEST(SignerTest, StandardWebhooksSpecExample) {
+  const StandardWebhookHeaderValues h =
+      StandardWebhookHeaders("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                             "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, R"({"test": 2432232314})");
+  EXPECT_EQ(h.id, "msg_p5jXN8AQM9LWM0D4loKWxJek");
+  EXPECT_EQ(h.timestamp, "1614265330");
+  EXPECT_EQ(h.signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+}
+
+// A whsec_ secret is keyed by its base64-decoded remainder; anything else by its raw bytes.
+TEST(SignerTest, StandardWebhookKeyHandling) {
+  std::string decoded;
+  ASSERT_TRUE(absl::Base64Unescape("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &decoded));
+  EXPECT_EQ(StandardWebhookKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), decoded);
+  EXPECT_EQ(StandardWebhookKey("plain secret"), "plain secret");
+  EXPECT_EQ(StandardWebhookKey("whsec_not base64!"), "whsec_not base64!");
+  EXPECT_EQ(StandardWebhookKey("whsec_"), "whsec_");
+}
+
+// A secret without the whsec_ prefix keys HMAC-SHA256 with its raw bytes. Expected value from
+// an independent implementation: python3 -c 'import hmac,hashlib,base64;
+//   print(base64.b64encode(hmac.new(b"Jefe", b"msg_1.7.{}", hashlib.sha256).digest()))'
+TEST(SignerTest, StandardWebhooksRawSecret) {
+  const StandardWebhookHeaderValues h = StandardWebhookHeaders("Jefe", "msg_1", 7, "{}");
+  EXPECT_EQ(h.timestamp, "7");
+  EXPECT_EQ(h.signature, "v1,2IbIfr/bPmIAgcVZr3l5zTrroHzHr01QH0Gjm74miuU=");
+}
+
+}  // namespace
+}  // namespace hookrelay::deliverer
