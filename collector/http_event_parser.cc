@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_element.h"
 #include "common/json_writer.h"
 #include "common/strings.h"
 #include "common/time_format.h"
@@ -17,70 +18,11 @@ namespace {
 namespace dom = simdjson::dom;
 using common::ToAbsl;
 
-void AppendElement(std::string* out, dom::element e);
-
-void AppendObject(std::string* out, dom::object o) {
-  out->push_back('{');
-  bool first = true;
-  for (dom::key_value_pair field : o) {
-    if (!first) out->push_back(',');
-    first = false;
-    common::AppendJsonString(out, field.key);
-    out->push_back(':');
-    AppendElement(out, field.value);
-  }
-  out->push_back('}');
-}
-
-// Appends `e` as compact JSON. Depth is bounded by the parser's max depth.
-void AppendElement(std::string* out, dom::element e) {
-  switch (e.type()) {
-    case dom::element_type::OBJECT:
-      AppendObject(out, dom::object(e));
-      break;
-    case dom::element_type::ARRAY: {
-      out->push_back('[');
-      bool first = true;
-      for (dom::element item : dom::array(e)) {
-        if (!first) out->push_back(',');
-        first = false;
-        AppendElement(out, item);
-      }
-      out->push_back(']');
-      break;
-    }
-    case dom::element_type::STRING:
-      common::AppendJsonString(out, std::string_view(e));
-      break;
-    case dom::element_type::INT64:
-      common::AppendJsonInt(out, int64_t(e));
-      break;
-    case dom::element_type::UINT64:
-      common::AppendJsonUint(out, uint64_t(e));
-      break;
-    case dom::element_type::DOUBLE:
-      common::AppendJsonDouble(out, double(e));
-      break;
-    case dom::element_type::BOOL:
-      out->append(bool(e) ? "true" : "false");
-      break;
-    case dom::element_type::NULL_VALUE:
-      out->append("null");
-      break;
-  }
-}
-
 // Writes object `item` with the fields of `batch` it lacks (item values win), as compact JSON.
 void AppendMerged(std::string* out, dom::object item, dom::object batch) {
-  out->push_back('{');
-  bool first = true;
-  for (dom::key_value_pair field : item) {
-    if (!first) out->push_back(',');
-    first = false;
-    common::AppendJsonString(out, field.key);
-    out->push_back(':');
-    AppendElement(out, field.value);
-  }
+  common::AppendJsonObject(out, item);
+  out->pop_back();  // reopen the object for the batch-level fields
+  bool first = item.size() == 0;
   for (dom::key_value_pair field : batch) {
     dom::element ignored;
     if (item.at_key(field.key).get(ignored) == simdjson::SUCCESS) continue;
@@ -88,7 +30,7 @@ void AppendMerged(std::string* out, dom::object item, dom::object batch) {
     first = false;
     common::AppendJsonString(out, field.key);
     out->push_back(':');
-    AppendElement(out, field.value);
+    common::AppendJsonElement(out, field.value);
   }
   out->push_back('}');
 }
@@ -232,12 +174,12 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
   (void)type_seen;
   if (!raw->sent_at.has_value()) raw->sent_at = defaults.sent_at;
 
-  if (properties) AppendObject(&raw->properties, *properties);
-  if (traits) AppendObject(&raw->traits, *traits);
+  if (properties) common::AppendJsonObject(&raw->properties, *properties);
+  if (traits) common::AppendJsonObject(&raw->traits, *traits);
   if (context && defaults.context) {
     AppendMerged(&raw->context, *context, *defaults.context);
   } else if (context || defaults.context) {
-    AppendObject(&raw->context, context ? *context : *defaults.context);
+    common::AppendJsonObject(&raw->context, context ? *context : *defaults.context);
   }
   if (integrations && defaults.integrations) {
     AppendMerged(&raw->integrations, *integrations, *defaults.integrations);
@@ -245,12 +187,12 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
     ReadFlags(*integrations, &raw->flags);  // item values win
   } else if (integrations || defaults.integrations) {
     const dom::object obj = integrations ? *integrations : *defaults.integrations;
-    AppendObject(&raw->integrations, obj);
+    common::AppendJsonObject(&raw->integrations, obj);
     ReadFlags(obj, &raw->flags);
   }
 
   scratch->clear();
-  AppendObject(scratch, item);
+  common::AppendJsonObject(scratch, item);
   raw->json_bytes = scratch->size();
 }
 

@@ -11,7 +11,7 @@
 #include "common/json_writer.h"
 #include "common/strings.h"
 #include "common/time_format.h"
-#include "deliverer/json_element.h"
+#include "common/json_element.h"
 
 namespace hookrelay::deliverer {
 namespace {
@@ -153,7 +153,7 @@ void OptionalMap(common::JsonObjectWriter* w, std::string* out, std::string_view
                  const std::optional<dom::element>& value) {
   if (!value.has_value()) return;
   w->Key(key);
-  AppendJsonElement(out, *value);
+  common::AppendJsonElement(out, *value);
 }
 
 void AppendBody(Type type, const EventFields& f, absl::Time timestamp, std::string* out) {
@@ -206,7 +206,7 @@ void AppendBody(Type type, const EventFields& f, absl::Time timestamp, std::stri
   if (type != Type::kDelete) {
     w.Key("context");
     if (f.context.has_value()) {
-      AppendJsonElement(out, *f.context);
+      common::AppendJsonElement(out, *f.context);
     } else {
       out->append("{}");
     }

@@ -8,18 +8,19 @@
 // prints as the raw UTF-8 bytes. Key order and duplicate keys are kept as parsed.
 //
 // Thread-compatible; no allocation beyond the output's growth; never throws.
-#ifndef HOOKRELAY_DELIVERER_JSON_ELEMENT_H_
-#define HOOKRELAY_DELIVERER_JSON_ELEMENT_H_
+#ifndef HOOKRELAY_COMMON_JSON_ELEMENT_H_
+#define HOOKRELAY_COMMON_JSON_ELEMENT_H_
 
 #include <simdjson.h>
 
 #include <string>
 
-namespace hookrelay::deliverer {
+namespace hookrelay::common {
 
 // Appends `e` as compact JSON. Recursion depth is bounded by the parser's maximum depth.
 void AppendJsonElement(std::string* out, simdjson::dom::element e);
+void AppendJsonObject(std::string* out, simdjson::dom::object o);
 
-}  // namespace hookrelay::deliverer
+}  // namespace hookrelay::common
 
-#endif  // HOOKRELAY_DELIVERER_JSON_ELEMENT_H_
+#endif  // HOOKRELAY_COMMON_JSON_ELEMENT_H_

@@ -1,4 +1,4 @@
-#include "deliverer/json_element.h"
+#include "common/json_element.h"
 
 #include <simdjson.h>
 
@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "common/json_writer.h"
 
-namespace hookrelay::deliverer {
+namespace hookrelay::common {
 namespace {
 
 std::string RoundTrip(std::string_view json) {
@@ -50,4 +50,4 @@ TEST(JsonElementTest, CanonicalisesOtherSpellings) {
 }
 
 }  // namespace
-}  // namespace hookrelay::deliverer
+}  // namespace hookrelay::common

@@ -1,0 +1,3 @@
+module github.com/hookrelay/hookrelay/clients/go
+
+go 1.22
