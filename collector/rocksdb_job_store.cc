@@ -1,11 +1,14 @@
 #include "collector/rocksdb_job_store.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/ascii.h"
@@ -20,12 +23,11 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
-#include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "common/status_macros.h"
 
 // On-disk layout (column families):
-//   default  meta: "id_limit" -> u64 BE (every id below it may have been used),
+//   default  meta: "next_id" -> u64 BE (every id below it may have been used),
 //                  "lease_epoch" -> u64 BE (bumped on every Open).
 //   jobs     u64 BE job id -> u64 BE due_unix_ms ++ serialized v1::Job. The due prefix lets Open
 //            rebuild the ready/scheduled order without parsing any Job.
@@ -43,11 +45,9 @@ using hookrelay::v1::Job;
 constexpr char kJobsCf[] = "jobs";
 constexpr char kDedupCf[] = "dedup";
 constexpr char kDeadCf[] = "dead";
-constexpr char kIdLimitKey[] = "id_limit";
+constexpr char kNextIdKey[] = "next_id";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
 
-// Ids are reserved on disk in blocks so that the limit is written about once per million jobs.
-constexpr uint64_t kIdBlock = uint64_t{1} << 20;
 // 2^40 leases per epoch: over 60 days at 200k leases/s before the epoch has to move on.
 constexpr int kLeaseEpochShift = 40;
 constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
@@ -192,9 +192,6 @@ rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cach
   // Cap memtable memory at 4 x 64 MB instead of 6 x; a write stall beyond that is back-pressure.
   options.max_write_buffer_number = 4;
   options.level_compaction_dynamic_level_bytes = true;
-  // New ids always land at the end: insert with a hint (all ids below 2^32 share this prefix)
-  // instead of searching the skip list from the top for every job.
-  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(4));
   rocksdb::BlockBasedTableOptions table = TableOptions(cache);
   // No bloom filter: lookups are for jobs known to exist, and with sequential keys each lookup
   // hits one file's key range anyway. Larger blocks suit the ~0.5 KB values.
@@ -260,7 +257,8 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
   RETURN_IF_ERROR(store->RegisterMetrics());
   RETURN_IF_ERROR(store->OpenDb());
   RETURN_IF_ERROR(store->Recover());
-  store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
+  store->preparer_ = std::thread([s = store.get()] { s->PrepareLoop(); });
+  store->writer_ = std::thread([s = store.get()] { s->WriteLoop(); });
   return store;
 }
 
@@ -272,7 +270,9 @@ RocksDbJobStore::~RocksDbJobStore() {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
   }
-  if (committer_.joinable()) committer_.join();
+  // The preparer hands everything queued to the writer, which writes it and runs the callbacks.
+  if (preparer_.joinable()) preparer_.join();
+  if (writer_.joinable()) writer_.join();
   if (db_ != nullptr) {
     for (rocksdb::ColumnFamilyHandle* handle : handles_) {
       db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
@@ -342,7 +342,6 @@ absl::Status RocksDbJobStore::OpenDb() {
 }
 
 absl::Status RocksDbJobStore::Recover() {
-  absl::MutexLock writer_lock(&writer_mu_);
   absl::MutexLock lock(&mu_);
 
   auto read_meta = [this](const char* key, uint64_t* out) -> absl::Status {
@@ -356,8 +355,8 @@ absl::Status RocksDbJobStore::Recover() {
     *out = DecodeU64(value.data());
     return absl::OkStatus();
   };
-  uint64_t stored_id_limit = 0;
-  RETURN_IF_ERROR(read_meta(kIdLimitKey, &stored_id_limit));
+  uint64_t stored_next_id = 0;
+  RETURN_IF_ERROR(read_meta(kNextIdKey, &stored_next_id));
   uint64_t stored_epoch = 0;
   RETURN_IF_ERROR(read_meta(kLeaseEpochKey, &stored_epoch));
 
@@ -389,8 +388,7 @@ absl::Status RocksDbJobStore::Recover() {
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
   }
-  next_id_ = std::max({stored_id_limit, max_id + 1, uint64_t{1}});
-  id_limit_ = stored_id_limit;
+  next_id_ = std::max({stored_next_id, max_id + 1, uint64_t{1}});
 
   lease_epoch_ = stored_epoch + 1;
   lease_counter_ = 0;
@@ -400,6 +398,40 @@ absl::Status RocksDbJobStore::Recover() {
       db_->Put(sync, meta_cf_, kLeaseEpochKey, U64Bytes(lease_epoch_).slice()),
       "writing the lease epoch");
 }
+
+// One group commit. Built by the preparer, then owned by the writer until written, then recycled
+// by the preparer (its vectors and WriteBatch keep their capacity).
+struct RocksDbJobStore::Group {
+  std::vector<WriteOp> ops;
+  // Parallel to ops; only the kAppend entries are used.
+  std::vector<AppendResult> results;
+  std::vector<uint64_t> new_ids;
+  // The dedup keys this group writes, sorted; views into `ops`.
+  std::vector<std::string_view> stored_keys;
+  rocksdb::WriteBatch batch;
+  int64_t now_ms = 0;
+  // Appends need the fsync; settlements alone do not.
+  bool sync = false;
+  // Some item was dropped as a duplicate of a key in the group written just before this one; if
+  // that write fails, this group must fail too.
+  bool depends_on_previous = false;
+  size_t duplicates = 0;
+  size_t settlements = 0;
+  absl::Status status;
+
+  void Clear() {
+    ops.clear();
+    results.clear();
+    new_ids.clear();
+    stored_keys.clear();
+    batch.Clear();
+    sync = false;
+    depends_on_previous = false;
+    duplicates = 0;
+    settlements = 0;
+    status = absl::OkStatus();
+  }
+};
 
 void RocksDbJobStore::Enqueue(WriteOp op) {
   absl::MutexLock lock(&queue_mu_);
@@ -418,202 +450,308 @@ void RocksDbJobStore::Flush() {
   absl::Notification done;
   WriteOp op;
   op.kind = WriteOp::Kind::kBarrier;
-  op.barrier = &done;
+  op.notify = &done;
   Enqueue(std::move(op));
   done.WaitForNotification();
 }
 
-void RocksDbJobStore::CommitLoop() {
-  std::vector<WriteOp> ops;
+std::shared_ptr<absl::Notification> RocksDbJobStore::PauseWrites() {
+  absl::Notification paused;
+  auto resume = std::make_shared<absl::Notification>();
+  WriteOp op;
+  op.kind = WriteOp::Kind::kPause;
+  op.notify = &paused;
+  op.resume = resume;
+  Enqueue(std::move(op));
+  paused.WaitForNotification();
+  return resume;
+}
+
+void RocksDbJobStore::PrepareLoop() {
+  pthread_setname_np(pthread_self(), "jobstore-prep");  // For top -H, perf and debuggers.
+  using Kind = WriteOp::Kind;
+  std::unique_ptr<Group> spare;
+  const Group* last = nullptr;  // The group handed to the writer most recently.
   for (;;) {
+    // At most one group may be unwritten while the next is prepared: its dedup keys are the only
+    // ones not yet visible to MultiGet. Written groups come back here for reuse; none of them is
+    // read again once `inflight` is chosen.
+    const Group* inflight = nullptr;
+    std::vector<std::unique_ptr<Group>> written;
+    {
+      absl::MutexLock lock(&pipe_mu_);
+      auto can_prepare = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipe_mu_) {
+        return unwritten_ <= 1;
+      };
+      pipe_mu_.Await(absl::Condition(&can_prepare));
+      if (unwritten_ == 1) inflight = last;
+      written.swap(written_);
+    }
+    for (std::unique_ptr<Group>& group : written) {
+      if (spare == nullptr) spare = std::move(group);
+    }
+    written.clear();  // Frees the rest, and the ops (with their jobs) of all of them.
+    std::unique_ptr<Group> group = spare != nullptr ? std::move(spare) : std::make_unique<Group>();
+    group->Clear();
+
+    WriteOp pause;
     {
       absl::MutexLock lock(&queue_mu_);
       auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
         return !queue_.empty() || stopping_;
       };
       queue_mu_.Await(absl::Condition(&has_work));
-      if (queue_.empty()) return;  // Stopping, and everything is written.
+      if (queue_.empty()) break;  // Stopping, and everything is handed to the writer.
       size_t jobs = 0;
       while (!queue_.empty()) {
         WriteOp& op = queue_.front();
+        if (op.kind == Kind::kPause) {
+          // A pause ends the group; it is taken alone, once the ops before it are written.
+          if (group->ops.empty()) {
+            pause = std::move(op);
+            queue_.pop_front();
+          }
+          break;
+        }
         size_t n = 1;
-        if (op.kind == WriteOp::Kind::kAppend) {
+        if (op.kind == Kind::kAppend) {
           n = 0;
           for (const AppendItem& item : op.items) n += item.jobs.size();
         }
-        if (!ops.empty() && jobs + n > options_.max_commit_batch) break;
+        if (!group->ops.empty() && jobs + n > options_.max_commit_batch) break;
         jobs += n;
-        ops.push_back(std::move(op));
+        group->ops.push_back(std::move(op));
         queue_.pop_front();
       }
     }
-    CommitGroup(ops);
-    ops.clear();
+    if (pause.kind == Kind::kPause) {
+      {
+        absl::MutexLock lock(&pipe_mu_);
+        auto all_written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipe_mu_) {
+          return unwritten_ == 0;
+        };
+        pipe_mu_.Await(absl::Condition(&all_written));
+      }
+      pause.notify->Notify();
+      pause.resume->WaitForNotification();
+      spare = std::move(group);
+      continue;
+    }
+
+    PrepareGroup(*group, inflight);
+    last = group.get();
+    absl::MutexLock lock(&pipe_mu_);
+    ++unwritten_;
+    to_write_.push_back(std::move(group));
+  }
+  absl::MutexLock lock(&pipe_mu_);
+  preparer_done_ = true;
+}
+
+void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
+  using Kind = WriteOp::Kind;
+  std::vector<WriteOp>& ops = group.ops;
+  group.now_ms = ToMillis(clock_.Now());
+  const int64_t now_ms = group.now_ms;
+  const int64_t window_ms = absl::ToInt64Milliseconds(options_.dedup_window);
+  group.results.resize(ops.size());
+
+  // 1. Dedup: one MultiGet for the group's distinct keys. The keys are sorted once: equal keys
+  // become neighbours (the first in queue order wins), MultiGet skips its own sort, the check
+  // against the unwritten group is a merge, and the dedup Puts below reach the memtable's skip
+  // list in order, each one starting its search where the previous one ended.
+  struct KeyRef {
+    std::string_view key;
+    uint32_t op;
+    uint32_t item;
+  };
+  std::vector<KeyRef> refs;
+  for (size_t o = 0; o < ops.size(); ++o) {
+    if (ops[o].kind != Kind::kAppend) continue;
+    group.results[o].stored.assign(ops[o].items.size(), true);
+    for (size_t i = 0; i < ops[o].items.size(); ++i) {
+      const std::string& key = ops[o].items[i].dedup_key;
+      if (!key.empty()) refs.push_back({key, static_cast<uint32_t>(o), static_cast<uint32_t>(i)});
+    }
+  }
+  std::sort(refs.begin(), refs.end(), [](const KeyRef& a, const KeyRef& b) {
+    if (int c = a.key.compare(b.key); c != 0) return c < 0;
+    return a.op != b.op ? a.op < b.op : a.item < b.item;
+  });
+  std::vector<rocksdb::Slice> keys;  // Distinct, sorted.
+  std::vector<const KeyRef*> key_owner;
+  keys.reserve(refs.size());
+  key_owner.reserve(refs.size());
+  for (const KeyRef& ref : refs) {
+    if (!keys.empty() && key_owner.back()->key == ref.key) {
+      group.results[ref.op].stored[ref.item] = false;  // Earlier in this group.
+      ++group.duplicates;
+      continue;
+    }
+    keys.emplace_back(ref.key.data(), ref.key.size());
+    key_owner.push_back(&ref);
+  }
+  if (!keys.empty()) {
+    std::vector<rocksdb::PinnableSlice> values(keys.size());
+    std::vector<rocksdb::Status> statuses(keys.size());
+    db_->MultiGet(rocksdb::ReadOptions(), dedup_cf_, keys.size(), keys.data(), values.data(),
+                  statuses.data(), /*sorted_input=*/true);
+    size_t next_inflight = 0;
+    for (size_t k = 0; k < keys.size(); ++k) {
+      bool duplicate = false;
+      if (statuses[k].ok()) {
+        duplicate = values[k].size() == 8 &&
+                    static_cast<int64_t>(DecodeU64(values[k].data())) > now_ms - window_ms;
+      } else if (!statuses[k].IsNotFound()) {
+        group.status = FromRocks(statuses[k], "reading dedup keys");
+        return;
+      }
+      if (!duplicate && inflight != nullptr) {
+        const std::vector<std::string_view>& written = inflight->stored_keys;
+        const std::string_view key = key_owner[k]->key;
+        while (next_inflight < written.size() && written[next_inflight] < key) ++next_inflight;
+        if (next_inflight < written.size() && written[next_inflight] == key) {
+          duplicate = true;
+          group.depends_on_previous = true;
+        }
+      }
+      if (duplicate) {
+        group.results[key_owner[k]->op].stored[key_owner[k]->item] = false;
+        ++group.duplicates;
+      } else {
+        group.stored_keys.push_back(key_owner[k]->key);
+      }
+    }
+  }
+
+  // 2. The batch: dedup keys and appended jobs, then settlements in the order they happened.
+  const U64Bytes now_value(static_cast<uint64_t>(now_ms));
+  for (std::string_view key : group.stored_keys) {
+    group.batch.Put(dedup_cf_, rocksdb::Slice(key.data(), key.size()), now_value.slice());
+  }
+  for (size_t o = 0; o < ops.size(); ++o) {
+    if (ops[o].kind != Kind::kAppend) continue;
+    for (size_t i = 0; i < ops[o].items.size(); ++i) {
+      if (!group.results[o].stored[i]) continue;
+      for (Job& job : ops[o].items[i].jobs) {
+        const uint64_t id = next_id_++;
+        job.set_id(id);
+        job.set_due_unix_ms(now_ms);
+        EncodeJobValue(job, &scratch_);
+        group.batch.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
+        group.new_ids.push_back(id);
+      }
+    }
+  }
+  // The id high-water mark, so ids stay unique across restarts even when the newest jobs were
+  // completed (and deleted) before it.
+  if (!group.new_ids.empty()) {
+    group.batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+  }
+  group.sync = group.batch.Count() > 0;
+
+  absl::MutexLock lock(&mu_);
+  for (WriteOp& op : ops) {
+    switch (op.kind) {
+      case Kind::kPutJob: {
+        // Skipped when a later settlement or PurgeUser has superseded this record.
+        auto it = overlay_.find(op.id);
+        if (it != overlay_.end() && it->second.seq == op.seq) {
+          group.batch.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
+          ++group.settlements;
+        } else {
+          op.seq = 0;
+        }
+        break;
+      }
+      case Kind::kDeleteJob:
+        group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
+        ++group.settlements;
+        break;
+      case Kind::kBury:
+        group.batch.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
+        group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
+        ++group.settlements;
+        break;
+      case Kind::kAppend:
+      case Kind::kBarrier:
+      case Kind::kPause:
+        break;
+    }
   }
 }
 
-void RocksDbJobStore::CommitGroup(std::vector<WriteOp>& ops) {
-  using Kind = WriteOp::Kind;
-  const int64_t now_ms = ToMillis(clock_.Now());
-  const int64_t window_ms = absl::ToInt64Milliseconds(options_.dedup_window);
-
-  // Parallel to ops; only the kAppend entries are used.
-  std::vector<AppendResult> results(ops.size());
-  std::vector<uint64_t> new_ids;
-  absl::Status status;
-  size_t duplicates = 0;
-  size_t settlements = 0;
-  {
-    absl::MutexLock writer_lock(&writer_mu_);
-    batch_.Clear();
-
-    // 1. Dedup: one MultiGet for the group's distinct keys. The committer is the only writer of
-    // `dedup`, so what it reads cannot change before its own write.
-    size_t total_items = 0;
-    for (const WriteOp& op : ops) total_items += op.items.size();
-    absl::flat_hash_set<std::string_view> seen;
-    seen.reserve(total_items);
-    std::vector<rocksdb::Slice> keys;
-    std::vector<std::pair<size_t, size_t>> key_owner;  // (op, item) of keys[i]
-    keys.reserve(total_items);
-    key_owner.reserve(total_items);
-    for (size_t o = 0; o < ops.size(); ++o) {
-      if (ops[o].kind != Kind::kAppend) continue;
-      std::vector<bool>& stored = results[o].stored;
-      stored.assign(ops[o].items.size(), true);
-      for (size_t i = 0; i < ops[o].items.size(); ++i) {
-        const std::string& key = ops[o].items[i].dedup_key;
-        if (key.empty()) continue;
-        if (!seen.insert(key).second) {
-          stored[i] = false;  // Earlier in this group.
-          ++duplicates;
-          continue;
-        }
-        keys.emplace_back(key);
-        key_owner.emplace_back(o, i);
-      }
-    }
-    if (!keys.empty()) {
-      std::vector<rocksdb::PinnableSlice> values(keys.size());
-      std::vector<rocksdb::Status> statuses(keys.size());
-      db_->MultiGet(rocksdb::ReadOptions(), dedup_cf_, keys.size(), keys.data(), values.data(),
-                    statuses.data());
-      for (size_t k = 0; k < keys.size() && status.ok(); ++k) {
-        if (statuses[k].IsNotFound()) continue;
-        if (!statuses[k].ok()) {
-          status = FromRocks(statuses[k], "reading dedup keys");
-        } else if (values[k].size() == 8 &&
-                   static_cast<int64_t>(DecodeU64(values[k].data())) > now_ms - window_ms) {
-          results[key_owner[k].first].stored[key_owner[k].second] = false;
-          ++duplicates;
-        }
-      }
-    }
-
-    // 2. The batch: appended jobs and dedup keys, then settlements in the order they happened.
-    const uint64_t old_id_limit = id_limit_;
-    if (status.ok()) {
-      const U64Bytes now_value(static_cast<uint64_t>(now_ms));
-      for (size_t o = 0; o < ops.size(); ++o) {
-        if (ops[o].kind != Kind::kAppend) continue;
-        for (size_t i = 0; i < ops[o].items.size(); ++i) {
-          if (!results[o].stored[i]) continue;
-          AppendItem& item = ops[o].items[i];
-          if (!item.dedup_key.empty()) batch_.Put(dedup_cf_, item.dedup_key, now_value.slice());
-          for (Job& job : item.jobs) {
-            const uint64_t id = next_id_++;
-            job.set_id(id);
-            job.set_due_unix_ms(now_ms);
-            EncodeJobValue(job, &scratch_);
-            batch_.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
-            new_ids.push_back(id);
-          }
-        }
-      }
-      if (next_id_ > id_limit_) {
-        id_limit_ = next_id_ + kIdBlock;
-        batch_.Put(meta_cf_, kIdLimitKey, U64Bytes(id_limit_).slice());
-      }
-    }
-    const bool appended = batch_.Count() > 0;
+void RocksDbJobStore::WriteLoop() {
+  pthread_setname_np(pthread_self(), "jobstore-write");
+  absl::Status previous;
+  for (;;) {
+    std::unique_ptr<Group> group;
     {
-      absl::MutexLock lock(&mu_);
-      for (WriteOp& op : ops) {
-        switch (op.kind) {
-          case Kind::kPutJob: {
-            // Skipped when a later settlement or PurgeUser has superseded this record.
-            auto it = overlay_.find(op.id);
-            if (it != overlay_.end() && it->second.seq == op.seq) {
-              batch_.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
-              ++settlements;
-            } else {
-              op.seq = 0;
-            }
-            break;
-          }
-          case Kind::kDeleteJob:
-            batch_.Delete(jobs_cf_, U64Bytes(op.id).slice());
-            ++settlements;
-            break;
-          case Kind::kBury:
-            batch_.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
-            batch_.Delete(jobs_cf_, U64Bytes(op.id).slice());
-            ++settlements;
-            break;
-          case Kind::kAppend:
-          case Kind::kBarrier:
-            break;
-        }
-      }
+      absl::MutexLock lock(&pipe_mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipe_mu_) {
+        return !to_write_.empty() || preparer_done_;
+      };
+      pipe_mu_.Await(absl::Condition(&has_work));
+      if (to_write_.empty()) return;
+      group = std::move(to_write_.front());
+      to_write_.pop_front();
     }
-
-    // 3. One write. Only appends need the fsync; a group of settlements alone skips it (losing
-    // one means a redelivery, which at-least-once allows).
-    if (batch_.Count() > 0) {
-      rocksdb::WriteOptions write_options;
-      write_options.sync = appended;
-      // Real elapsed time for the metric; the injected clock is for the store's semantics.
-      const auto start = std::chrono::steady_clock::now();
-      rocksdb::Status s = db_->Write(write_options, &batch_);
-      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-      if (s.ok()) {
-        if (metrics_.commit_duration != nullptr) {
-          metrics_.commit_duration->Observe(elapsed.count());
-          metrics_.commit_batch_items->Observe(static_cast<double>(new_ids.size() + settlements));
-        }
-      } else if (status.ok()) {
-        status = FromRocks(s, "group commit");
-      }
+    if (group->status.ok() && group->depends_on_previous && !previous.ok()) {
+      group->status = previous;
     }
-    if (!status.ok()) id_limit_ = old_id_limit;  // The reservation was not written.
+    WriteGroup(*group);
+    previous = group->status;
+    absl::MutexLock lock(&pipe_mu_);
+    --unwritten_;
+    written_.push_back(std::move(group));
+  }
+}
 
-    // 4. Publish. On failure the disk is unchanged: appends report the error; settled jobs keep
-    // their in-memory state (and overlay records), so this process still treats them right.
-    if (status.ok()) {
-      absl::MutexLock lock(&mu_);
-      for (uint64_t id : new_ids) PushQueuedLocked(now_ms, id, now_ms);
-      for (const WriteOp& op : ops) {
-        if (op.kind != Kind::kPutJob || op.seq == 0) continue;
-        auto it = overlay_.find(op.id);
-        if (it != overlay_.end() && it->second.seq == op.seq) overlay_.erase(it);
-      }
+void RocksDbJobStore::WriteGroup(Group& group) {
+  using Kind = WriteOp::Kind;
+  if (group.status.ok() && group.batch.Count() > 0) {
+    rocksdb::WriteOptions write_options;
+    // Only appends need the fsync; a group of settlements alone skips it (losing one means a
+    // redelivery, which at-least-once allows).
+    write_options.sync = group.sync;
+    // Real elapsed time for the metric; the injected clock is for the store's semantics.
+    const auto start = std::chrono::steady_clock::now();
+    rocksdb::Status s = db_->Write(write_options, &group.batch);
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    group.status = FromRocks(s, "group commit");
+    if (s.ok() && metrics_.commit_duration != nullptr) {
+      metrics_.commit_duration->Observe(elapsed.count());
+      metrics_.commit_batch_items->Observe(
+          static_cast<double>(group.new_ids.size() + group.settlements));
     }
   }
-  if (status.ok() && duplicates > 0 && metrics_.duplicates != nullptr) {
-    metrics_.duplicates->Increment(static_cast<double>(duplicates));
+
+  // Publish. On failure the disk is unchanged: appends report the error; settled jobs keep their
+  // in-memory state (and overlay records), so this process still treats them right.
+  if (group.status.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : group.new_ids) PushQueuedLocked(group.now_ms, id, group.now_ms);
+    for (const WriteOp& op : group.ops) {
+      if (op.kind != Kind::kPutJob || op.seq == 0) continue;
+      auto it = overlay_.find(op.id);
+      if (it != overlay_.end() && it->second.seq == op.seq) overlay_.erase(it);
+    }
+  }
+  if (group.status.ok() && group.duplicates > 0 && metrics_.duplicates != nullptr) {
+    metrics_.duplicates->Increment(static_cast<double>(group.duplicates));
   }
 
-  // 5. Callbacks, outside every lock.
-  for (size_t o = 0; o < ops.size(); ++o) {
-    WriteOp& op = ops[o];
+  // Callbacks, outside every lock.
+  for (size_t o = 0; o < group.ops.size(); ++o) {
+    WriteOp& op = group.ops[o];
     if (op.kind == Kind::kAppend) {
-      if (status.ok()) {
-        std::move(op.done)(std::move(results[o]));
+      if (group.status.ok()) {
+        std::move(op.done)(std::move(group.results[o]));
       } else {
-        std::move(op.done)(status);
+        std::move(op.done)(group.status);
       }
     } else if (op.kind == Kind::kBarrier) {
-      op.barrier->Notify();
+      op.notify->Notify();
     }
   }
 }
@@ -829,12 +967,15 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
   if (check != LeaseCheck::kOk) return RefusedLease(job_id, lease, check);
 
   absl::Status status;
+  bool read_error = false;
   if (!have_value) {
     rocksdb::Status s =
         db_->Get(rocksdb::ReadOptions(), jobs_cf_, U64Bytes(job_id).slice(), &value);
-    if (!s.ok()) {
-      status = s.IsNotFound() ? absl::NotFoundError(absl::StrFormat("job %d not found", job_id))
-                              : FromRocks(s, "reading a job");
+    if (s.IsNotFound()) {
+      status = absl::NotFoundError(absl::StrFormat("job %d not found", job_id));
+    } else if (!s.ok()) {
+      status = FromRocks(s, "reading a job");
+      read_error = true;
     }
   }
   Job job;
@@ -843,7 +984,7 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     absl::MutexLock lock(&mu_);
     // A read error leaves the job as it was: ready again (at-least-once). A missing or broken
     // record cannot be delivered; the job is dropped from memory.
-    if (settling_.erase(job_id) > 0 && absl::IsInternal(status)) {
+    if (settling_.erase(job_id) > 0 && read_error) {
       ready_.push_back({due_ms, job_id});
       std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
     }
@@ -917,8 +1058,9 @@ absl::StatusOr<std::vector<Job>> RocksDbJobStore::ListDead(const DeadFilter& fil
 }
 
 absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
-  Flush();  // Earlier Bury calls are visible.
-  absl::MutexLock writer_lock(&writer_mu_);
+  // Earlier Bury calls are written, and nothing else writes until this returns.
+  const std::shared_ptr<absl::Notification> resume = PauseWrites();
+  absl::Cleanup resume_writes = [&resume] { resume->Notify(); };
   const int64_t now_ms = ToMillis(clock_.Now());
   rocksdb::WriteOptions sync;
   sync.sync = true;
@@ -964,9 +1106,10 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
 
 absl::StatusOr<size_t> RocksDbJobStore::PurgeUser(std::string_view user_id,
                                                   const std::vector<std::string>& source_ids) {
-  Flush();  // Earlier appends and settlements are on disk.
   const absl::flat_hash_set<std::string_view> sources(source_ids.begin(), source_ids.end());
-  absl::MutexLock writer_lock(&writer_mu_);
+  // Earlier appends and settlements are written, and nothing else writes until this returns.
+  const std::shared_ptr<absl::Notification> resume = PauseWrites();
+  absl::Cleanup resume_writes = [&resume] { resume->Notify(); };
   rocksdb::WriteOptions sync;
   sync.sync = true;
   rocksdb::WriteBatch batch;

@@ -2,23 +2,27 @@
 //
 // Durability: Append's callback reports OK only after the jobs are in the write-ahead log and the
 // log is fsync'd; they survive kill -9. Settlements (Complete/Retry/Bury) are applied to the
-// in-memory state at once and written in the next group commit without waiting for it: a crash
-// can lose the last few, which makes those jobs (or their previous attempt counts) come back, and
-// delivery is at-least-once anyway. Leases are memory-only: after a restart every leased job is
-// ready again, and outcomes carrying a lease from before the restart are refused.
+// in-memory state at once and written with the next group commit, without waiting for it: a
+// crash can lose the last few, which makes those jobs (or their previous attempt counts) come
+// back, and delivery is at-least-once anyway. Leases are memory-only: after a restart every
+// leased job is ready again, and outcomes carrying a lease from before the restart are refused.
 //
-// Group commit: Append only enqueues. One committer thread takes everything pending (up to
-// Options::max_commit_batch jobs), checks dedup keys (it is the only writer, so this is race-free,
-// and it catches duplicates inside one group), assigns ids, writes one WriteBatch with one fsync
-// and then runs the callbacks, on that thread. Many concurrent Appends share one fsync.
+// Group commit: Append only enqueues. Two store threads form a pipeline. The preparer takes
+// everything pending (up to Options::max_commit_batch jobs), checks the dedup keys (it is the
+// only writer of them, so this is race-free; it also catches duplicates inside the group and
+// against the group still being written), assigns ids and builds one WriteBatch. The writer
+// writes it with one fsync, publishes the jobs and runs the callbacks. While one group is being
+// written the next is prepared, so many concurrent Appends share one fsync and the CPU work of
+// a group overlaps the previous group's fsync.
 //
 // Visibility: appended jobs become leasable once durable. After Complete/Retry/Bury return, Lease,
 // Counts and NextDue already reflect them. ListDead, Replay and PurgeUser first wait for every
 // write queued before them, so they see all earlier calls' effects.
 //
 // Thread safety: every method may be called from any thread, except that nothing may be called
-// once the destructor has started. The destructor drains pending writes (every Append callback
-// runs) and joins the committer.
+// once the destructor has started. Append callbacks run on the writer thread and must not call
+// ListDead, Replay, PurgeUser or Flush (they wait for that thread). The destructor drains pending
+// writes (every Append callback runs) and joins both threads.
 #ifndef HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 
@@ -35,15 +39,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "collector/job_store.h"
-#include "common/clock.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
+#include "collector/job_store.h"
+#include "common/clock.h"
 
 namespace prometheus {
 class Counter;
@@ -67,8 +72,9 @@ class RocksDbJobStore final : public JobStore {
     // Optional; when set, the store's metric families are registered in it. Must outlive the store.
     prometheus::Registry* registry = nullptr;
     // Most jobs written by one group commit (a single Append larger than this is still written
-    // whole). Bounds commit latency and the size of one WriteBatch.
-    size_t max_commit_batch = 16384;
+    // whole). Groups only grow this large under a backlog; the cap bounds the latency of one
+    // commit (about 3 us per job plus the fsync) while keeping the fsync amortised.
+    size_t max_commit_batch = 8192;
   };
 
   // Opens (or creates) the store at options.path and rebuilds the in-memory state from disk.
@@ -106,9 +112,9 @@ class RocksDbJobStore final : public JobStore {
   absl::StatusOr<bool> HasDedupKeyForTesting(std::string_view dedup_key);
 
  private:
-  // One entry of the committer's queue.
+  // One entry of the preparer's queue.
   struct WriteOp {
-    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier };
+    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause };
     Kind kind = Kind::kAppend;
     // kAppend.
     std::vector<AppendItem> items;
@@ -118,9 +124,14 @@ class RocksDbJobStore final : public JobStore {
     uint64_t id = 0;
     uint64_t seq = 0;
     std::string value;
-    // kBarrier.
-    absl::Notification* barrier = nullptr;
+    // kBarrier: notified once every earlier op is written. kPause: `notify` once every earlier op
+    // is written; no write happens until `resume` is notified. (The preparer waits on `resume`,
+    // so it shares ownership: the pausing caller may return right after notifying it.)
+    absl::Notification* notify = nullptr;
+    std::shared_ptr<absl::Notification> resume;
   };
+  // One group commit, handed from the preparer to the writer. Defined in the .cc.
+  struct Group;
 
   // A ready or scheduled job, ordered by (due, id).
   struct QueuedJob {
@@ -156,21 +167,33 @@ class RocksDbJobStore final : public JobStore {
   absl::Status RegisterMetrics();
 
   void Enqueue(WriteOp op);
-  void CommitLoop();
-  // Processes one group of queued ops: one WriteBatch, one write.
-  void CommitGroup(std::vector<WriteOp>& ops);
+  // The two store threads.
+  void PrepareLoop();
+  void WriteLoop();
+  // Dedup check, ids, WriteBatch. `inflight` is the group still being written, if any.
+  void PrepareGroup(Group& group, const Group* inflight);
+  // The write, then the in-memory publication and the callbacks.
+  void WriteGroup(Group& group);
+  // Stops the store's writes until the returned notification is notified: for Replay and
+  // PurgeUser, which scan and write themselves. Returns once every write queued before the call
+  // is done.
+  std::shared_ptr<absl::Notification> PauseWrites();
 
-  // Checks `lease` and ends it. On success the job is owned by the caller (gone from leased_).
-  absl::Status EndLeaseLocked(uint64_t job_id, uint64_t lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The status for an outcome whose lease is not current: FAILED_PRECONDITION if the job still
+  enum class LeaseCheck { kOk, kOtherLease, kNotLeased };
+  // Ends the job's lease if `lease` is current; the caller then owns the job (it is in no
+  // in-memory set). `due_ms`, if set, receives the job's due time.
+  LeaseCheck EndLeaseLocked(uint64_t job_id, uint64_t lease, int64_t* due_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error for an outcome whose lease was not current: FAILED_PRECONDITION if the job still
   // exists, NOT_FOUND otherwise.
-  absl::Status StaleLeaseStatus(uint64_t job_id, uint64_t lease);
-  // Retry and Bury: ends the lease, loads the record, applies `update` to it.
-  template <typename Update>
-  absl::StatusOr<hookrelay::v1::Job> TakeLeasedJob(uint64_t job_id, uint64_t lease,
-                                                   Update update);
+  absl::Status RefusedLease(uint64_t job_id, uint64_t lease, LeaseCheck check)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Retry and Bury: ends the lease, marks the job settling and loads its current record.
+  absl::StatusOr<hookrelay::v1::Job> BeginSettle(uint64_t job_id, uint64_t lease)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Into ready_ when due_ms <= now_ms, else scheduled_.
   void PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextLeaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -186,22 +209,28 @@ class RocksDbJobStore final : public JobStore {
   rocksdb::ColumnFamilyHandle* dedup_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* dead_cf_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::thread committer_;
+  std::thread preparer_;
+  std::thread writer_;
 
-  // Serialises writers: the committer holds it for a whole group, admin operations (Replay,
-  // PurgeUser) for their scan and write. Acquired before mu_.
-  absl::Mutex writer_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(writer_mu_) = 1;
-  // Ids below this are reserved on disk (meta "id_limit"); ids stay unique across restarts even
-  // when the highest jobs were completed.
-  uint64_t id_limit_ ABSL_GUARDED_BY(writer_mu_) = 0;
-  rocksdb::WriteBatch batch_ ABSL_GUARDED_BY(writer_mu_);
+  // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
+  uint64_t next_id_ = 1;
+  std::string scratch_;
 
-  // The committer's queue. Never held together with another of the store's mutexes, except
-  // taken after mu_ by settlements so that their ops are queued in the order they happened.
+  // The preparer's queue. Settlements take it after mu_, so that their ops are queued in the
+  // order they happened.
   absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::deque<WriteOp> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  // The pipeline between preparer and writer. Groups are written in the order prepared; at most
+  // one is being written while the next is prepared.
+  absl::Mutex pipe_mu_;
+  std::deque<std::unique_ptr<Group>> to_write_ ABSL_GUARDED_BY(pipe_mu_);
+  // Written groups, recycled by the preparer (which may still read the last one's dedup keys).
+  std::vector<std::unique_ptr<Group>> written_ ABSL_GUARDED_BY(pipe_mu_);
+  // Handed to the writer and not yet written.
+  int unwritten_ ABSL_GUARDED_BY(pipe_mu_) = 0;
+  bool preparer_done_ ABSL_GUARDED_BY(pipe_mu_) = false;
 
   // The in-memory state of jobs.
   absl::Mutex mu_;
@@ -211,7 +240,7 @@ class RocksDbJobStore final : public JobStore {
   absl::btree_set<std::pair<absl::Time, uint64_t>> lease_deadlines_ ABSL_GUARDED_BY(mu_);
   // Jobs between their lease check and their in-memory update in Retry/Bury. PurgeUser erases
   // purged ids, which makes the settlement drop the job.
-  absl::flat_hash_map<uint64_t, bool> settling_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> settling_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingRecord> overlay_ ABSL_GUARDED_BY(mu_);
   uint64_t overlay_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,0 +1,634 @@
+#include "collector/rocksdb_job_store.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "collector/job_store.h"
+#include "common/clock.h"
+#include "hookrelay/v1/job.pb.h"
+
+namespace hookrelay::collector {
+
+// Readable failure messages.
+void PrintTo(const LeasedJob& job, std::ostream* os) {
+  *os << "{lease " << job.lease << ", " << job.job.ShortDebugString() << "}";
+}
+
+namespace {
+
+using ::hookrelay::v1::Attempt;
+using ::hookrelay::v1::Job;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr absl::Duration kLease = absl::Seconds(30);
+
+Job MakeJob(std::string source, std::string destination, std::string user,
+            std::string message_id = "m") {
+  Job job;
+  job.set_source_id(std::move(source));
+  job.set_destination_id(std::move(destination));
+  job.set_user_id(std::move(user));
+  job.set_message_id(std::move(message_id));
+  job.set_event_json(R"({"type":"track","event":"Order Completed"})");
+  job.set_received_at_unix_ms(1700000000000);
+  return job;
+}
+
+AppendItem MakeItem(std::string dedup_key, std::vector<Job> jobs) {
+  AppendItem item;
+  item.dedup_key = std::move(dedup_key);
+  item.jobs = std::move(jobs);
+  return item;
+}
+
+// One item with one job; the dedup key is unique per `n`.
+AppendItem OneJob(int n, std::string destination = "d1", std::string user = "u1",
+                  std::string source = "s1") {
+  return MakeItem(DedupKey(source, absl::StrCat("msg-", n)),
+                  {MakeJob(source, std::move(destination), std::move(user), absl::StrCat("msg-", n))});
+}
+
+std::vector<AppendItem> Items(std::vector<AppendItem> items) { return items; }
+
+absl::StatusOr<AppendResult> AppendAndWait(JobStore& store, std::vector<AppendItem> items) {
+  absl::Notification done;
+  absl::StatusOr<AppendResult> result;
+  store.Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+Attempt MakeAttempt(absl::Time at, int status) {
+  Attempt attempt;
+  attempt.set_at_unix_ms(absl::ToUnixMillis(at));
+  auto* url = attempt.add_urls();
+  url->set_url("https://hooks.example.com/x");
+  url->set_status(status);
+  return attempt;
+}
+
+std::vector<uint64_t> Ids(const std::vector<LeasedJob>& jobs) {
+  std::vector<uint64_t> ids;
+  for (const LeasedJob& job : jobs) ids.push_back(job.job.id());
+  return ids;
+}
+
+std::vector<uint64_t> Ids(const std::vector<Job>& jobs) {
+  std::vector<uint64_t> ids;
+  for (const Job& job : jobs) ids.push_back(job.id());
+  return ids;
+}
+
+void ExpectCounts(JobStore& store, int64_t ready, int64_t scheduled, int64_t leased,
+                  int64_t dead) {
+  const JobCounts counts = store.Counts();
+  EXPECT_EQ(counts.ready, ready);
+  EXPECT_EQ(counts.scheduled, scheduled);
+  EXPECT_EQ(counts.leased, leased);
+  EXPECT_EQ(counts.dead, dead);
+}
+
+class RocksDbJobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir();
+    if (!pattern.empty() && pattern.back() != '/') pattern.push_back('/');
+    pattern += "rocksdb_job_store_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  RocksDbJobStore::Options StoreOptions() {
+    RocksDbJobStore::Options options;
+    options.path = dir_;
+    options.clock = &clock_;
+    return options;
+  }
+
+  void Open(prometheus::Registry* registry = nullptr) {
+    RocksDbJobStore::Options options = StoreOptions();
+    options.registry = registry;
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  // Appends and expects every item stored.
+  void AppendAll(std::vector<AppendItem> items) {
+    const size_t n = items.size();
+    absl::StatusOr<AppendResult> result = AppendAndWait(*store_, std::move(items));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->stored, std::vector<bool>(n, true));
+  }
+
+  std::vector<LeasedJob> LeaseAll(size_t max = 1000) {
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(max, kLease);
+    EXPECT_TRUE(leased.ok()) << leased.status();
+    return leased.ok() ? *std::move(leased) : std::vector<LeasedJob>();
+  }
+
+  common::ManualClock clock_;
+  std::string dir_;
+  std::unique_ptr<RocksDbJobStore> store_;
+};
+
+// The basic life of a job: appended, leased with an id and a deadline, completed and gone.
+TEST_F(RocksDbJobStoreTest, AppendLeaseComplete) {
+  Open();
+  AppendAll(Items({OneJob(1)}));
+  ExpectCounts(*store_, 1, 0, 0, 0);
+
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  const Job& job = leased[0].job;
+  EXPECT_GT(job.id(), 0u);
+  EXPECT_EQ(job.source_id(), "s1");
+  EXPECT_EQ(job.destination_id(), "d1");
+  EXPECT_EQ(job.message_id(), "msg-1");
+  EXPECT_EQ(job.event_json(), R"({"type":"track","event":"Order Completed"})");
+  EXPECT_EQ(job.due_unix_ms(), absl::ToUnixMillis(clock_.Now()));
+  EXPECT_EQ(job.attempts(), 0);
+  EXPECT_EQ(leased[0].deadline, clock_.Now() + kLease);
+  ExpectCounts(*store_, 0, 0, 1, 0);
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+
+  EXPECT_TRUE(store_->Complete(job.id(), leased[0].lease).ok());
+  ExpectCounts(*store_, 0, 0, 0, 0);
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  EXPECT_EQ(store_->Complete(987654321, 1).code(), absl::StatusCode::kNotFound);
+}
+
+// One item fans out to several jobs; leases come oldest due first, then by id.
+TEST_F(RocksDbJobStoreTest, FanOutAndOrder) {
+  Open();
+  AppendAll(Items({MakeItem(DedupKey("s1", "a"), {MakeJob("s1", "d1", "u"), MakeJob("s1", "d2", "u")}),
+                   MakeItem(DedupKey("s1", "b"), {})}));
+  clock_.Advance(absl::Seconds(1));
+  AppendAll(Items({OneJob(3)}));
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(3));
+  EXPECT_EQ(leased[0].job.destination_id(), "d1");
+  EXPECT_EQ(leased[1].job.destination_id(), "d2");
+  EXPECT_EQ(leased[2].job.message_id(), "msg-3");
+  EXPECT_LT(leased[0].job.id(), leased[1].job.id());
+  EXPECT_LT(leased[1].job.id(), leased[2].job.id());
+  EXPECT_NE(leased[0].lease, leased[1].lease);
+
+  EXPECT_EQ(store_->Lease(1, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A dedup key drops later copies within the window and is accepted again once it has passed.
+TEST_F(RocksDbJobStoreTest, DedupWithinAndAfterWindow) {
+  prometheus::Registry registry;
+  Open(&registry);
+  AppendAll(Items({OneJob(1)}));
+
+  absl::StatusOr<AppendResult> again = AppendAndWait(*store_, Items({OneJob(1), OneJob(2)}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(again->stored, ElementsAre(false, true));
+
+  clock_.Advance(absl::Hours(24) - absl::Milliseconds(1));
+  again = AppendAndWait(*store_, Items({OneJob(1)}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(again->stored, ElementsAre(false));
+
+  clock_.Advance(absl::Milliseconds(2));
+  again = AppendAndWait(*store_, Items({OneJob(1)}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(again->stored, ElementsAre(true));
+  ExpectCounts(*store_, 3, 0, 0, 0);
+
+  double duplicates = -1;
+  uint64_t commits = 0;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name == "hookrelay_ingest_duplicates_total") {
+      duplicates = family.metric.at(0).counter.value;
+    }
+    if (family.name == "hookrelay_store_commit_duration_seconds") {
+      commits = family.metric.at(0).histogram.sample_count;
+    }
+  }
+  EXPECT_EQ(duplicates, 2);
+  EXPECT_GE(commits, 3u);
+}
+
+// Expired dedup keys are removed from disk by compaction; live ones are kept.
+TEST_F(RocksDbJobStoreTest, CompactionDropsExpiredDedupKeys) {
+  Open();
+  const std::string key = DedupKey("s1", "msg-1");
+  AppendAll(Items({OneJob(1)}));
+  clock_.Advance(absl::Hours(12));
+  ASSERT_TRUE(store_->CompactForTesting().ok());
+  EXPECT_EQ(store_->HasDedupKeyForTesting(key).value_or(false), true);
+
+  clock_.Advance(absl::Hours(13));
+  ASSERT_TRUE(store_->CompactForTesting().ok());
+  EXPECT_EQ(store_->HasDedupKeyForTesting(key).value_or(true), false);
+  // The job itself is not affected.
+  ExpectCounts(*store_, 1, 0, 0, 0);
+}
+
+// Duplicates inside one Append (and one group) are caught; empty keys are never duplicates.
+TEST_F(RocksDbJobStoreTest, DuplicatesInsideOneAppend) {
+  Open();
+  absl::StatusOr<AppendResult> result = AppendAndWait(
+      *store_, Items({OneJob(1), OneJob(1), OneJob(2), MakeItem("", {MakeJob("s1", "d1", "u")}),
+                      MakeItem("", {MakeJob("s1", "d1", "u")}), OneJob(2)}));
+  ASSERT_TRUE(result.ok());
+  EXPECT_THAT(result->stored, ElementsAre(true, false, true, true, true, false));
+  EXPECT_THAT(LeaseAll(), SizeIs(4));
+}
+
+// An expired lease puts the job back in line, under a new lease.
+TEST_F(RocksDbJobStoreTest, ExpiredLeaseReturnsTheJob) {
+  Open();
+  AppendAll(Items({OneJob(1)}));
+  std::vector<LeasedJob> first = LeaseAll();
+  ASSERT_THAT(first, SizeIs(1));
+
+  clock_.Advance(kLease - absl::Milliseconds(1));
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  ExpectCounts(*store_, 0, 0, 1, 0);
+
+  clock_.Advance(absl::Milliseconds(1));
+  ExpectCounts(*store_, 1, 0, 0, 0);
+  std::vector<LeasedJob> second = LeaseAll();
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(second[0].job.id(), first[0].job.id());
+  EXPECT_NE(second[0].lease, first[0].lease);
+}
+
+// An outcome carrying a lease that expired and was replaced is refused; the current one works.
+TEST_F(RocksDbJobStoreTest, StaleLeaseIsRefused) {
+  Open();
+  AppendAll(Items({OneJob(1)}));
+  std::vector<LeasedJob> first = LeaseAll();
+  ASSERT_THAT(first, SizeIs(1));
+  const uint64_t id = first[0].job.id();
+  clock_.Advance(kLease);
+  std::vector<LeasedJob> second = LeaseAll();
+  ASSERT_THAT(second, SizeIs(1));
+
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  EXPECT_EQ(store_->Complete(id, first[0].lease).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->Retry(id, first[0].lease, clock_.Now(), attempt).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->Bury(id, first[0].lease, "gone", attempt).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ExpectCounts(*store_, 0, 0, 1, 0);
+
+  // Expired again, and back in the ready set: still refused.
+  clock_.Advance(kLease);
+  ExpectCounts(*store_, 1, 0, 0, 0);
+  EXPECT_EQ(store_->Complete(id, second[0].lease).code(), absl::StatusCode::kFailedPrecondition);
+
+  std::vector<LeasedJob> third = LeaseAll();
+  ASSERT_THAT(third, SizeIs(1));
+  EXPECT_TRUE(store_->Complete(id, third[0].lease).ok());
+  EXPECT_FALSE(store_->Complete(id, third[0].lease).ok());  // Settled once only.
+  ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
+// Retry records the attempt and hides the job until not_before.
+TEST_F(RocksDbJobStoreTest, RetrySchedulesAtNotBefore) {
+  Open();
+  AppendAll(Items({OneJob(1)}));
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  const absl::Time first_at = clock_.Now();
+  const absl::Time not_before = clock_.Now() + absl::Minutes(1);
+  ASSERT_TRUE(
+      store_->Retry(leased[0].job.id(), leased[0].lease, not_before, MakeAttempt(first_at, 503))
+          .ok());
+  ExpectCounts(*store_, 0, 1, 0, 0);
+  EXPECT_EQ(store_->NextDue(), not_before);
+  // The lease is spent.
+  EXPECT_FALSE(store_->Complete(leased[0].job.id(), leased[0].lease).ok());
+
+  clock_.Advance(absl::Minutes(1) - absl::Milliseconds(1));
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  const Job& job = leased[0].job;
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.first_attempt_unix_ms(), absl::ToUnixMillis(first_at));
+  EXPECT_EQ(job.due_unix_ms(), absl::ToUnixMillis(not_before));
+  ASSERT_THAT(job.history(), SizeIs(1));
+  EXPECT_EQ(job.history(0).urls(0).status(), 503);
+  EXPECT_EQ(store_->NextDue(), absl::InfiniteFuture());
+}
+
+// Repeated retries keep counting attempts, keep the first attempt's time and the last 10
+// attempts; each retried record is what the next lease sees, even before it is written.
+TEST_F(RocksDbJobStoreTest, RetryHistoryIsBounded) {
+  Open();
+  AppendAll(Items({OneJob(1)}));
+  const absl::Time start = clock_.Now();
+  for (int i = 0; i < 12; ++i) {
+    std::vector<LeasedJob> leased = LeaseAll();
+    ASSERT_THAT(leased, SizeIs(1));
+    EXPECT_EQ(leased[0].job.attempts(), i);
+    ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now(),
+                              MakeAttempt(clock_.Now(), 500 + i))
+                    .ok());
+    clock_.Advance(absl::Seconds(1));
+  }
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  const Job& job = leased[0].job;
+  EXPECT_EQ(job.attempts(), 12);
+  EXPECT_EQ(job.first_attempt_unix_ms(), absl::ToUnixMillis(start));
+  ASSERT_THAT(job.history(), SizeIs(10));
+  EXPECT_EQ(job.history(0).urls(0).status(), 502);
+  EXPECT_EQ(job.history(9).urls(0).status(), 511);
+}
+
+// Bury → ListDead with destination, time range and pagination → Replay makes jobs ready again
+// with their history and a fresh retry window.
+TEST_F(RocksDbJobStoreTest, BuryListDeadReplay) {
+  Open();
+  AppendAll(Items({OneJob(0, "d1"), OneJob(1, "d2"), OneJob(2, "d1"), OneJob(3, "d2"),
+                   OneJob(4, "d1")}));
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(5));
+  const absl::Time t0 = clock_.Now();
+  for (const LeasedJob& job : leased) {
+    ASSERT_TRUE(store_->Bury(job.job.id(), job.lease, "HTTP 410 from https://hooks.example.com/x",
+                             MakeAttempt(clock_.Now(), 410))
+                    .ok());
+    clock_.Advance(absl::Minutes(1));
+  }
+  ExpectCounts(*store_, 0, 0, 0, 5);
+  const std::vector<uint64_t> ids = Ids(leased);
+
+  absl::StatusOr<std::vector<Job>> dead = store_->ListDead(DeadFilter());
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_EQ(Ids(*dead), ids);
+  EXPECT_EQ((*dead)[0].dead_reason(), "HTTP 410 from https://hooks.example.com/x");
+  EXPECT_EQ((*dead)[0].dead_at_unix_ms(), absl::ToUnixMillis(t0));
+  EXPECT_EQ((*dead)[0].attempts(), 1);
+  EXPECT_EQ((*dead)[0].first_attempt_unix_ms(), absl::ToUnixMillis(t0));
+  EXPECT_THAT((*dead)[0].history(), SizeIs(1));
+
+  DeadFilter by_destination;
+  by_destination.destination_id = "d1";
+  EXPECT_EQ(Ids(store_->ListDead(by_destination).value()),
+            (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
+
+  DeadFilter by_time;
+  by_time.from = t0 + absl::Minutes(1);
+  by_time.to = t0 + absl::Minutes(3);
+  EXPECT_EQ(Ids(store_->ListDead(by_time).value()), (std::vector<uint64_t>{ids[1], ids[2]}));
+
+  DeadFilter page;
+  page.limit = 2;
+  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[0], ids[1]}));
+  page.after_id = ids[1];
+  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[2], ids[3]}));
+  page.after_id = ids[3];
+  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[4]}));
+  page.after_id = ids[4];
+  EXPECT_THAT(store_->ListDead(page).value(), IsEmpty());
+
+  DeadFilter replay;
+  replay.destination_id = "d2";
+  replay.after_id = ids[4];  // Ignored by Replay.
+  replay.limit = 1;          // Ignored by Replay.
+  absl::StatusOr<size_t> replayed = store_->Replay(replay);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(*replayed, 2u);
+  ExpectCounts(*store_, 2, 0, 0, 3);
+  EXPECT_EQ(Ids(store_->ListDead(DeadFilter()).value()),
+            (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
+
+  leased = LeaseAll();
+  ASSERT_EQ(Ids(leased), (std::vector<uint64_t>{ids[1], ids[3]}));
+  for (const LeasedJob& job : leased) {
+    EXPECT_EQ(job.job.destination_id(), "d2");
+    EXPECT_EQ(job.job.attempts(), 1);
+    EXPECT_THAT(job.job.history(), SizeIs(1));
+    EXPECT_EQ(job.job.first_attempt_unix_ms(), 0);
+    EXPECT_EQ(job.job.dead_reason(), "");
+    EXPECT_EQ(job.job.dead_at_unix_ms(), 0);
+    EXPECT_EQ(job.job.due_unix_ms(), absl::ToUnixMillis(clock_.Now()));
+  }
+}
+
+// PurgeUser removes a user's ready, scheduled and leased jobs, optionally of some sources only.
+TEST_F(RocksDbJobStoreTest, PurgeUser) {
+  Open();
+  AppendAll(Items({OneJob(0, "d1", "u1", "s1"), OneJob(1, "d1", "u1", "s1"),
+                   OneJob(2, "d1", "u1", "s1"), OneJob(3, "d1", "u1", "s2"),
+                   OneJob(4, "d1", "u2", "s1")}));
+  std::vector<LeasedJob> leased = LeaseAll(2);
+  ASSERT_THAT(leased, SizeIs(2));
+  ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now() + absl::Hours(1),
+                            MakeAttempt(clock_.Now(), 500))
+                  .ok());
+  ExpectCounts(*store_, 3, 1, 1, 0);
+
+  absl::StatusOr<size_t> purged = store_->PurgeUser("u1", {"s1"});
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_EQ(*purged, 3u);
+  ExpectCounts(*store_, 2, 0, 0, 0);
+  EXPECT_EQ(store_->NextDue(), absl::InfiniteFuture());
+  EXPECT_EQ(store_->Complete(leased[1].job.id(), leased[1].lease).code(),
+            absl::StatusCode::kNotFound);
+
+  purged = store_->PurgeUser("u1", {});
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_EQ(*purged, 1u);
+  EXPECT_EQ(store_->PurgeUser("nobody", {}).value_or(99), 0u);
+  leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  EXPECT_EQ(leased[0].job.user_id(), "u2");
+}
+
+// Counts sees each state: ready, scheduled, leased, dead.
+TEST_F(RocksDbJobStoreTest, CountsEachState) {
+  Open();
+  AppendAll(Items({OneJob(0), OneJob(1), OneJob(2), OneJob(3)}));
+  ExpectCounts(*store_, 4, 0, 0, 0);
+  std::vector<LeasedJob> leased = LeaseAll(3);
+  ASSERT_THAT(leased, SizeIs(3));
+  ExpectCounts(*store_, 1, 0, 3, 0);
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  ASSERT_TRUE(
+      store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now() + absl::Minutes(5), attempt)
+          .ok());
+  ASSERT_TRUE(store_->Bury(leased[1].job.id(), leased[1].lease, "400", attempt).ok());
+  ExpectCounts(*store_, 1, 1, 1, 1);
+  clock_.Advance(absl::Minutes(5));
+  ExpectCounts(*store_, 3, 0, 0, 1);  // The retry is due, the lease expired.
+}
+
+// A reopened store has the ready, scheduled and dead jobs and dedup keys it had, leased jobs are
+// ready again, old leases are refused, and new ids are above every id used before.
+TEST_F(RocksDbJobStoreTest, ReopenRestoresState) {
+  Open();
+  AppendAll(Items({OneJob(0), OneJob(1), OneJob(2), OneJob(3), OneJob(4)}));
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(5));
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  const uint64_t retried = leased[0].job.id();
+  const uint64_t buried = leased[1].job.id();
+  const uint64_t still_leased = leased[2].job.id();
+  const uint64_t highest = leased[4].job.id();
+  ASSERT_TRUE(store_->Retry(retried, leased[0].lease, clock_.Now() + absl::Hours(1), attempt).ok());
+  ASSERT_TRUE(store_->Bury(buried, leased[1].lease, "400", attempt).ok());
+  ASSERT_TRUE(store_->Retry(leased[3].job.id(), leased[3].lease, clock_.Now(), attempt).ok());
+  ASSERT_TRUE(store_->Complete(highest, leased[4].lease).ok());
+
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 2, 1, 0, 1);
+  EXPECT_EQ(store_->NextDue(), clock_.Now() + absl::Hours(1));
+  EXPECT_EQ(store_->Complete(still_leased, leased[2].lease).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::StatusOr<AppendResult> again = AppendAndWait(*store_, Items({OneJob(0), OneJob(9)}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(again->stored, ElementsAre(false, true));
+
+  std::vector<LeasedJob> after = LeaseAll();
+  ASSERT_THAT(after, SizeIs(3));
+  EXPECT_EQ(after[0].job.id(), still_leased);
+  EXPECT_EQ(after[1].job.id(), leased[3].job.id());
+  EXPECT_EQ(after[1].job.attempts(), 1);
+  EXPECT_GT(after[2].job.id(), highest);
+  for (const LeasedJob& job : after) {
+    for (const LeasedJob& old : leased) EXPECT_NE(job.lease, old.lease);
+    EXPECT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+  }
+
+  clock_.Advance(absl::Hours(1));
+  after = LeaseAll();
+  ASSERT_THAT(after, SizeIs(1));
+  EXPECT_EQ(after[0].job.id(), retried);
+  EXPECT_EQ(after[0].job.attempts(), 1);
+  EXPECT_EQ(Ids(store_->ListDead(DeadFilter()).value()), (std::vector<uint64_t>{buried}));
+}
+
+// Appends from several threads all get their callback, and every job is leased exactly once.
+TEST_F(RocksDbJobStoreTest, ConcurrentAppends) {
+  Open();
+  constexpr int kThreads = 4;
+  constexpr int kAppendsPerThread = 50;
+  constexpr int kItemsPerAppend = 10;
+  constexpr int kTotal = kThreads * kAppendsPerThread * kItemsPerAppend;
+  std::atomic<int> callbacks{0};
+  std::atomic<int> failures{0};
+  absl::Notification all_done;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int a = 0; a < kAppendsPerThread; ++a) {
+        std::vector<AppendItem> items;
+        for (int i = 0; i < kItemsPerAppend; ++i) {
+          items.push_back(OneJob((t * kAppendsPerThread + a) * kItemsPerAppend + i));
+        }
+        store_->Append(std::move(items), [&](absl::StatusOr<AppendResult> result) {
+          if (!result.ok() ||
+              result->stored != std::vector<bool>(kItemsPerAppend, true)) {
+            failures.fetch_add(1);
+          }
+          if (callbacks.fetch_add(1) + 1 == kThreads * kAppendsPerThread) all_done.Notify();
+        });
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  all_done.WaitForNotification();
+  EXPECT_EQ(failures.load(), 0);
+
+  absl::flat_hash_set<uint64_t> seen;
+  for (;;) {
+    std::vector<LeasedJob> leased = LeaseAll(128);
+    if (leased.empty()) break;
+    for (const LeasedJob& job : leased) {
+      EXPECT_TRUE(seen.insert(job.job.id()).second) << "leased twice: " << job.job.id();
+      EXPECT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kTotal));
+  ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
+// Destroying the store runs the callback of every pending Append, after writing it.
+TEST_F(RocksDbJobStoreTest, CloseDrainsPendingAppends) {
+  Open();
+  constexpr int kAppends = 200;
+  std::atomic<int> ok{0};
+  std::atomic<int> callbacks{0};
+  for (int a = 0; a < kAppends; ++a) {
+    store_->Append(Items({OneJob(2 * a), OneJob(2 * a + 1)}),
+                   [&](absl::StatusOr<AppendResult> result) {
+                     if (result.ok()) ok.fetch_add(1);
+                     callbacks.fetch_add(1);
+                   });
+  }
+  store_.reset();
+  EXPECT_EQ(callbacks.load(), kAppends);
+  EXPECT_EQ(ok.load(), kAppends);
+
+  Open();
+  ExpectCounts(*store_, 2 * kAppends, 0, 0, 0);
+}
+
+// A data dir can be opened by one store at a time; the error says so.
+TEST_F(RocksDbJobStoreTest, OpeningADirInUseFails) {
+  Open();
+  absl::StatusOr<std::unique_ptr<RocksDbJobStore>> second = RocksDbJobStore::Open(StoreOptions());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("is in use"));
+  EXPECT_THAT(second.status().message(), HasSubstr(dir_));
+
+  store_.reset();
+  Open();  // Free again once closed.
+}
+
+// Bad options are refused with a clear message.
+TEST_F(RocksDbJobStoreTest, InvalidOptions) {
+  RocksDbJobStore::Options options = StoreOptions();
+  options.path = "";
+  EXPECT_EQ(RocksDbJobStore::Open(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = StoreOptions();
+  options.dedup_window = absl::ZeroDuration();
+  EXPECT_THAT(RocksDbJobStore::Open(options).status().message(), HasSubstr("dedup_window"));
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
