@@ -18,7 +18,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 echo "== C++ tests (bazel test //... ${config[*]})"
-bazel test "${config[@]}" --test_tag_filters=-benchmark //... 2>&1 | tee "$log"
+bazel test "${config[@]}" --nocache_test_results --test_tag_filters=-benchmark //... 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 cc_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 cc_failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
