@@ -166,6 +166,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadBody() {
+    // Room for simdjson's padding up front, so the body is never copied to add it later.
+    if (const auto length = parser_->content_length(); length && *length <= kMaxRequestBytes) {
+      parser_->get().body().reserve(static_cast<size_t>(*length) + 64);
+    }
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
