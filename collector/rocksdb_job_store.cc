@@ -163,7 +163,8 @@ rocksdb::DBOptions MakeDbOptions() {
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   // Sized for the 2-core target: one flush thread and two compaction threads. Writes never run
-  // on these threads (the committer writes), so they only compete for CPU while they flush.
+  // on these threads (the store's writer thread does), they compete for CPU only while flushing
+  // and compacting.
   options.IncreaseParallelism(2);
   // `dead` and the meta family get few writes; without a cap their small memtables would keep
   // every WAL file alive until they filled up. Past this size, RocksDB flushes the families
@@ -185,9 +186,10 @@ rocksdb::BlockBasedTableOptions TableOptions(const std::shared_ptr<rocksdb::Cach
 // `jobs`: sequential keys, ~0.5 KB values, most of them deleted within seconds (delivered).
 rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
-  // 64 MB memtables, two merged per flush (a job appended and completed within them never
-  // reaches an SST file), L0 compacted early, no compression on L0/L1 (short-lived data, and CPU
-  // is the scarce resource on 2 cores), LZ4 below where long-lived backlog ends up.
+  // 64 MB memtables, two merged per flush (a job appended and completed within them leaves only
+  // a small tombstone in the SST file, not its ~0.5 KB record), L0 compacted early, no
+  // compression on L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4
+  // below, where a long-lived backlog ends up.
   options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
   // Cap memtable memory at 4 x 64 MB instead of 6 x; a write stall beyond that is back-pressure.
   options.max_write_buffer_number = 4;
@@ -200,8 +202,8 @@ rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cach
   return options;
 }
 
-// `dedup`: random keys (~40-60 bytes) with 8-byte values, looked up once per ingested event and
-// almost never found.
+// `dedup`: random keys (source id + message id, tens of bytes) with 8-byte values, looked up once
+// per ingested event and almost never found.
 rocksdb::ColumnFamilyOptions MakeDedupOptions(const std::shared_ptr<rocksdb::Cache>& cache,
                                               common::Clock& clock, absl::Duration window) {
   rocksdb::ColumnFamilyOptions options;
@@ -242,8 +244,9 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
     return absl::InvalidArgumentError("job store: the data dir path is empty");
   }
   if (options.dedup_window <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job store: dedup_window must be positive, got ", absl::FormatDuration(options.dedup_window)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job store: dedup_window must be positive, got ",
+                     absl::FormatDuration(options.dedup_window)));
   }
   options.max_commit_batch = std::max<size_t>(options.max_commit_batch, 1);
   std::error_code error;

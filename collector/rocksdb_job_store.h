@@ -21,8 +21,8 @@
 //
 // Thread safety: every method may be called from any thread, except that nothing may be called
 // once the destructor has started. Append callbacks run on the writer thread and must not call
-// ListDead, Replay, PurgeUser or Flush (they wait for that thread). The destructor drains pending
-// writes (every Append callback runs) and joins both threads.
+// ListDead, Replay, PurgeUser, Flush or the test hooks (they wait for that thread). The
+// destructor drains pending writes (every Append callback runs) and joins both threads.
 #ifndef HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 
@@ -96,6 +96,8 @@ class RocksDbJobStore final : public JobStore {
                     const hookrelay::v1::Attempt& attempt) override;
   // The time range is half-open: from <= dead_at < to.
   absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) override;
+  // Replayed jobs keep their id, attempts and history; they are due now, and
+  // first_attempt_unix_ms is reset (a fresh retry window).
   absl::StatusOr<size_t> Replay(const DeadFilter& filter) override;
   absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
                                    const std::vector<std::string>& source_ids) override;

@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -57,7 +56,7 @@ prometheus::Registry* g_registry = nullptr;
 std::string g_dir;
 double g_cpu_start = 0;
 
-// CPU seconds used by the whole process so far (all threads: callers, committer, RocksDB's).
+// CPU seconds used by the whole process so far (all threads: callers, store, RocksDB's).
 double ProcessCpuSeconds() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);

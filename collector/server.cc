@@ -192,9 +192,11 @@ void Server::Shutdown() {
   s.http_server.reset();
   s.grpc_server.reset();
   s.service.reset();
-  s.ingestor.reset();
   s.job_counts.reset();
+  // The store first: closing it joins its threads, which may still be returning from an Ingestor
+  // callback; only then is the Ingestor unused.
   s.store.reset();  // flushes and closes RocksDB
+  s.ingestor.reset();
   s.exposer.reset();
   common::LogInfo("collector stopped", {});
 }
