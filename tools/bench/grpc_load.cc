@@ -244,17 +244,10 @@ absl::StatusOr<LoadStats> RunGrpcLoad(const LoadOptions& options, const RunPlan&
     channels.push_back(std::move(channel));
   }
 
-  const int threads = std::max(1, std::min(options.threads, options.connections));
-  const double requests_per_second =
-      options.rate / options.events_per_request / static_cast<double>(threads);
+  const int threads = LoadThreads(options);
   std::vector<std::unique_ptr<Worker>> workers;
   for (int t = 0; t < threads; ++t) {
-    const auto phase = requests_per_second > 0
-                           ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                 t / (requests_per_second * threads)))
-                           : Clock::duration::zero();
-    workers.push_back(std::make_unique<Worker>(
-        options, plan, Schedule(plan.start + phase, plan.end, requests_per_second)));
+    workers.push_back(std::make_unique<Worker>(options, plan, ThreadSchedule(options, plan, t)));
   }
   for (int i = 0; i < options.connections; ++i) {
     workers[i % threads]->AddCall(stubs[i % stubs.size()].get());

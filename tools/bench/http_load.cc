@@ -248,19 +248,11 @@ absl::StatusOr<LoadStats> RunHttpLoad(const LoadOptions& options, const RunPlan&
   size_t body_offset = 0;
   const std::string request = BuildHttpRequest(options, *plan.batch, &body_offset);
 
-  const int threads = std::max(1, std::min(options.threads, options.connections));
-  const double requests_per_second =
-      options.rate / options.events_per_request / static_cast<double>(threads);
+  const int threads = LoadThreads(options);
   std::vector<std::unique_ptr<Worker>> workers;
   for (int t = 0; t < threads; ++t) {
-    // Open loop: offset each thread's slots so the threads together send evenly.
-    const auto phase = requests_per_second > 0
-                           ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                 t / (requests_per_second * threads)))
-                           : Clock::duration::zero();
-    workers.push_back(std::make_unique<Worker>(
-        plan, endpoint, Schedule(plan.start + phase, plan.end, requests_per_second), request,
-        body_offset));
+    workers.push_back(std::make_unique<Worker>(plan, endpoint, ThreadSchedule(options, plan, t),
+                                               request, body_offset));
   }
   std::vector<std::thread> running;
   for (int t = 0; t < threads; ++t) {

@@ -3,6 +3,7 @@
 #ifndef HOOKRELAY_TOOLS_BENCH_LOAD_PLAN_H_
 #define HOOKRELAY_TOOLS_BENCH_LOAD_PLAN_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -93,6 +94,23 @@ class Schedule {
   const bool open_loop_;
   Clock::duration interval_{};
 };
+
+// The number of event-loop threads for `options`, and thread `t`'s schedule: in open loop each
+// thread takes an equal share of the rate, its slots offset so that together they send evenly.
+inline int LoadThreads(const LoadOptions& options) {
+  return std::max(1, std::min(options.threads, options.connections));
+}
+
+inline Schedule ThreadSchedule(const LoadOptions& options, const RunPlan& plan, int t) {
+  const int threads = LoadThreads(options);
+  const double requests_per_second =
+      options.rate / options.events_per_request / static_cast<double>(threads);
+  const auto phase = requests_per_second > 0
+                         ? std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(t / (requests_per_second * threads)))
+                         : Clock::duration::zero();
+  return Schedule(plan.start + phase, plan.end, requests_per_second);
+}
 
 }  // namespace hookrelay::bench
 
