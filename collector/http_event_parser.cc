@@ -123,12 +123,10 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
   ItemReader r(raw);
   raw->type = endpoint_type;
   std::optional<dom::object> properties, traits, context, integrations;
-  bool type_seen = false;
   for (dom::key_value_pair field : item) {
     const std::string_view k = field.key;
     const dom::element v = field.value;
     if (k == "type") {
-      type_seen = true;
       if (endpoint_type != hookrelay::v1::EVENT_TYPE_UNSPECIFIED) continue;
       if (!v.is_string()) {
         r.Fail("type", "type must be a string");
@@ -171,7 +169,6 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
     // Other keys (writeKey, channel, version, client-set receivedAt...) are not part of the
     // normalised event.
   }
-  (void)type_seen;
   if (!raw->sent_at.has_value()) raw->sent_at = defaults.sent_at;
 
   if (properties) common::AppendJsonObject(&raw->properties, *properties);

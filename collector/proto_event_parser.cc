@@ -76,7 +76,7 @@ RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
   if (raw.type == hookrelay::v1::DELETE) {
     raw.type = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
     raw.unknown_type = "delete";
-  } else if (hookrelay::v1::EventType_IsValid(e.type()) == false) {
+  } else if (!hookrelay::v1::EventType_IsValid(e.type())) {
     raw.type = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
     raw.unknown_type = absl::StrCat(static_cast<int>(e.type()));
   }

@@ -11,7 +11,8 @@
 namespace hookrelay::collector {
 
 // Converts `event`. Problems (an ingest-forbidden type, an out-of-range timestamp) are recorded
-// in RawEvent::parse_error; json_bytes is the size of the event rendered as compact JSON.
+// in RawEvent::parse_error; json_bytes is the size the event has as compact JSON, computed from
+// its fields (string escapes are not counted).
 RawEvent RawEventFromProto(const hookrelay::v1::Event& event);
 
 // Appends a google.protobuf.Struct as a compact JSON object (numbers that are integral print as
