@@ -179,7 +179,14 @@ func (c *Client) loop() {
 	for {
 		select {
 		case <-c.wake:
-			c.drain(nil, &ids)
+			// A wake can be stale: an earlier drain may already have taken the
+			// messages that raised it. Only Size waiting messages make a send.
+			c.mu.Lock()
+			ready := c.q.len() >= c.cfg.size
+			c.mu.Unlock()
+			if ready {
+				c.drain(nil, &ids)
+			}
 		case <-ticker.C:
 			c.drain(nil, &ids)
 		case w := <-c.flushReq:
