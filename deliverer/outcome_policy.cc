@@ -25,6 +25,7 @@ UrlClass Classify(const UrlResult& r) {
     case TransportError::kNone:
       break;
     case TransportError::kTlsVerification:
+    case TransportError::kForbiddenAddress:
       return UrlClass::kPermanent;
     case TransportError::kTimeout:
     case TransportError::kConnect:
@@ -66,6 +67,9 @@ void AppendDescription(std::string* out, const UrlResult& r) {
       return;
     case TransportError::kTlsVerification:
       absl::StrAppend(out, "TLS verification failure from ", ToAbsl(host));
+      return;
+    case TransportError::kForbiddenAddress:
+      absl::StrAppend(out, "private network address refused for ", ToAbsl(host));
       return;
     case TransportError::kOther:
       absl::StrAppend(out, "transport error from ", ToAbsl(host));

@@ -16,7 +16,8 @@
 //  - every URL failed permanently → DEAD at once, the reason naming each URL's failure.
 // Retryable: 5xx, 429, a timeout, a connection error, any other transport error, and statuses
 // outside 2xx/4xx/5xx (1xx, 3xx: redirects are not followed, and the window bounds the cost).
-// Permanent: 4xx other than 429, and a TLS verification failure (no request was sent).
+// Permanent: 4xx other than 429, a TLS verification failure and a forbidden (private) address
+// (no request was sent in either case).
 //
 // Reasons name URLs by host[:port] only: paths and queries often carry tokens, and user info is
 // a credential; they go to logs and to dead letters.
@@ -44,6 +45,8 @@ enum class TransportError {
   kTimeout,          // no complete answer within the destination's timeout
   kConnect,          // DNS failure, connection refused or reset
   kTlsVerification,  // the receiver's certificate could not be verified; nothing was sent
+  kForbiddenAddress,  // the receiver resolved to a loopback/private/link-local/metadata address
+                      // and private networks are not allowed; nothing was sent
   kOther,            // anything else (malformed response, ...)
 };
 

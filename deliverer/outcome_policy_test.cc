@@ -251,6 +251,14 @@ TEST_F(OutcomePolicyTest, TlsFailureEverywhereIsDead) {
             "TLS verification failure from b.example");
 }
 
+// A receiver refused for its private address is permanent: retrying cannot help.
+TEST_F(OutcomePolicyTest, ForbiddenAddressIsDead) {
+  const Decision d = First({Failed("http://10.0.0.7/hook", TransportError::kForbiddenAddress)});
+  EXPECT_EQ(d.kind, DecisionKind::kDead);
+  EXPECT_EQ(d.reason,
+            "every URL failed permanently: private network address refused for 10.0.0.7");
+}
+
 // Timeouts, connection errors and other transport errors are retried.
 TEST_F(OutcomePolicyTest, TransportErrorsRetry) {
   Decision d = First({Failed("https://a.example/hook", TransportError::kTimeout)});
