@@ -14,10 +14,15 @@
 ABSL_FLAG(std::string, config, "", "YAML file with sources and destinations; reloaded on SIGHUP");
 ABSL_FLAG(std::string, data_dir, "./data", "embedded job store directory");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",
-          "gRPC address (Ingest, Subscribe, health, reflection); port 0 picks a free port");
+          "gRPC address (Ingest, Subscribe, Admin, health, reflection); port 0 picks a free port");
 ABSL_FLAG(std::string, http_address, "0.0.0.0:8080", "HTTP tracking API address (/v1/*)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464", "Prometheus /metrics address");
 ABSL_FLAG(int, http_threads, 2, "HTTP I/O threads");
+ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
+          "how long a deliverer holds a job before it is handed out again");
+ABSL_FLAG(std::string, admin_token, "",
+          "when set, Admin calls must carry 'authorization: Bearer <token>' (also read from "
+          "$HOOKRELAY_ADMIN_TOKEN)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("hookrelay collector: durable event ingest and delivery jobs");
@@ -39,6 +44,18 @@ int main(int argc, char** argv) {
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.http_threads = absl::GetFlag(FLAGS_http_threads);
+  options.lease_duration = absl::GetFlag(FLAGS_lease_duration);
+  options.admin_token = absl::GetFlag(FLAGS_admin_token);
+  if (options.admin_token.empty()) {
+    if (const char* token = std::getenv("HOOKRELAY_ADMIN_TOKEN"); token != nullptr) {
+      options.admin_token = token;
+    }
+  }
+  if (options.lease_duration < absl::Seconds(1)) {
+    hookrelay::common::LogError("--lease_duration must be at least 1s",
+                                {{"lease_duration", absl::FormatDuration(options.lease_duration)}});
+    return 2;
+  }
 
   hookrelay::collector::Server server(options);
   if (absl::Status s = server.Start(); !s.ok()) {

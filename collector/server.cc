@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/collector_service.h"
+#include "collector/dispatcher.h"
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
@@ -77,6 +78,7 @@ struct Server::Impl {
   std::unique_ptr<RoutingHolder> routing;
   std::unique_ptr<RocksDbJobStore> store;
   std::unique_ptr<Ingestor> ingestor;
+  std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<CollectorService> service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpServer> http_server;
@@ -127,9 +129,16 @@ absl::Status Server::Start() {
                                        {"scheduled", counts.scheduled},
                                        {"dead", counts.dead}});
 
-  s.ingestor = std::make_unique<Ingestor>(Ingestor::Options{}, *s.routing, *s.store,
+  Dispatcher::Options dispatcher_options;
+  dispatcher_options.lease_duration = s.options.lease_duration;
+  s.dispatcher = std::make_unique<Dispatcher>(dispatcher_options, *s.store, *s.routing,
+                                              *s.options.clock, s.registry.get());
+  s.dispatcher->Start();
+  Ingestor::Options ingestor_options;
+  ingestor_options.on_stored = [d = s.dispatcher.get()] { d->Notify(); };
+  s.ingestor = std::make_unique<Ingestor>(ingestor_options, *s.routing, *s.store,
                                           *s.options.clock, s.metrics.get());
-  s.service = std::make_unique<CollectorService>(*s.ingestor, s.metrics.get());
+  s.service = std::make_unique<CollectorService>(*s.ingestor, *s.dispatcher, s.metrics.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -187,11 +196,14 @@ void Server::Shutdown() {
     s.ingestor->BeginShutdown();
     s.ingestor->WaitIdle();
   }
+  // Deliverers get up to 5 s to report the jobs they hold, then their streams end.
+  if (s.dispatcher) s.dispatcher->Shutdown();
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (s.http_server) s.http_server->Shutdown();
   s.http_server.reset();
   s.grpc_server.reset();
   s.service.reset();
+  s.dispatcher.reset();
   s.job_counts.reset();
   // The store first: closing it joins its threads, which may still be returning from an Ingestor
   // callback; only then is the Ingestor unused.
@@ -200,6 +212,8 @@ void Server::Shutdown() {
   s.exposer.reset();
   common::LogInfo("collector stopped", {});
 }
+
+JobStore* Server::job_store() { return impl_->store.get(); }
 
 int Server::grpc_port() const { return impl_->grpc_port; }
 int Server::http_port() const { return impl_->http_server ? impl_->http_server->port() : 0; }

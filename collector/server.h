@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collector/job_store.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {
@@ -23,6 +24,10 @@ class Server {
     std::string metrics_address = "0.0.0.0:9464";
     int http_threads = 2;
     absl::Duration dedup_window = absl::Hours(24);
+    // How long a deliverer holds a job before it is handed out again (Dispatcher::Options).
+    absl::Duration lease_duration = absl::Seconds(90);
+    // When non-empty, Admin calls must carry `authorization: Bearer <admin_token>`.
+    std::string admin_token;
     // Not owned; must outlive the server. Defaults to the real clock.
     common::Clock* clock = nullptr;
   };
@@ -40,6 +45,9 @@ class Server {
   absl::Status Reload();
   // Graceful: health NOT_SERVING, stop accepting, answer in-flight requests, close the store.
   void Shutdown();
+
+  // The job store (after Start, until Shutdown): for tests and tools in the same process.
+  JobStore* job_store();
 
   int grpc_port() const;
   int http_port() const;

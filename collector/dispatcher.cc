@@ -1,0 +1,420 @@
+#include "collector/dispatcher.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace hookrelay::collector {
+
+using hookrelay::v1::Outcome;
+using hookrelay::v1::SubscribeRequest;
+using hookrelay::v1::SubscribeResponse;
+
+// One Subscribe call. gRPC holds a raw pointer until OnDone; the dispatcher's registry holds a
+// shared_ptr, so a dispatch round that picked the stream keeps it alive past OnDone. Invariant:
+// Finish is called only while no write is reserved or in flight, and nothing is written after
+// it, so the dispatcher never writes to a finished call.
+class Dispatcher::Stream final
+    : public grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse> {
+ public:
+  Stream(Dispatcher& dispatcher, grpc::CallbackServerContext* context)
+      : dispatcher_(dispatcher), peer_(context->peer()) {}
+
+  // The registry's reference; set once before registration, read under the dispatcher's mu_,
+  // dropped in OnDone after unregistration.
+  void SetSelf(std::shared_ptr<Stream> self) { self_ = std::move(self); }
+  std::shared_ptr<Stream> self_ptr() const { return self_; }
+  void StartReading() { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The deliverer half-closed or the call broke: end our side once writes are done.
+      RequestFinish(grpc::Status::OK);
+      return;
+    }
+    if (absl::Status st = HandleRequest(); !st.ok()) {
+      RequestFinish(grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message())));
+      return;
+    }
+    dispatcher_.Notify();
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+    }
+    if (!ok) {
+      RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    MaybeFinish();
+    dispatcher_.Notify();
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      common::LogInfo("deliverer disconnected",
+                      {{"deliverer", deliverer_id_}, {"peer", peer_}, {"unsettled", held_}});
+    }
+    dispatcher_.Unregister(this);
+    std::shared_ptr<Stream> self = std::move(self_);
+    // `self` may be the last reference: nothing may touch members after this scope.
+  }
+
+  // Dispatcher thread: reserves the write slot when the stream can take jobs now. Returns how
+  // many jobs it may be sent (0: none, nothing reserved).
+  size_t Reserve(size_t max_batch) {
+    absl::MutexLock lock(&mu_);
+    if (!hello_ || finish_requested_ || writing_ || credits_ <= 0) return 0;
+    writing_ = true;
+    response_.clear_deliveries();
+    return static_cast<size_t>(std::min<int64_t>(credits_, static_cast<int64_t>(max_batch)));
+  }
+  // The reserved response, to fill between Reserve and Send.
+  SubscribeResponse& response() { return response_; }
+  // Sends the reserved response (or releases the slot when it is empty).
+  void Send() {
+    const int64_t n = response_.deliveries_size();
+    {
+      absl::MutexLock lock(&mu_);
+      if (n == 0) {
+        writing_ = false;
+      } else {
+        credits_ -= n;
+        held_ += n;
+      }
+    }
+    if (n == 0) {
+      MaybeFinish();
+      return;
+    }
+    StartWrite(&response_);
+  }
+
+  // Jobs sent and not yet settled.
+  int64_t held() const {
+    absl::MutexLock lock(&mu_);
+    return held_;
+  }
+
+  void RequestFinish(grpc::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finish_requested_) {
+        finish_requested_ = true;
+        finish_status_ = std::move(status);
+      }
+    }
+    MaybeFinish();
+  }
+
+ private:
+  absl::Status HandleRequest() {
+    switch (request_.kind_case()) {
+      case SubscribeRequest::kHello: {
+        absl::MutexLock lock(&mu_);
+        if (hello_) return absl::InvalidArgumentError("hello sent twice on one stream");
+        hello_ = true;
+        deliverer_id_ = request_.hello().deliverer_id();
+        AddCreditsLocked(request_.hello().credits());
+        common::LogInfo("deliverer connected", {{"deliverer", deliverer_id_},
+                                                {"peer", peer_},
+                                                {"credits", credits_}});
+        return absl::OkStatus();
+      }
+      case SubscribeRequest::kCredit: {
+        absl::MutexLock lock(&mu_);
+        if (!hello_) return absl::FailedPreconditionError("the first message must be a hello");
+        if (request_.credit().drain()) {
+          draining_ = true;
+          credits_ = 0;
+          common::LogInfo("deliverer draining", {{"deliverer", deliverer_id_}, {"held", held_}});
+          return absl::OkStatus();
+        }
+        AddCreditsLocked(request_.credit().credits());
+        return absl::OkStatus();
+      }
+      case SubscribeRequest::kOutcomes: {
+        std::string deliverer_id;
+        {
+          absl::MutexLock lock(&mu_);
+          if (!hello_) return absl::FailedPreconditionError("the first message must be a hello");
+          deliverer_id = deliverer_id_;
+        }
+        const auto& outcomes = request_.outcomes().outcomes();
+        for (const Outcome& outcome : outcomes) dispatcher_.ApplyOutcome(outcome, deliverer_id);
+        absl::MutexLock lock(&mu_);
+        const int64_t n = std::min<int64_t>(outcomes.size(), held_);
+        held_ -= n;
+        if (!draining_) credits_ += n;
+        return absl::OkStatus();
+      }
+      case SubscribeRequest::KIND_NOT_SET:
+        break;
+    }
+    return absl::InvalidArgumentError("empty SubscribeRequest: set hello, credit or outcomes");
+  }
+
+  void AddCreditsLocked(uint32_t credits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (draining_) return;
+    const int64_t cap = static_cast<int64_t>(dispatcher_.options_.max_credits);
+    credits_ = std::min<int64_t>(credits_ + credits, std::max<int64_t>(0, cap - held_));
+  }
+
+  void MaybeFinish() {
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finish_requested_ || writing_ || finish_called_) return;
+      finish_called_ = true;
+      status = finish_status_;
+    }
+    Finish(status);
+  }
+
+  Dispatcher& dispatcher_;
+  const std::string peer_;
+  std::shared_ptr<Stream> self_;  // dropped in OnDone
+  SubscribeRequest request_;      // read path only (reads are sequential)
+
+  mutable absl::Mutex mu_;
+  bool hello_ ABSL_GUARDED_BY(mu_) = false;
+  std::string deliverer_id_ ABSL_GUARDED_BY(mu_);
+  int64_t credits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // A write is reserved by the dispatcher or in flight; response_ belongs to it.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  SubscribeResponse response_;
+};
+
+Dispatcher::Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
+                       const common::Clock& clock, prometheus::Registry* registry)
+    : options_(options), store_(store), routing_(routing), clock_(clock) {
+  if (registry != nullptr) {
+    auto& outcomes = prometheus::BuildCounter()
+                         .Name("hookrelay_dispatch_outcomes_total")
+                         .Help("Outcomes received from deliverers, by outcome (stale: the lease "
+                               "had expired, ignored).")
+                         .Register(*registry);
+    metrics_.delivered = &outcomes.Add({{"outcome", "delivered"}});
+    metrics_.retried = &outcomes.Add({{"outcome", "retry"}});
+    metrics_.dead = &outcomes.Add({{"outcome", "dead"}});
+    metrics_.stale = &outcomes.Add({{"outcome", "stale"}});
+    metrics_.sent = &prometheus::BuildCounter()
+                         .Name("hookrelay_dispatch_jobs_sent_total")
+                         .Help("Jobs leased and sent to deliverers.")
+                         .Register(*registry)
+                         .Add({});
+    metrics_.undeliverable =
+        &prometheus::BuildCounter()
+             .Name("hookrelay_dispatch_undeliverable_total")
+             .Help("Jobs dead-lettered at dispatch: their destination was removed or disabled.")
+             .Register(*registry)
+             .Add({});
+    metrics_.streams = &prometheus::BuildGauge()
+                            .Name("hookrelay_dispatch_streams")
+                            .Help("Deliverer streams connected.")
+                            .Register(*registry)
+                            .Add({});
+  }
+}
+
+Dispatcher::~Dispatcher() { Shutdown(); }
+
+void Dispatcher::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Dispatcher::Notify() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
+grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse>* Dispatcher::NewStream(
+    grpc::CallbackServerContext* context) {
+  auto owned = std::make_shared<Stream>(*this, context);
+  Stream* stream = owned.get();
+  stream->SetSelf(std::move(owned));  // the reactor owns itself until OnDone
+  bool refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = stopping_;
+    if (!refused) streams_.insert(stream);
+  }
+  if (refused) {
+    stream->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
+    return stream;
+  }
+  if (metrics_.streams) metrics_.streams->Increment();
+  stream->StartReading();
+  return stream;
+}
+
+void Dispatcher::Unregister(Stream* stream) {
+  bool erased;
+  {
+    absl::MutexLock lock(&mu_);
+    erased = streams_.erase(stream) > 0;
+    wake_ = true;
+  }
+  if (erased && metrics_.streams) metrics_.streams->Decrement();
+}
+
+bool Dispatcher::WakeOrStopping() const { return wake_ || stopping_; }
+
+int Dispatcher::stream_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(streams_.size());
+}
+
+void Dispatcher::Run() {
+  size_t next = 0;  // round-robin start
+  while (true) {
+    std::vector<std::shared_ptr<Stream>> streams;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &Dispatcher::WakeOrStopping),
+                           options_.poll_interval);
+      wake_ = false;
+      if (stopping_) return;
+      streams.reserve(streams_.size());
+      for (Stream* s : streams_) streams.push_back(s->self_ptr());
+    }
+    if (streams.empty()) continue;
+    // Keep filling while some stream takes a full batch (a backlog), one batch per stream per
+    // pass so that streams share the backlog.
+    bool more = true;
+    while (more) {
+      more = false;
+      for (size_t i = 0; i < streams.size(); ++i) {
+        Stream& s = *streams[(next + i) % streams.size()];
+        if (FillStream(s) == options_.max_batch) more = true;
+      }
+      next = (next + 1) % streams.size();
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+  }
+}
+
+size_t Dispatcher::FillStream(Stream& stream) {
+  const size_t want = stream.Reserve(options_.max_batch);
+  if (want == 0) return 0;
+  absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(want, options_.lease_duration);
+  if (!leased.ok()) {
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+    common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
+                           {{"error", leased.status().ToString()}});
+    stream.Send();  // releases the slot
+    return 0;
+  }
+  const std::shared_ptr<const Routing> routing = routing_.Get();
+  SubscribeResponse& response = stream.response();
+  for (LeasedJob& lj : *leased) {
+    const hookrelay::v1::Destination* destination =
+        routing->FindDestination(lj.job.destination_id());
+    if (destination == nullptr || !destination->enabled()) {
+      hookrelay::v1::Attempt attempt;
+      attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+      const std::string reason =
+          destination == nullptr
+              ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
+              : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
+      if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
+        common::LogWarning("dead-lettering an undeliverable job failed",
+                           {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+      }
+      if (metrics_.undeliverable) metrics_.undeliverable->Increment();
+      continue;
+    }
+    hookrelay::v1::Delivery* delivery = response.add_deliveries();
+    *delivery->mutable_job() = std::move(lj.job);
+    delivery->set_lease(lj.lease);
+    *delivery->mutable_destination() = *destination;
+  }
+  const size_t sent = static_cast<size_t>(response.deliveries_size());
+  if (metrics_.sent && sent > 0) metrics_.sent->Increment(static_cast<double>(sent));
+  stream.Send();
+  // Report a full batch when the lease was full, even if some jobs were buried, so the caller
+  // keeps draining a backlog.
+  return leased->size() == want && want == options_.max_batch ? options_.max_batch : sent;
+}
+
+void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer_id) {
+  absl::Status st;
+  prometheus::Counter* counter = nullptr;
+  switch (outcome.kind()) {
+    case Outcome::DELIVERED:
+      st = store_.Complete(outcome.job_id(), outcome.lease());
+      counter = metrics_.delivered;
+      break;
+    case Outcome::RETRY: {
+      const absl::Time not_before = absl::FromUnixSeconds(outcome.not_before().seconds()) +
+                                    absl::Nanoseconds(outcome.not_before().nanos());
+      st = store_.Retry(outcome.job_id(), outcome.lease(), not_before, outcome.attempt());
+      counter = metrics_.retried;
+      break;
+    }
+    case Outcome::DEAD:
+      st = store_.Bury(outcome.job_id(), outcome.lease(), outcome.reason(), outcome.attempt());
+      counter = metrics_.dead;
+      break;
+    default:
+      st = absl::InvalidArgumentError(absl::StrCat("outcome kind ", outcome.kind()));
+      break;
+  }
+  if (st.ok()) {
+    if (counter) counter->Increment();
+    return;
+  }
+  if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
+    // The lease expired (the deliverer was too slow, or the collector restarted): the job was or
+    // will be handed out again; this late outcome is dropped.
+    if (metrics_.stale) metrics_.stale->Increment();
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+    common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                           "outcome for an expired lease ignored",
+                           {{"deliverer", deliverer_id},
+                            {"job_id", outcome.job_id()},
+                            {"error", st.message()}});
+    return;
+  }
+  common::LogError("applying an outcome failed", {{"deliverer", deliverer_id},
+                                                  {"job_id", outcome.job_id()},
+                                                  {"error", st.ToString()}});
+}
+
+void Dispatcher::Shutdown() {
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+    for (Stream* s : streams_) streams.push_back(s->self_ptr());
+  }
+  if (thread_.joinable()) thread_.join();
+  // Let outcomes of jobs already sent arrive (reads continue; nothing new is sent).
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
+  for (const auto& s : streams) {
+    while (s->held() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (const auto& s : streams) {
+    s->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
+  }
+}
+
+}  // namespace hookrelay::collector

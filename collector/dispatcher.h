@@ -1,0 +1,120 @@
+// The collector side of Collector.Subscribe: hands leased jobs to connected deliverers and
+// applies the outcomes they send back.
+//
+// Protocol (proto/hookrelay/v1/collector.proto): the deliverer opens the stream with a Hello
+// granting credits; the dispatcher sends Delivery batches (each job leased for
+// Options::lease_duration, with its destination's current settings attached) while the stream
+// has credits; every Outcome returns one credit, a Credit message grants more. Outcomes update
+// the store: DELIVERED → Complete, RETRY → Retry(not_before), DEAD → Bury(reason). An outcome
+// whose lease is no longer current (it expired and the job went to someone else) is ignored.
+//
+// A job whose destination was removed or disabled since it was queued is dead-lettered here
+// ("destination ... disabled"), never delivered: replay brings it back once the destination is
+// enabled again.
+//
+// One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs), by
+// credits and outcomes, and every Options::poll_interval (due retries, expired leases).
+//
+// Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
+// sent, then ends every stream with UNAVAILABLE. Jobs still unsettled then simply return to
+// the ready set when the store reopens (leases are not durable).
+#ifndef HOOKRELAY_COLLECTOR_DISPATCHER_H_
+#define HOOKRELAY_COLLECTOR_DISPATCHER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "collector/job_store.h"
+#include "collector/routing.h"
+#include "common/clock.h"
+#include "hookrelay/v1/collector.pb.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
+namespace hookrelay::collector {
+
+class Dispatcher {
+ public:
+  struct Options {
+    // How long a deliverer holds a job before it goes back to the ready set. Must exceed the
+    // longest attempt (destination timeout, 60 s at most) plus queueing in the deliverer.
+    absl::Duration lease_duration = absl::Seconds(90);
+    // Jobs per SubscribeResponse at most.
+    size_t max_batch = 256;
+    // Credits one stream may hold at most, whatever it asks for.
+    uint32_t max_credits = 20000;
+    // Idle re-check of the store (due retries, expired leases).
+    absl::Duration poll_interval = absl::Milliseconds(20);
+    // Shutdown waits this long for outcomes of jobs already sent.
+    absl::Duration drain_timeout = absl::Seconds(5);
+  };
+
+  // References must outlive the dispatcher. `registry` may be null.
+  Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
+             const common::Clock& clock, prometheus::Registry* registry);
+  ~Dispatcher();
+
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Starts the dispatch thread.
+  void Start();
+  // New jobs may be ready: wake the dispatch thread. Cheap; any thread.
+  void Notify();
+  // The reactor for a new Subscribe call (gRPC owns it; it deletes itself when done).
+  grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
+  NewStream(grpc::CallbackServerContext* context);
+  // Drains and ends every stream, then joins the thread. New streams are refused from then on.
+  // Idempotent.
+  void Shutdown();
+
+  // Streams currently open.
+  int stream_count() const;
+
+ private:
+  class Stream;
+  struct Metrics {
+    prometheus::Counter* sent = nullptr;
+    prometheus::Counter* delivered = nullptr;
+    prometheus::Counter* retried = nullptr;
+    prometheus::Counter* dead = nullptr;
+    prometheus::Counter* stale = nullptr;
+    prometheus::Counter* undeliverable = nullptr;
+    prometheus::Gauge* streams = nullptr;
+  };
+
+  void Run();
+  // Leases and sends one batch to `stream` if it can take one. Returns how many jobs were sent.
+  size_t FillStream(Stream& stream);
+  void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  void Unregister(Stream* stream);
+  bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  JobStore& store_;
+  const RoutingHolder& routing_;
+  const common::Clock& clock_;
+  Metrics metrics_;
+
+  mutable absl::Mutex mu_;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_DISPATCHER_H_

@@ -1,0 +1,578 @@
+#include "deliverer/deliverer.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "common/time_format.h"
+#include "deliverer/renderer.h"
+#include "deliverer/signer.h"
+#include "hookrelay/v1/collector.grpc.pb.h"
+
+namespace hookrelay::deliverer {
+
+using hookrelay::v1::Delivery;
+using hookrelay::v1::Outcome;
+using hookrelay::v1::SubscribeRequest;
+using hookrelay::v1::SubscribeResponse;
+
+namespace {
+
+constexpr char kIdempotencyHeader[] = "Idempotency-Key";
+
+std::string DefaultDelivererId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat(host[0] != '\0' ? host : "deliverer", "-", getpid());
+}
+
+const char* TransportErrorName(TransportError e) {
+  switch (e) {
+    case TransportError::kNone:
+      return "";
+    case TransportError::kTimeout:
+      return "timeout";
+    case TransportError::kConnect:
+      return "connection error";
+    case TransportError::kTlsVerification:
+      return "TLS verification failure";
+    case TransportError::kForbiddenAddress:
+      return "private network address refused";
+    case TransportError::kOther:
+      return "transport error";
+  }
+  return "transport error";
+}
+
+Outcome::Kind ToOutcomeKind(DecisionKind kind) {
+  switch (kind) {
+    case DecisionKind::kDelivered:
+      return Outcome::DELIVERED;
+    case DecisionKind::kRetry:
+      return Outcome::RETRY;
+    case DecisionKind::kDead:
+      return Outcome::DEAD;
+  }
+  return Outcome::DEAD;
+}
+
+absl::BitGen& ThreadBitGen() {
+  thread_local absl::BitGen gen;
+  return gen;
+}
+
+}  // namespace
+
+// One job between its arrival and its outcome.
+struct Deliverer::JobState {
+  Delivery delivery;
+  std::shared_ptr<Call> call;
+  hookrelay::v1::DeliveryOptions options;  // effective
+  absl::Time started;
+  std::vector<UrlResult> results;
+  std::vector<std::string> details;  // error_detail per URL
+  std::atomic<size_t> remaining{0};
+};
+
+// One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
+// find it even after the stream ended; they are then dropped. A hold keeps the call open until
+// both directions are finished, so no write can start after OnDone.
+class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, SubscribeResponse>,
+                              public std::enable_shared_from_this<Call> {
+ public:
+  Call(Deliverer& deliverer, std::string collector)
+      : deliverer_(deliverer), collector_(std::move(collector)) {}
+
+  void Start(hookrelay::v1::Collector::Stub& stub, const std::string& deliverer_id,
+             uint32_t credits) {
+    self_ = shared_from_this();
+    stub.async()->Subscribe(&context_, this);
+    AddHold();
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = true;
+    }
+    write_.mutable_hello()->set_deliverer_id(deliverer_id);
+    write_.mutable_hello()->set_credits(credits);
+    StartWrite(&write_);
+    StartRead(&read_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Break();
+      return;
+    }
+    received_any_.store(true, std::memory_order_relaxed);
+    const int n = read_.deliveries_size();
+    {
+      absl::MutexLock lock(&mu_);
+      held_ += n;
+    }
+    for (Delivery& d : *read_.mutable_deliveries()) {
+      deliverer_.Handle(std::move(d), shared_from_this());
+    }
+    read_.Clear();
+    StartRead(&read_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;
+    }
+    Pump();
+  }
+
+  void OnWritesDoneDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+    }
+    Pump();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      status_ = status;
+      broken_ = true;
+    }
+    std::shared_ptr<Call> self = std::move(self_);
+    done_.Notify();
+    // `self` may be the last reference: nothing touches members after this point.
+  }
+
+  // A job's outcome, from any thread. Dropped when the stream is gone.
+  void AddOutcome(Outcome outcome) {
+    {
+      absl::MutexLock lock(&mu_);
+      --held_;
+      if (broken_) return;
+      *pending_.add_outcomes() = std::move(outcome);
+    }
+    Pump();
+  }
+
+  // Shutdown, step 1: ask the collector to stop sending.
+  void RequestDrain() {
+    {
+      absl::MutexLock lock(&mu_);
+      drain_requested_ = true;
+    }
+    Pump();
+  }
+  // Step 2: half-close once every held job is reported (or at once with `now`).
+  void RequestClose(bool now) {
+    {
+      absl::MutexLock lock(&mu_);
+      close_requested_ = true;
+      close_now_ = now;
+    }
+    Pump();
+  }
+  int64_t held() const {
+    absl::MutexLock lock(&mu_);
+    return held_;
+  }
+  bool WaitDone(absl::Duration timeout) { return done_.WaitForNotificationWithTimeout(timeout); }
+  void Cancel() { context_.TryCancel(); }
+  bool received_any() const { return received_any_.load(std::memory_order_relaxed); }
+  grpc::Status status() const {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  const std::string& collector() const { return collector_; }
+
+ private:
+  // The read side ended.
+  void Break() {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+    }
+    Pump();
+  }
+
+  // Starts the next write if none is in flight; removes the hold once nothing more will be
+  // written.
+  void Pump() {
+    enum class Op { kNone, kWrite, kWritesDone, kRemoveHold } op = Op::kNone;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || hold_removed_) return;
+      if (broken_) {
+        hold_removed_ = true;
+        op = Op::kRemoveHold;
+      } else if (writes_done_sent_) {
+        // Half-closed: the collector ends the stream, which fails the read (broken_).
+      } else if (pending_.outcomes_size() > 0) {
+        write_.Clear();
+        write_.mutable_outcomes()->Swap(&pending_);
+        writing_ = true;
+        op = Op::kWrite;
+      } else if (drain_requested_ && !drain_sent_) {
+        write_.Clear();
+        write_.mutable_credit()->set_drain(true);
+        drain_sent_ = true;
+        writing_ = true;
+        op = Op::kWrite;
+      } else if (close_requested_ && (held_ <= 0 || close_now_)) {
+        writes_done_sent_ = true;
+        writing_ = true;
+        op = Op::kWritesDone;
+      }
+    }
+    switch (op) {
+      case Op::kNone:
+        break;
+      case Op::kWrite:
+        StartWrite(&write_);
+        break;
+      case Op::kWritesDone:
+        StartWritesDone();
+        break;
+      case Op::kRemoveHold:
+        RemoveHold();
+        break;
+    }
+  }
+
+  Deliverer& deliverer_;
+  const std::string collector_;
+  grpc::ClientContext context_;
+  SubscribeResponse read_;  // read path only
+  SubscribeRequest write_;  // owned by the write in flight
+  std::shared_ptr<Call> self_;
+  std::atomic<bool> received_any_{false};
+  absl::Notification done_;
+
+  mutable absl::Mutex mu_;
+  hookrelay::v1::OutcomeBatch pending_ ABSL_GUARDED_BY(mu_);
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool drain_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool drain_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_done_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One collector: a thread that keeps a Call open, reconnecting with backoff.
+class Deliverer::Link {
+ public:
+  Link(Deliverer& deliverer, std::string address)
+      : deliverer_(deliverer), address_(std::move(address)) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 * 1024 * 1024);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+    stub_ = hookrelay::v1::Collector::NewStub(channel_);
+  }
+
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+
+  // Drain step 1.
+  void BeginStop() {
+    std::shared_ptr<Call> call;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      call = call_;
+    }
+    if (call) call->RequestDrain();
+  }
+  // Jobs the current call still holds.
+  int64_t held() const {
+    absl::MutexLock lock(&mu_);
+    return call_ ? call_->held() : 0;
+  }
+  // Drain step 2, then join.
+  void Stop(bool now) {
+    std::shared_ptr<Call> call;
+    {
+      absl::MutexLock lock(&mu_);
+      call = call_;
+    }
+    if (call) {
+      call->RequestClose(now);
+      if (!call->WaitDone(absl::Seconds(3))) {
+        call->Cancel();
+        call->WaitDone(absl::Seconds(3));
+      }
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  bool connected() const {
+    absl::MutexLock lock(&mu_);
+    return connected_;
+  }
+
+ private:
+  void Run() {
+    absl::Duration backoff = deliverer_.options_.reconnect_initial_backoff;
+    while (true) {
+      auto call = std::make_shared<Call>(deliverer_, address_);
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        call_ = call;
+        connected_ = true;
+      }
+      call->Start(*stub_, deliverer_.options_.deliverer_id.empty()
+                              ? DefaultDelivererId()
+                              : deliverer_.options_.deliverer_id,
+                  deliverer_.options_.credits);
+      // Wait for the call to end; a stop request is handled by Stop() on the caller's thread.
+      call->WaitDone(absl::InfiniteDuration());
+      const grpc::Status status = call->status();
+      {
+        absl::MutexLock lock(&mu_);
+        connected_ = false;
+        if (stopping_) return;
+      }
+      if (call->received_any()) backoff = deliverer_.options_.reconnect_initial_backoff;
+      const absl::Duration wait =
+          backoff * absl::Uniform(ThreadBitGen(), 0.5, 1.0);
+      common::LogWarning("collector stream ended; reconnecting",
+                         {{"collector", address_},
+                          {"code", static_cast<int>(status.error_code())},
+                          {"error", status.error_message()},
+                          {"retry_in", absl::FormatDuration(wait)}});
+      backoff = std::min(backoff * 2, deliverer_.options_.reconnect_max_backoff);
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+      if (stopping_) return;
+    }
+  }
+
+  Deliverer& deliverer_;
+  const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<hookrelay::v1::Collector::Stub> stub_;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<Call> call_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+Deliverer::Deliverer(Options options, HttpSender& sender, const common::Clock& clock,
+                     DeliveryMetrics* metrics)
+    : options_(std::move(options)), sender_(sender), clock_(clock), metrics_(metrics) {}
+
+Deliverer::~Deliverer() { Shutdown(); }
+
+absl::Status Deliverer::Start() {
+  if (options_.collectors.empty()) {
+    return absl::InvalidArgumentError("--collector: at least one collector address is needed");
+  }
+  for (const std::string& address : options_.collectors) {
+    if (address.empty()) {
+      return absl::InvalidArgumentError("--collector: empty address in the list");
+    }
+  }
+  started_ = true;
+  for (const std::string& address : options_.collectors) {
+    links_.push_back(std::make_unique<Link>(*this, address));
+  }
+  for (auto& link : links_) link->Start();
+  return absl::OkStatus();
+}
+
+void Deliverer::Shutdown() {
+  if (shut_down_ || !started_) return;
+  shut_down_ = true;
+  for (auto& link : links_) link->BeginStop();
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
+  while (absl::Now() < deadline) {
+    int64_t held = 0;
+    for (auto& link : links_) held += link->held();
+    if (held <= 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (auto& link : links_) link->Stop(/*now=*/absl::Now() >= deadline);
+}
+
+int Deliverer::connected_streams() const {
+  int n = 0;
+  for (const auto& link : links_) n += link->connected() ? 1 : 0;
+  return n;
+}
+
+int64_t Deliverer::jobs_in_flight() const {
+  int64_t n = 0;
+  for (const auto& link : links_) n += link->held();
+  return n;
+}
+
+void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
+  auto job = std::make_shared<JobState>();
+  job->delivery = std::move(delivery);
+  job->call = std::move(call);
+  job->options = common::EffectiveOptions(job->delivery.destination());
+  job->started = clock_.Now();
+  if (metrics_) metrics_->JobStarted();
+
+  thread_local WebhookRenderer renderer;
+  auto body = std::make_shared<std::string>();
+  if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
+    FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
+    return;
+  }
+  const hookrelay::v1::Destination& destination = job->delivery.destination();
+  const int url_count = destination.urls_size();
+  if (url_count == 0) {
+    FailWithoutAttempt(job, absl::StrCat("destination ", destination.id(), " has no URLs"));
+    return;
+  }
+
+  std::vector<std::pair<std::string, std::string>> headers;
+  headers.reserve(4);
+  headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
+  const std::string& secret = destination.shared_secret();
+  if (!secret.empty()) {
+    headers.emplace_back(kSignatureHeader, XSignature(secret, *body));
+    if (job->options.standard_webhooks()) {
+      StandardWebhookHeaderValues sw =
+          StandardWebhookHeaders(secret, job->delivery.job().message_id(),
+                                 absl::ToUnixSeconds(clock_.Now()), *body);
+      headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
+      headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
+      headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
+    }
+  }
+
+  job->results.resize(url_count);
+  job->details.resize(url_count);
+  job->remaining.store(url_count, std::memory_order_relaxed);
+  const absl::Duration timeout = absl::Milliseconds(job->options.timeout_ms());
+  std::shared_ptr<const std::string> shared_body = std::move(body);
+  for (int i = 0; i < url_count; ++i) {
+    const hookrelay::v1::WebhookUrl& url = destination.urls(i);
+    HttpRequest request;
+    request.url = url.url();
+    request.headers = headers;
+    for (const auto& h : url.headers()) request.headers.emplace_back(h.name(), h.value());
+    request.body = shared_body;
+    request.timeout = timeout;
+    if (metrics_) metrics_->RequestStarted();
+    sender_.Send(std::move(request), [this, job, i](HttpResult result) {
+      OnUrlDone(job, static_cast<size_t>(i), std::move(result));
+    });
+  }
+}
+
+void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
+  if (metrics_) {
+    metrics_->RequestFinished();
+    metrics_->CountRequest(job->delivery.destination().id(), result.result,
+                           absl::ToDoubleSeconds(result.duration));
+  }
+  job->results[index] = std::move(result.result);
+  job->details[index] = std::move(result.error_detail);
+  if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
+}
+
+void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
+  const absl::Time now = clock_.Now();
+  const hookrelay::v1::Job& j = job->delivery.job();
+  const hookrelay::v1::Destination& destination = job->delivery.destination();
+  const Decision decision = DecideOutcome(job->results, j, job->options, now, ThreadBitGen());
+
+  Outcome outcome;
+  outcome.set_job_id(j.id());
+  outcome.set_lease(job->delivery.lease());
+  outcome.set_kind(ToOutcomeKind(decision.kind));
+  hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
+  attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
+  for (size_t i = 0; i < job->results.size(); ++i) {
+    const UrlResult& r = job->results[i];
+    hookrelay::v1::UrlAttempt* u = attempt->add_urls();
+    u->set_url(r.url);
+    if (r.error == TransportError::kNone) {
+      u->set_status(r.status);
+    } else {
+      u->set_error(job->details[i].empty()
+                       ? TransportErrorName(r.error)
+                       : absl::StrCat(TransportErrorName(r.error), ": ", job->details[i]));
+    }
+  }
+  if (decision.kind == DecisionKind::kRetry) {
+    outcome.mutable_not_before()->set_seconds(absl::ToUnixSeconds(decision.not_before));
+    outcome.mutable_not_before()->set_nanos(static_cast<int32_t>(
+        absl::ToInt64Nanoseconds(decision.not_before -
+                                 absl::FromUnixSeconds(absl::ToUnixSeconds(decision.not_before)))));
+  } else if (decision.kind == DecisionKind::kDead) {
+    outcome.set_reason(decision.reason);
+  }
+
+  if (metrics_) {
+    metrics_->CountAttempt(destination.id(), decision.kind);
+    if (decision.kind == DecisionKind::kDelivered && j.received_at_unix_ms() > 0) {
+      metrics_->ObserveEndToEnd(
+          absl::ToDoubleSeconds(now - absl::FromUnixMillis(j.received_at_unix_ms())));
+    }
+  }
+  if (decision.kind != DecisionKind::kDelivered) {
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(100, 200);
+    std::string next;
+    if (decision.kind == DecisionKind::kRetry) common::AppendIso8601Millis(&next, decision.not_before);
+    common::LogRateLimited(
+        *limiter, common::LogLevel::kWarning, "delivery attempt failed",
+        {{"destination", destination.id()},
+         {"job_id", j.id()},
+         {"message_id", j.message_id()},
+         {"attempt", j.attempts() + 1},
+         {"result", decision.reason},
+         {"error", job->details.empty() ? std::string() : job->details.front()},
+         {"outcome", decision.kind == DecisionKind::kRetry ? "retry" : "dead"},
+         {"next_attempt", next}});
+  }
+  if (metrics_) metrics_->JobFinished();
+  job->call->AddOutcome(std::move(outcome));
+}
+
+void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
+  const hookrelay::v1::Job& j = job->delivery.job();
+  common::LogError("job cannot be delivered",
+                   {{"destination", job->delivery.destination().id()},
+                    {"job_id", j.id()},
+                    {"message_id", j.message_id()},
+                    {"reason", reason}});
+  Outcome outcome;
+  outcome.set_job_id(j.id());
+  outcome.set_lease(job->delivery.lease());
+  outcome.set_kind(Outcome::DEAD);
+  outcome.set_reason(std::move(reason));
+  outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(job->started));
+  if (metrics_) {
+    metrics_->CountAttempt(job->delivery.destination().id(), DecisionKind::kDead);
+    metrics_->JobFinished();
+  }
+  job->call->AddOutcome(std::move(outcome));
+}
+
+}  // namespace hookrelay::deliverer

@@ -1,0 +1,98 @@
+// The deliverer core: one Collector.Subscribe stream per collector, each job rendered, signed and
+// POSTed to every URL of its destination in parallel, the outcome decided (outcome_policy.h)
+// and sent back on the stream the job came from.
+//
+// Streams: a stream opens with a Hello granting Options::credits; every outcome returns one
+// credit, so at most `credits` jobs per collector are held at once. When a stream breaks (the
+// collector restarted, the network failed) the jobs it delivered are still attempted, but their
+// outcomes are dropped: the collector hands those jobs out again once their leases expire
+// (at-least-once). The stream is reopened with jittered exponential backoff
+// (Options::reconnect_*), reset after a stream that received anything.
+//
+// Requests (SPEC §5.1/5.2): POST of the rendered body with `User-Agent: hookrelay/1.0`,
+// `Content-Type: application/json`, `Idempotency-Key: <messageId>` (the same on every attempt
+// of a job), `X-Signature` when the destination has a shared secret, Standard Webhooks headers
+// when the destination asks for them, then the URL's static headers. Timeout per the
+// destination's options (5 s default).
+//
+// Logs: every failed attempt at warning (destination, job, message id, each URL's host and status
+// or error, next attempt or dead), rate-limited to 100 lines/s with a count of lines dropped.
+// Never the secret, header values or URL paths.
+//
+// Shutdown drains: each stream is told to stop sending (Credit.drain), the jobs held finish and
+// their outcomes are sent (bounded by Options::drain_timeout), then the streams are half-closed.
+#ifndef HOOKRELAY_DELIVERER_DELIVERER_H_
+#define HOOKRELAY_DELIVERER_DELIVERER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "deliverer/delivery_metrics.h"
+#include "deliverer/http_sender.h"
+#include "hookrelay/v1/collector.pb.h"
+
+namespace hookrelay::deliverer {
+
+class Deliverer {
+ public:
+  struct Options {
+    // Collector gRPC addresses (host:port); at least one.
+    std::vector<std::string> collectors;
+    // Shown in the collectors' logs. Empty = hostname-pid.
+    std::string deliverer_id;
+    // Jobs held per collector stream at most.
+    uint32_t credits = 2000;
+    absl::Duration reconnect_initial_backoff = absl::Milliseconds(100);
+    absl::Duration reconnect_max_backoff = absl::Seconds(10);
+    // Shutdown waits this long for jobs in flight (longer than the largest destination timeout).
+    absl::Duration drain_timeout = absl::Seconds(15);
+  };
+
+  // References must outlive the Deliverer; `metrics` may be null.
+  Deliverer(Options options, HttpSender& sender, const common::Clock& clock,
+            DeliveryMetrics* metrics);
+  ~Deliverer();
+
+  Deliverer(const Deliverer&) = delete;
+  Deliverer& operator=(const Deliverer&) = delete;
+
+  // Opens the streams (in the background; unreachable collectors are retried). InvalidArgument
+  // when no collector is given.
+  absl::Status Start();
+  // Drains and closes every stream. Idempotent.
+  void Shutdown();
+
+  // Streams currently open (Hello sent, not yet ended).
+  int connected_streams() const;
+  // Jobs received and not yet settled, over all streams.
+  int64_t jobs_in_flight() const;
+
+ private:
+  class Call;
+  class Link;
+  struct JobState;
+
+  // A job arrived on `call` (on a gRPC thread): render, sign, send.
+  void Handle(hookrelay::v1::Delivery delivery, std::shared_ptr<Call> call);
+  void OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result);
+  void FinishJob(const std::shared_ptr<JobState>& job);
+  // Settles a job without any request (e.g. the body cannot be rendered).
+  void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
+
+  const Options options_;
+  HttpSender& sender_;
+  const common::Clock& clock_;
+  DeliveryMetrics* const metrics_;
+  std::vector<std::unique_ptr<Link>> links_;
+  bool started_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace hookrelay::deliverer
+
+#endif  // HOOKRELAY_DELIVERER_DELIVERER_H_

@@ -1,0 +1,118 @@
+#include "deliverer/delivery_metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+
+namespace hookrelay::deliverer {
+namespace {
+
+using common::ToAbsl;
+
+prometheus::Histogram::BucketBoundaries RequestBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+}
+
+// Receipt to delivery spans retries: milliseconds up to the 4-hour window.
+prometheus::Histogram::BucketBoundaries EndToEndBuckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400};
+}
+
+std::string_view OutcomeLabel(DecisionKind kind) {
+  switch (kind) {
+    case DecisionKind::kDelivered:
+      return "delivered";
+    case DecisionKind::kRetry:
+      return "retry";
+    case DecisionKind::kDead:
+      return "dead";
+  }
+  return "dead";
+}
+
+}  // namespace
+
+DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
+    : attempts_(prometheus::BuildCounter()
+                    .Name("hookrelay_delivery_attempts_total")
+                    .Help("Delivery attempts (all URLs of a destination), by destination and "
+                          "outcome: delivered, retry, dead.")
+                    .Register(registry)),
+      requests_(prometheus::BuildCounter()
+                    .Name("hookrelay_delivery_requests_total")
+                    .Help("Webhook POSTs to one URL, by destination and result (2xx, 4xx, 5xx, "
+                          "timeout, connect_error, tls_error, forbidden_address, ...).")
+                    .Register(registry)),
+      retries_(prometheus::BuildCounter()
+                   .Name("hookrelay_delivery_retries_total")
+                   .Help("Delivery attempts that ended in a scheduled retry, by destination.")
+                   .Register(registry)),
+      attempt_duration_(prometheus::BuildHistogram()
+                            .Name("hookrelay_delivery_attempt_duration_seconds")
+                            .Help("Duration of one webhook POST, connect included.")
+                            .Register(registry)
+                            .Add({}, RequestBuckets())),
+      end_to_end_(prometheus::BuildHistogram()
+                      .Name("hookrelay_delivery_end_to_end_seconds")
+                      .Help("Collector receipt of an event to its delivery (retries included).")
+                      .Register(registry)
+                      .Add({}, EndToEndBuckets())),
+      in_flight_requests_(prometheus::BuildGauge()
+                              .Name("hookrelay_delivery_in_flight_requests")
+                              .Help("Webhook POSTs sent and not yet answered.")
+                              .Register(registry)
+                              .Add({})),
+      jobs_in_flight_(prometheus::BuildGauge()
+                          .Name("hookrelay_delivery_jobs_in_flight")
+                          .Help("Jobs received from collectors whose outcome is not yet sent.")
+                          .Register(registry)
+                          .Add({})) {}
+
+std::string_view DeliveryMetrics::ResultLabel(const UrlResult& r) {
+  switch (r.error) {
+    case TransportError::kNone:
+      break;
+    case TransportError::kTimeout:
+      return "timeout";
+    case TransportError::kConnect:
+      return "connect_error";
+    case TransportError::kTlsVerification:
+      return "tls_error";
+    case TransportError::kForbiddenAddress:
+      return "forbidden_address";
+    case TransportError::kOther:
+      return "transport_error";
+  }
+  if (r.status >= 200 && r.status <= 299) return "2xx";
+  if (r.status >= 300 && r.status <= 399) return "3xx";
+  if (r.status >= 400 && r.status <= 499) return "4xx";
+  if (r.status >= 500 && r.status <= 599) return "5xx";
+  return "other_status";
+}
+
+prometheus::Counter& DeliveryMetrics::Child(prometheus::Family<prometheus::Counter>& family,
+                                            std::string_view label, std::string_view destination,
+                                            std::string_view value) {
+  const std::string key = absl::StrCat(reinterpret_cast<uintptr_t>(&family), "\t",
+                                       ToAbsl(destination), "\t", ToAbsl(value));
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = children_.try_emplace(key, nullptr);
+  if (inserted) {
+    std::map<std::string, std::string> labels{{"destination", std::string(destination)}};
+    if (!label.empty()) labels.emplace(std::string(label), std::string(value));
+    it->second = &family.Add(labels);
+  }
+  return *it->second;
+}
+
+void DeliveryMetrics::CountAttempt(std::string_view destination, DecisionKind outcome) {
+  Child(attempts_, "outcome", destination, OutcomeLabel(outcome)).Increment();
+  if (outcome == DecisionKind::kRetry) Child(retries_, "", destination, "").Increment();
+}
+
+void DeliveryMetrics::CountRequest(std::string_view destination, const UrlResult& result,
+                                   double seconds) {
+  Child(requests_, "result", destination, ResultLabel(result)).Increment();
+  attempt_duration_.Observe(seconds);
+}
+
+}  // namespace hookrelay::deliverer

@@ -1,0 +1,67 @@
+// The deliverer's Prometheus metrics (SPEC §8 names):
+//   hookrelay_delivery_attempts_total{destination,outcome}   one per job attempt; outcome =
+//                                                             delivered | retry | dead
+//   hookrelay_delivery_requests_total{destination,result}    one per POST to one URL; result =
+//       2xx | 3xx | 4xx | 5xx | other_status | timeout | connect_error | tls_error |
+//       forbidden_address | transport_error
+//   hookrelay_delivery_attempt_duration_seconds              histogram, per POST
+//   hookrelay_delivery_end_to_end_seconds                    histogram, collector receipt →
+//                                                             delivered
+//   hookrelay_delivery_retries_total{destination}            attempts that ended in a retry
+//   hookrelay_delivery_in_flight_requests                    POSTs sent, not yet answered
+//   hookrelay_delivery_jobs_in_flight                        jobs received, outcome not yet sent
+// Thread-safe. Children per label set are created on first use and cached.
+#ifndef HOOKRELAY_DELIVERER_DELIVERY_METRICS_H_
+#define HOOKRELAY_DELIVERER_DELIVERY_METRICS_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "deliverer/outcome_policy.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace hookrelay::deliverer {
+
+class DeliveryMetrics {
+ public:
+  explicit DeliveryMetrics(prometheus::Registry& registry);
+
+  void CountAttempt(std::string_view destination, DecisionKind outcome);
+  void CountRequest(std::string_view destination, const UrlResult& result, double seconds);
+  void ObserveEndToEnd(double seconds) { end_to_end_.Observe(seconds); }
+  void RequestStarted() { in_flight_requests_.Increment(); }
+  void RequestFinished() { in_flight_requests_.Decrement(); }
+  void JobStarted() { jobs_in_flight_.Increment(); }
+  void JobFinished() { jobs_in_flight_.Decrement(); }
+
+  // The `result` label of a POST.
+  static std::string_view ResultLabel(const UrlResult& result);
+
+ private:
+  prometheus::Counter& Child(prometheus::Family<prometheus::Counter>& family,
+                             std::string_view label, std::string_view destination,
+                             std::string_view value) ABSL_LOCKS_EXCLUDED(mu_);
+
+  prometheus::Family<prometheus::Counter>& attempts_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& retries_;
+  prometheus::Histogram& attempt_duration_;
+  prometheus::Histogram& end_to_end_;
+  prometheus::Gauge& in_flight_requests_;
+  prometheus::Gauge& jobs_in_flight_;
+
+  absl::Mutex mu_;
+  // Key: family address, destination, value (tab separated).
+  absl::flat_hash_map<std::string, prometheus::Counter*> children_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hookrelay::deliverer
+
+#endif  // HOOKRELAY_DELIVERER_DELIVERY_METRICS_H_
