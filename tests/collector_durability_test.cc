@@ -32,6 +32,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/job.pb.h"
+#include "tests/child_process.h"
 #include "tests/collector_test_util.h"
 
 extern char** environ;
@@ -44,16 +45,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kWaitTimeout = absl::Seconds(60);
-
-std::string CollectorBinary() {
-  const char* srcdir = getenv("TEST_SRCDIR");
-  const char* workspace = getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr && *workspace != '\0' ? workspace : "hookrelay",
-                      "/collector/collector");
-}
 
 std::string ConfigWithKey(const std::string& key) {
   return absl::StrCat(R"yaml(
@@ -71,153 +63,6 @@ destinations:
       - url: https://hooks.example.com/web
 )yaml");
 }
-
-// The collector binary as a child process. Its stdout (JSON log lines) is read by a thread; the
-// ports come from the "collector serving" line. The destructor SIGKILLs it if it still runs.
-class CollectorProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<CollectorProcess>> Start(const std::string& config_path,
-                                                                 const std::string& data_dir) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(strerror(errno));
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    const std::string binary = CollectorBinary();
-    std::vector<std::string> args = {
-        binary,
-        absl::StrCat("--config=", config_path),
-        absl::StrCat("--data_dir=", data_dir),
-        "--grpc_address=127.0.0.1:0",
-        "--http_address=127.0.0.1:0",
-        "--metrics_address=127.0.0.1:0",
-    };
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    if (rc != 0) {
-      close(fds[0]);
-      return absl::InternalError(absl::StrCat("posix_spawn ", binary, ": ", strerror(rc)));
-    }
-    auto process = std::unique_ptr<CollectorProcess>(new CollectorProcess(pid, fds[0]));
-    if (!process->WaitForLine([](const std::string& line) {
-          return JsonStr(line, "/msg") == "collector serving";
-        })) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "collector did not log \"collector serving\"; its output:\n", process->Output()));
-    }
-    const std::string line = process->FindLine("collector serving");
-    if (!absl::SimpleAtoi(JsonAt(line, "/http_port"), &process->http_port_) ||
-        !absl::SimpleAtoi(JsonAt(line, "/grpc_port"), &process->grpc_port_) ||
-        process->http_port_ <= 0) {
-      return absl::InternalError(absl::StrCat("no ports in: ", line));
-    }
-    return process;
-  }
-
-  ~CollectorProcess() {
-    if (!reaped_) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-    reader_.join();
-    close(fd_);
-  }
-
-  int http_port() const { return http_port_; }
-  pid_t pid() const { return pid_; }
-
-  void Signal(int sig) { ASSERT_EQ(kill(pid_, sig), 0) << strerror(errno); }
-
-  // Reaps the child; returns its wait status.
-  int Wait() {
-    int status = 0;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    reaped_ = true;
-    return status;
-  }
-
-  // Waits until `count` log lines satisfy `pred` (or the child's output ends).
-  bool WaitForLine(const std::function<bool(const std::string&)>& pred, int count = 1) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      int n = 0;
-      for (const std::string& line : lines_) n += pred(line) ? 1 : 0;
-      return n >= count;
-    };
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return eof_ || enough(); };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), kWaitTimeout);
-    return enough();
-  }
-
-  // Waits for `count` lines whose "msg" starts with `msg`.
-  bool WaitForMsg(const std::string& msg, int count = 1) {
-    return WaitForLine(
-        [&](const std::string& line) { return absl::StartsWith(JsonStr(line, "/msg"), msg); }, count);
-  }
-
-  std::string FindLine(const std::string& msg) {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& line : lines_) {
-      if (JsonStr(line, "/msg") == msg) return line;
-    }
-    return "";
-  }
-
-  std::string Output() {
-    absl::MutexLock lock(&mu_);
-    return absl::StrJoin(lines_, "\n");
-  }
-
-  // Waits for the end of the child's output (it exited).
-  void WaitForEof() {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&eof_), kWaitTimeout);
-  }
-
- private:
-  CollectorProcess(pid_t pid, int fd) : pid_(pid), fd_(fd) {
-    reader_ = std::thread([this] { ReadLoop(); });
-  }
-
-  void ReadLoop() {
-    std::string partial;
-    char buf[4096];
-    while (true) {
-      const ssize_t n = read(fd_, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      partial.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = partial.find('\n')) != std::string::npos) {
-        std::string line = partial.substr(0, nl);
-        partial.erase(0, nl + 1);
-        fprintf(stderr, "[collector %d] %s\n", static_cast<int>(pid_), line.c_str());
-        absl::MutexLock lock(&mu_);
-        lines_.push_back(std::move(line));
-      }
-    }
-    absl::MutexLock lock(&mu_);
-    if (!partial.empty()) lines_.push_back(std::move(partial));
-    eof_ = true;
-  }
-
-  const pid_t pid_;
-  const int fd_;
-  int http_port_ = 0;
-  int grpc_port_ = 0;
-  bool reaped_ = false;
-  std::thread reader_;
-
-  absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-  bool eof_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 // Threads that POST batches as fast as the collector answers, each on its own keep-alive
 // connection, recording the messageIds of every batch answered 200. A thread stops at its first
@@ -346,9 +191,9 @@ class CollectorDurabilityTest : public ::testing::Test {
 TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
   std::set<std::string> acked;
   {
-    absl::StatusOr<std::unique_ptr<CollectorProcess>> first = CollectorProcess::Start(config_path_, data_dir_);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> first = StartCollectorProcess(config_path_, data_dir_);
     ASSERT_TRUE(first.ok()) << first.status();
-    Load load((*first)->http_port(), kWebKey, "kill", /*threads=*/4, /*batch_size=*/20);
+    Load load((*first)->IntField("http_port"), kWebKey, "kill", /*threads=*/4, /*batch_size=*/20);
     ASSERT_TRUE(load.WaitForAckedBatches(60));
     (*first)->Signal(SIGKILL);  // the senders are mid-stream
     const int status = (*first)->Wait();
@@ -360,10 +205,10 @@ TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
   }
   ASSERT_GE(acked.size(), 60u * 20u);
 
-  absl::StatusOr<std::unique_ptr<CollectorProcess>> second = CollectorProcess::Start(config_path_, data_dir_);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> second = StartCollectorProcess(config_path_, data_dir_);
   ASSERT_TRUE(second.ok()) << second.status();
   // It serves again after the crash.
-  absl::StatusOr<HttpResponse> r = HttpPost((*second)->http_port(), "/v1/track",
+  absl::StatusOr<HttpResponse> r = HttpPost((*second)->IntField("http_port"), "/v1/track",
                                             R"({"userId":"u","event":"After","messageId":"after-restart"})",
                                             kWebKey);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -390,9 +235,9 @@ TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
 TEST_F(CollectorDurabilityTest, SigtermDrainsAndExitsZero) {
   std::set<std::string> acked;
   {
-    absl::StatusOr<std::unique_ptr<CollectorProcess>> proc = CollectorProcess::Start(config_path_, data_dir_);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = StartCollectorProcess(config_path_, data_dir_);
     ASSERT_TRUE(proc.ok()) << proc.status();
-    Load load((*proc)->http_port(), kWebKey, "term", /*threads=*/4, /*batch_size=*/20);
+    Load load((*proc)->IntField("http_port"), kWebKey, "term", /*threads=*/4, /*batch_size=*/20);
     ASSERT_TRUE(load.WaitForAckedBatches(30));
     (*proc)->Signal(SIGTERM);
     ExpectCleanExit((*proc)->Wait());
@@ -412,12 +257,12 @@ TEST_F(CollectorDurabilityTest, SighupReloadsConfigAndKeepsTheOldOneWhenBroken) 
   const std::string old_key = "wk_reload_old_1234";
   const std::string new_key = "wk_reload_new_5678";
   ASSERT_TRUE(WriteFile(config_path_, ConfigWithKey(old_key)).ok());
-  absl::StatusOr<std::unique_ptr<CollectorProcess>> started = CollectorProcess::Start(config_path_, data_dir_);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> started = StartCollectorProcess(config_path_, data_dir_);
   ASSERT_TRUE(started.ok()) << started.status();
-  CollectorProcess& proc = **started;
+  ChildProcess& proc = **started;
   auto post = [&](const std::string& key, const std::string& id) {
     absl::StatusOr<HttpResponse> r = HttpPost(
-        proc.http_port(), "/v1/track",
+        proc.IntField("http_port"), "/v1/track",
         absl::StrCat(R"({"userId":"u","event":"E","messageId":")", id, R"("})"), key);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->status : 0;

@@ -1,0 +1,194 @@
+// Fault tests on the real binaries: kill -9 the deliverer with jobs in flight, kill -9 the
+// collector while events stream in and out. Every acknowledged event reaches the receiver
+// (at least once), and the collector's job store ends empty.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/collector_test_util.h"
+#include "tests/pipeline_test_util.h"
+#include "tools/receiver/webhook_receiver.h"
+
+namespace hookrelay::test {
+namespace {
+
+using receiver::ReceivedRequest;
+using receiver::Response;
+using receiver::WebhookReceiver;
+
+constexpr absl::Duration kDeliveryWait = absl::Seconds(90);
+
+// The distinct messageIds the receiver has seen.
+std::set<std::string> DeliveredIds(const WebhookReceiver& r) {
+  std::set<std::string> ids;
+  for (const ReceivedRequest& req : r.Requests()) ids.insert(JsonStr(req.body, "/messageId"));
+  return ids;
+}
+
+// Waits until every id in `want` was delivered.
+bool WaitDelivered(const WebhookReceiver& r, const std::set<std::string>& want) {
+  const absl::Time deadline = absl::Now() + kDeliveryWait;
+  while (absl::Now() < deadline) {
+    const std::set<std::string> have = DeliveredIds(r);
+    bool all = true;
+    for (const std::string& id : want) {
+      if (!have.count(id)) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+// hookrelay_jobs{state="..."} from the collector's /metrics, or -1.
+double JobsGauge(int metrics_port, const std::string& state) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(metrics_port);
+  if (!c.ok()) return -1;
+  absl::StatusOr<HttpResponse> r = (*c)->Request("GET", "/metrics", "", {});
+  if (!r.ok()) return -1;
+  const std::string prefix = absl::StrCat("hookrelay_jobs{state=\"", state, "\"} ");
+  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+    if (absl::StartsWith(line, prefix)) {
+      double v = -1;
+      if (absl::SimpleAtod(line.substr(prefix.size()), &v)) return v;
+    }
+  }
+  return -1;
+}
+
+bool WaitStoreEmpty(int metrics_port) {
+  const absl::Time deadline = absl::Now() + kDeliveryWait;
+  while (absl::Now() < deadline) {
+    if (JobsGauge(metrics_port, "ready") == 0 && JobsGauge(metrics_port, "leased") == 0 &&
+        JobsGauge(metrics_port, "scheduled") == 0 && JobsGauge(metrics_port, "dead") == 0) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+// Posts `batches` batches of 20 tracks; returns the messageIds of every batch answered 200.
+std::set<std::string> PostBatches(int http_port, const std::string& prefix, int batches) {
+  std::set<std::string> acked;
+  for (int b = 0; b < batches; ++b) {
+    std::string body = R"({"batch":[)";
+    std::vector<std::string> ids;
+    for (int i = 0; i < 20; ++i) {
+      ids.push_back(absl::StrCat(prefix, "-", b, "-", i));
+      absl::StrAppend(&body, i ? "," : "", R"({"type":"track","userId":"u","event":"e","messageId":")",
+                      ids.back(), "\"}");
+    }
+    body += "]}";
+    absl::StatusOr<HttpResponse> r = HttpPost(http_port, "/v1/batch", body, kWebKey);
+    if (!r.ok() || r->status != 200) break;
+    acked.insert(ids.begin(), ids.end());
+  }
+  return acked;
+}
+
+void ExpectCleanExit(ChildProcess& p) {
+  ASSERT_TRUE(p.Signal(SIGTERM));
+  const int status = p.Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+class DeliveryFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WebhookReceiver::Options options;
+    options.threads = 2;
+    // Slow enough that many jobs are in flight at any moment.
+    auto r = WebhookReceiver::Start(options, [](const ReceivedRequest&) {
+      Response slow;
+      slow.delay = absl::Milliseconds(100);
+      return slow;
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+    receiver_ = *std::move(r);
+    dir_ = MakeTempDir("fault");
+    config_path_ = dir_ + "/config.yaml";
+    data_dir_ = dir_ + "/data";
+    ASSERT_TRUE(WriteFile(config_path_, PipelineConfig({receiver_->Url()}, "s")).ok());
+  }
+
+  std::unique_ptr<WebhookReceiver> receiver_;
+  std::string dir_, config_path_, data_dir_;
+};
+
+// kill -9 of the deliverer while it holds jobs: a new deliverer gets them once the leases
+// expire, and every event is delivered.
+TEST_F(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
+  auto collector = StartCollectorProcess(config_path_, data_dir_, {"--lease_duration=2s"});
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  const int grpc_port = (*collector)->IntField("grpc_port");
+  auto first = StartDelivererProcess({grpc_port});
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  const std::set<std::string> acked = PostBatches((*collector)->IntField("http_port"), "k", 20);
+  ASSERT_EQ(acked.size(), 400u);
+  ASSERT_TRUE(receiver_->WaitForRequests(40, kDeliveryWait));
+  ASSERT_TRUE((*first)->Signal(SIGKILL));
+  (*first)->Wait();
+  const size_t before = DeliveredIds(*receiver_).size();
+  EXPECT_LT(before, acked.size()) << "the kill came too late to leave jobs in flight";
+
+  auto second = StartDelivererProcess({grpc_port});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+      << DeliveredIds(*receiver_).size() << " of " << acked.size();
+  EXPECT_TRUE(WaitStoreEmpty((*collector)->IntField("metrics_port")));
+  ExpectCleanExit(**second);
+  ExpectCleanExit(**collector);
+}
+
+// kill -9 of the collector mid-stream: restarted on the same data dir and gRPC port, it serves
+// every acknowledged event again; the deliverer reconnects on its own.
+TEST_F(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
+  auto collector = StartCollectorProcess(config_path_, data_dir_);
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  const int grpc_port = (*collector)->IntField("grpc_port");
+  auto deliverer = StartDelivererProcess({grpc_port});
+  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
+
+  std::set<std::string> acked = PostBatches((*collector)->IntField("http_port"), "a", 10);
+  ASSERT_EQ(acked.size(), 200u);
+  // More events stream in while the collector dies.
+  std::set<std::string> during;
+  std::thread poster([&] { during = PostBatches((*collector)->IntField("http_port"), "b", 1000); });
+  ASSERT_TRUE(receiver_->WaitForRequests(30, kDeliveryWait));
+  ASSERT_TRUE((*collector)->Signal(SIGKILL));
+  (*collector)->Wait();
+  poster.join();
+  acked.insert(during.begin(), during.end());
+
+  auto restarted = StartCollectorProcess(
+      config_path_, data_dir_, {absl::StrCat("--grpc_address=127.0.0.1:", grpc_port)});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ASSERT_EQ((*restarted)->IntField("grpc_port"), grpc_port);
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+      << DeliveredIds(*receiver_).size() << " of " << acked.size();
+  EXPECT_TRUE(WaitStoreEmpty((*restarted)->IntField("metrics_port")));
+  ExpectCleanExit(**deliverer);
+  ExpectCleanExit(**restarted);
+}
+
+}  // namespace
+}  // namespace hookrelay::test

@@ -1,0 +1,244 @@
+// End to end in one process: events of every type in over HTTP (/v1/batch) and gRPC (Ingest),
+// out at a real receiver as SPEC §5.1 bodies with a signature the test recomputes itself;
+// the integrations map and a disabled destination decide who gets what.
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "gtest/gtest.h"
+#include "hookrelay/v1/collector.grpc.pb.h"
+#include "tests/collector_test_util.h"
+#include "tests/pipeline_test_util.h"
+#include "tools/receiver/webhook_receiver.h"
+
+namespace hookrelay::test {
+namespace {
+
+using ::google::protobuf::Struct;
+using ::google::protobuf::Value;
+using receiver::ReceivedRequest;
+using receiver::WebhookReceiver;
+
+constexpr char kSecret[] = "s3cr3t";
+
+// "hook" (enabled, signed, one static header) and "hook-off" (disabled), both on source web.
+std::string Config(const WebhookReceiver& on, const WebhookReceiver& off) {
+  return absl::StrCat(R"yaml(sources:
+  - id: web
+    name: Website
+    kind: web
+    write_keys: [)yaml",
+                      kWebKey, R"yaml(]
+destinations:
+  - id: hook
+    type: webhooks
+    sources: [web]
+    enabled: true
+    shared_secret: )yaml",
+                      kSecret, R"yaml(
+    urls:
+      - url: )yaml",
+                      on.Url(), R"yaml(
+        headers:
+          X-Api-Key: demo
+  - id: hook-off
+    type: webhooks
+    sources: [web]
+    enabled: false
+    urls:
+      - url: )yaml",
+                      off.Url(), "\n");
+}
+
+constexpr char kHttpBatch[] = R"json({"batch":[
+ {"type":"track","userId":"u1","event":"Order Completed","messageId":"h-track",
+  "timestamp":"2023-11-14T22:00:00.5Z","properties":{"total":19.99,"count":3,"name":"É"}},
+ {"type":"identify","userId":"u1","anonymousId":"a1","messageId":"h-identify",
+  "traits":{"email":"u1@example.com","plan":"pro"}},
+ {"type":"page","userId":"u1","name":"Home","category":"Docs","messageId":"h-page",
+  "properties":{"path":"/","title":"Home","url":"https://example.com/"}},
+ {"type":"screen","userId":"u1","name":"Cart","messageId":"h-screen",
+  "context":{"device":{"model":"iPhone15,2","type":"ios"},"os":{"name":"iOS","version":"17.1"},
+             "app":{"build":"42","name":"Shop","version":"1.2"}}},
+ {"type":"group","userId":"u1","groupId":"g1","messageId":"h-group",
+  "traits":{"Company Name":"Initech","employees":120}},
+ {"type":"alias","userId":"u1","previousId":"anon-9","messageId":"h-alias"},
+ {"type":"track","userId":"u1","event":"Skipped","messageId":"h-off",
+  "integrations":{"Webhooks":false}},
+ {"type":"track","userId":"u1","event":"Skipped","messageId":"h-all-off",
+  "integrations":{"All":false}},
+ {"type":"track","userId":"u1","event":"Kept","messageId":"h-all-off-on",
+  "integrations":{"All":false,"Webhooks":true}}
+]})json";
+
+Value Str(const std::string& s) {
+  Value v;
+  v.set_string_value(s);
+  return v;
+}
+
+hookrelay::v1::Event GrpcEvent(hookrelay::v1::EventType type, const std::string& id) {
+  hookrelay::v1::Event e;
+  e.set_type(type);
+  e.set_message_id(id);
+  e.set_user_id("u2");
+  return e;
+}
+
+std::vector<hookrelay::v1::Event> GrpcEvents() {
+  std::vector<hookrelay::v1::Event> events;
+  auto track = GrpcEvent(hookrelay::v1::TRACK, "g-track");
+  track.set_event("Signed Up");
+  (*track.mutable_properties()->mutable_fields())["plan"] = Str("pro");
+  (*track.mutable_properties()->mutable_fields())["seats"].set_number_value(5);
+  events.push_back(track);
+  auto identify = GrpcEvent(hookrelay::v1::IDENTIFY, "g-identify");
+  (*identify.mutable_traits()->mutable_fields())["name"] = Str("Ada");
+  events.push_back(identify);
+  auto page = GrpcEvent(hookrelay::v1::PAGE, "g-page");
+  page.set_name("Pricing");
+  events.push_back(page);
+  auto screen = GrpcEvent(hookrelay::v1::SCREEN, "g-screen");
+  screen.set_name("Settings");
+  events.push_back(screen);
+  auto group = GrpcEvent(hookrelay::v1::GROUP, "g-group");
+  group.set_group_id("g2");
+  events.push_back(group);
+  auto alias = GrpcEvent(hookrelay::v1::ALIAS, "g-alias");
+  alias.set_previous_id("anon-2");
+  events.push_back(alias);
+  return events;
+}
+
+TEST(PipelineE2eTest, EveryTypeOverHttpAndGrpcReachesTheReceiverSigned) {
+  auto on = WebhookReceiver::Start({});
+  auto off = WebhookReceiver::Start({});
+  ASSERT_TRUE(on.ok() && off.ok());
+  InProcessPipeline p("e2e", Config(**on, **off));
+  ASSERT_TRUE(p.Start().ok());
+
+  absl::StatusOr<HttpResponse> http = HttpPost(p.collector().http_port(), "/v1/batch",
+                                               kHttpBatch, kWebKey);
+  ASSERT_TRUE(http.ok()) << http.status();
+  ASSERT_EQ(http->status, 200) << http->body;
+
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", p.collector().grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = hookrelay::v1::Collector::NewStub(channel);
+  hookrelay::v1::IngestRequest request;
+  for (auto& e : GrpcEvents()) *request.add_events() = e;
+  hookrelay::v1::IngestResponse response;
+  grpc::ClientContext context;
+  context.AddMetadata("x-write-key", kWebKey);
+  const grpc::Status st = stub->Ingest(&context, request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(response.accepted(), 6);
+
+  // 7 HTTP events routed to "hook" (two switched off by integrations) + 6 over gRPC.
+  ASSERT_TRUE((*on)->WaitForRequests(13, kPipelineWait)) << (*on)->request_count();
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.ready == 0 && c.leased == 0 && c.scheduled == 0 && c.dead == 0;
+  }));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ((*on)->request_count(), 13);
+  EXPECT_EQ((*off)->request_count(), 0);
+
+  std::map<std::string, ReceivedRequest> by_id;
+  const std::regex iso_millis(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$)");
+  for (const ReceivedRequest& r : (*on)->Requests()) {
+    EXPECT_EQ(r.method, "POST");
+    EXPECT_EQ(r.target, "/hooks");
+    EXPECT_EQ(r.Header("User-Agent"), "hookrelay/1.0");
+    EXPECT_EQ(r.Header("Content-Type"), "application/json");
+    EXPECT_EQ(r.Header("X-Api-Key"), "demo");
+    EXPECT_EQ(r.Header("X-Signature"), HmacSha1HexForTest(kSecret, r.body));
+    const std::string id = JsonStr(r.body, "/messageId");
+    EXPECT_EQ(r.Header("Idempotency-Key"), id);
+    EXPECT_TRUE(std::regex_match(JsonStr(r.body, "/timestamp"), iso_millis)) << r.body;
+    EXPECT_EQ(JsonAt(r.body, "/version"), "1") << r.body;
+    by_id[id] = r;
+  }
+  ASSERT_EQ(by_id.size(), 13u);
+  EXPECT_FALSE(by_id.count("h-off"));
+  EXPECT_FALSE(by_id.count("h-all-off"));
+  EXPECT_TRUE(by_id.count("h-all-off-on"));
+
+  const std::string& track = by_id["h-track"].body;
+  EXPECT_EQ(JsonStr(track, "/type"), "track");
+  EXPECT_EQ(JsonStr(track, "/event"), "Order Completed");
+  EXPECT_EQ(JsonAt(track, "/properties"), R"({"total":19.99,"count":3,"name":"É"})");
+  EXPECT_EQ(JsonStr(track, "/timestamp"), "2023-11-14T22:00:00.500Z");
+  EXPECT_EQ(JsonAt(by_id["h-identify"].body, "/traits/plan"), "\"pro\"");
+  EXPECT_EQ(JsonStr(by_id["h-identify"].body, "/anonymousId"), "a1");
+  EXPECT_EQ(JsonStr(by_id["h-page"].body, "/properties/path"), "/");
+  EXPECT_EQ(JsonStr(by_id["h-page"].body, "/category"), "Docs");
+  const std::string& screen = by_id["h-screen"].body;
+  EXPECT_EQ(JsonStr(screen, "/name"), "Cart");
+  EXPECT_EQ(JsonStr(screen, "/context/device/model"), "iPhone15,2");
+  EXPECT_EQ(JsonStr(screen, "/context/os/version"), "17.1");
+  EXPECT_EQ(JsonStr(screen, "/context/app/build"), "42");
+  EXPECT_EQ(JsonAt(by_id["h-group"].body, "/traits"), R"({"Company Name":"Initech","employees":120})");
+  const std::string& alias = by_id["h-alias"].body;
+  EXPECT_EQ(JsonStr(alias, "/previousId"), "anon-9");
+  EXPECT_EQ(JsonStr(alias, "/userId"), "u1");
+  EXPECT_EQ(JsonStr(alias, "/Previous ID"), "anon-9");
+  EXPECT_EQ(JsonStr(alias, "/User ID"), "u1");
+
+  EXPECT_EQ(JsonAt(by_id["g-track"].body, "/properties/seats"), "5");
+  EXPECT_EQ(JsonStr(by_id["g-identify"].body, "/traits/name"), "Ada");
+  EXPECT_EQ(JsonStr(by_id["g-page"].body, "/name"), "Pricing");
+  EXPECT_EQ(JsonStr(by_id["g-screen"].body, "/type"), "screen");
+  EXPECT_EQ(JsonStr(by_id["g-group"].body, "/groupId"), "g2");
+  EXPECT_EQ(JsonStr(by_id["g-alias"].body, "/Previous ID"), "anon-2");
+}
+
+// Several collectors, one deliverer: jobs from each come back settled on their own stream.
+TEST(PipelineE2eTest, OneDelivererServesTwoCollectors) {
+  auto on = WebhookReceiver::Start({});
+  ASSERT_TRUE(on.ok());
+  InProcessCollector a("e2e_two_a", PipelineConfig({(*on)->Url("/a")}, ""));
+  InProcessCollector b("e2e_two_b", PipelineConfig({(*on)->Url("/b")}, ""));
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(b.Start().ok());
+  prometheus::Registry registry;
+  deliverer::DeliveryMetrics metrics(registry);
+  auto sender = deliverer::HttpSender::Create({.allow_private_networks = true});
+  ASSERT_TRUE(sender.ok());
+  deliverer::Deliverer::Options options;
+  options.collectors = {absl::StrCat("127.0.0.1:", a.grpc_port()),
+                        absl::StrCat("127.0.0.1:", b.grpc_port())};
+  deliverer::Deliverer d(options, **sender, common::Clock::Real(), &metrics);
+  ASSERT_TRUE(d.Start().ok());
+  for (int i = 0; i < 5; ++i) {
+    const std::string body = absl::StrCat(R"({"userId":"u","event":"e","messageId":"m)", i, "\"}");
+    ASSERT_EQ(HttpPost(a.http_port(), "/v1/track", body, kWebKey)->status, 200);
+    ASSERT_EQ(HttpPost(b.http_port(), "/v1/track", body, kWebKey)->status, 200);
+  }
+  ASSERT_TRUE((*on)->WaitForRequests(10, kPipelineWait));
+  int to_a = 0;
+  for (const ReceivedRequest& r : (*on)->Requests()) to_a += r.target == "/a" ? 1 : 0;
+  EXPECT_EQ(to_a, 5);
+  const absl::Time deadline = absl::Now() + kPipelineWait;
+  auto settled = [](InProcessCollector& c) {
+    const collector::JobCounts n = c.server().job_store()->Counts();
+    return n.ready + n.leased + n.scheduled + n.dead == 0;
+  };
+  while (absl::Now() < deadline && !(settled(a) && settled(b))) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(settled(a));
+  EXPECT_TRUE(settled(b));
+  EXPECT_EQ(d.connected_streams(), 2);
+  d.Shutdown();
+}
+
+}  // namespace
+}  // namespace hookrelay::test
