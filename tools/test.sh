@@ -35,6 +35,19 @@ if [ -d clients/go ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The Go library → collector → deliverer → receiver test, on the binaries `bazel test` just built.
+if [ -d tests/crosslang ] && [ -z "${config[*]}" ]; then
+  echo "== Cross-language test (Go library → collector → deliverer → receiver)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if (cd tests/crosslang && go vet ./... &&
+      HOOKRELAY_BIN_DIR="$bin_dir" go test -race -count=1 ./... 2>&1 | tee "$log") &&
+     grep -qE '^ok ' "$log"; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 passed=$((cc_passed + go_passed))
 failed=$((cc_failed + go_failed))
 echo
