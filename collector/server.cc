@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "collector/admin_service.h"
 #include "collector/collector_service.h"
 #include "collector/dispatcher.h"
 #include "collector/http_server.h"
@@ -80,6 +81,7 @@ struct Server::Impl {
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<CollectorService> service;
+  std::unique_ptr<AdminService> admin;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpServer> http_server;
   int grpc_port = 0;
@@ -145,6 +147,13 @@ absl::Status Server::Start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(s.options.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port);
   builder.RegisterService(s.service.get());
+  s.admin = std::make_unique<AdminService>(*s.store, s.options.admin_token);
+  builder.RegisterService(s.admin.get());
+  if (s.options.admin_token.empty()) {
+    common::LogWarning("admin API without a token: anyone who reaches the gRPC port can list and "
+                       "replay dead letters; set --admin_token or keep the port private",
+                       {{"grpc_address", s.options.grpc_address}});
+  }
   // 2,500 events of up to 32 KB each, with room for protobuf framing.
   builder.SetMaxReceiveMessageSize(96 * 1024 * 1024);
   s.grpc_server = builder.BuildAndStart();
@@ -203,6 +212,7 @@ void Server::Shutdown() {
   s.http_server.reset();
   s.grpc_server.reset();
   s.service.reset();
+  s.admin.reset();
   s.dispatcher.reset();
   s.job_counts.reset();
   // The store first: closing it joins its threads, which may still be returning from an Ingestor

@@ -1,0 +1,114 @@
+#include "collector/admin_test_util.h"
+
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "collector/job_store.h"
+#include "common/status_macros.h"
+#include "hookrelay/v1/job.pb.h"
+
+namespace hookrelay::collector {
+
+absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::string admin_token) {
+  auto server = std::unique_ptr<AdminTestServer>(new AdminTestServer());
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                     "/admin_test_XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", strerror(errno)));
+  }
+  server->dir_ = pattern;
+
+  RocksDbJobStore::Options options;
+  options.path = server->dir_;
+  options.clock = &server->clock_;
+  ASSIGN_OR_RETURN(server->store_, RocksDbJobStore::Open(options));
+  server->service_ = std::make_unique<AdminService>(*server->store_, std::move(admin_token));
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ <= 0) {
+    return absl::InternalError("the admin gRPC server did not start");
+  }
+  return server;
+}
+
+AdminTestServer::~AdminTestServer() {
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+  server_.reset();
+  service_.reset();
+  store_.reset();
+  if (!dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+}
+
+std::string AdminTestServer::DeadReason(const std::string& destination) {
+  return absl::StrCat("HTTP 410 from https://hooks.example.com/", destination);
+}
+
+absl::StatusOr<std::vector<uint64_t>> AdminTestServer::MakeDeadLetters(
+    const std::vector<std::string>& destinations, absl::Duration step) {
+  std::vector<uint64_t> ids;
+  for (const std::string& destination : destinations) {
+    const std::string message_id = absl::StrCat("msg-", next_message_++);
+    hookrelay::v1::Job job;
+    job.set_source_id("web");
+    job.set_destination_id(destination);
+    job.set_type(hookrelay::v1::TRACK);
+    job.set_message_id(message_id);
+    job.set_user_id("u1");
+    job.set_event_json(absl::StrCat(R"({"type":"track","event":"Order Completed","messageId":")",
+                                    message_id, R"("})"));
+    job.set_received_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    AppendItem item;
+    item.dedup_key = DedupKey("web", message_id);
+    item.jobs.push_back(std::move(job));
+    std::vector<AppendItem> items;
+    items.push_back(std::move(item));
+
+    absl::Notification appended;
+    absl::Status append_status;
+    store_->Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+      append_status = r.status();
+      appended.Notify();
+    });
+    appended.WaitForNotification();
+    RETURN_IF_ERROR(append_status);
+
+    ASSIGN_OR_RETURN(std::vector<LeasedJob> leased, store_->Lease(2, absl::Seconds(30)));
+    if (leased.size() != 1 || leased[0].job.message_id() != message_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("expected to lease only ", message_id, ", leased ", leased.size(), " jobs"));
+    }
+    hookrelay::v1::Attempt attempt;
+    attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    hookrelay::v1::UrlAttempt* url = attempt.add_urls();
+    url->set_url(absl::StrCat("https://hooks.example.com/", destination));
+    url->set_status(410);
+    RETURN_IF_ERROR(
+        store_->Bury(leased[0].job.id(), leased[0].lease, DeadReason(destination), attempt));
+    ids.push_back(leased[0].job.id());
+    clock_.Advance(step);
+  }
+  return ids;
+}
+
+std::string AdminTestServer::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+std::unique_ptr<hookrelay::v1::Admin::Stub> AdminTestServer::NewStub() const {
+  return hookrelay::v1::Admin::NewStub(
+      grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+}
+
+}  // namespace hookrelay::collector

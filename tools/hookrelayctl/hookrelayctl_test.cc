@@ -1,0 +1,426 @@
+// The hookrelayctl binary as users run it, as a child process, against an in-process Admin
+// server (real RocksDbJobStore, real gRPC on 127.0.0.1:0): the dead-letter table and JSON lines,
+// following pages up to --limit, filters, replay, the admin token, usage errors (exit 2) and an
+// unreachable collector (exit 1).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "collector/admin_test_util.h"
+#include "common/time_format.h"
+
+extern char** environ;
+
+namespace hookrelay::hookrelayctl {
+namespace {
+
+using ::hookrelay::collector::AdminTestServer;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+constexpr char kTokenVariable[] = "HOOKRELAY_ADMIN_TOKEN";
+
+std::string Binary() {
+  const char* srcdir = getenv("TEST_SRCDIR");
+  const char* workspace = getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
+                      workspace != nullptr && *workspace != '\0' ? workspace : "hookrelay",
+                      "/tools/hookrelayctl/hookrelayctl");
+}
+
+struct Result {
+  int exit_code = -1;  // -1 when the child did not exit normally
+  std::string out;
+  std::string err;
+};
+
+std::ostream& operator<<(std::ostream& os, const Result& r) {
+  return os << "exit " << r.exit_code << "\n--- stdout:\n" << r.out << "--- stderr:\n" << r.err;
+}
+
+// Runs the binary with `args`, this process's environment without $HOOKRELAY_ADMIN_TOKEN, plus
+// `env`; returns its exit code and everything it wrote.
+Result RunCtl(const std::vector<std::string>& args,
+           const std::vector<std::string>& env = {}) {
+  Result result;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe: " << strerror(errno);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  const std::string binary = Binary();
+  std::vector<std::string> argv_storage = {binary};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, absl::StrCat(kTokenVariable, "="))) env_storage.push_back(*e);
+  }
+  env_storage.insert(env_storage.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << binary << ": " << strerror(rc);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return result;
+  }
+  // Both pipes are drained together so that a full one never blocks the child.
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, 60000) <= 0) {
+      if (errno == EINTR) continue;
+      ADD_FAILURE() << "hookrelayctl wrote nothing for 60 s";
+      kill(pid, SIGKILL);
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buf[65536];
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (const pollfd& p : fds) {
+    if (p.fd >= 0) close(p.fd);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+// The whitespace-separated fields of a table row (no cell in these tests has a space but REASON,
+// which is last).
+std::vector<std::string> Fields(const std::string& row) {
+  return absl::StrSplit(row, ' ', absl::SkipEmpty());
+}
+
+std::string Iso(absl::Time t) { return common::FormatIso8601Millis(t); }
+
+class HookrelayctlTest : public ::testing::Test {
+ protected:
+  void StartServer(std::string token = "") {
+    absl::StatusOr<std::unique_ptr<AdminTestServer>> server = AdminTestServer::Start(token);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    collector_flag_ = absl::StrCat("--collector=", server_->address());
+  }
+
+  std::vector<uint64_t> MakeDeadLetters(const std::vector<std::string>& destinations,
+                                        absl::Duration step = absl::ZeroDuration()) {
+    absl::StatusOr<std::vector<uint64_t>> ids = server_->MakeDeadLetters(destinations, step);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<uint64_t>{};
+  }
+
+  // hookrelayctl --collector=<server> <args...>
+  Result Ctl(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+    args.insert(args.begin(), collector_flag_);
+    return RunCtl(args, env);
+  }
+
+  // The ids in `dead-letters list --json` output.
+  std::vector<uint64_t> JsonIds(const std::string& out) {
+    std::vector<uint64_t> ids;
+    simdjson::dom::parser parser;
+    for (const std::string& line : Lines(out)) {
+      simdjson::dom::element e;
+      uint64_t id = 0;
+      EXPECT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+      EXPECT_EQ(e["id"].get(id), simdjson::SUCCESS) << line;
+      ids.push_back(id);
+    }
+    return ids;
+  }
+
+  std::unique_ptr<AdminTestServer> server_;
+  std::string collector_flag_;
+};
+
+// `list` prints an aligned table with one row per dead letter, oldest id first.
+TEST_F(HookrelayctlTest, ListPrintsATable) {
+  StartServer();
+  const absl::Time t0 = server_->clock().Now();
+  const std::vector<uint64_t> ids = MakeDeadLetters({"orders-hook", "d2"}, absl::Minutes(1));
+  ASSERT_THAT(ids, SizeIs(2));
+
+  const Result r = Ctl({"dead-letters", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_THAT(lines, SizeIs(3)) << r;
+  EXPECT_THAT(lines[0], StartsWith("ID"));
+  EXPECT_THAT(Fields(lines[0]), ElementsAre("ID", "DESTINATION", "TYPE", "MESSAGE", "ID", "DIED",
+                                            "ATTEMPTS", "REASON"));
+  EXPECT_THAT(Fields(lines[1]),
+              ElementsAre(absl::StrCat(ids[0]), "orders-hook", "track", "msg-0", Iso(t0), "1",
+                          "HTTP", "410", "from", "https://hooks.example.com/orders-hook"));
+  EXPECT_THAT(Fields(lines[2]),
+              ElementsAre(absl::StrCat(ids[1]), "d2", "track", "msg-1",
+                          Iso(t0 + absl::Minutes(1)), "1", "HTTP", "410", "from",
+                          "https://hooks.example.com/d2"));
+  // Columns are aligned: each cell starts under its header.
+  for (const char* header : {"DESTINATION", "TYPE", "MESSAGE ID", "DIED", "ATTEMPTS", "REASON"}) {
+    const size_t column = lines[0].find(header);
+    ASSERT_NE(column, std::string::npos) << header;
+    for (int row : {1, 2}) {
+      ASSERT_GT(lines[row].size(), column) << header;
+      EXPECT_NE(lines[row][column], ' ') << header << " in: " << lines[row];
+      EXPECT_EQ(lines[row][column - 1], ' ') << header << " in: " << lines[row];
+    }
+  }
+}
+
+// --json prints one complete JSON object per line: the job, its history and its event.
+TEST_F(HookrelayctlTest, ListJsonLines) {
+  StartServer();
+  const absl::Time t0 = server_->clock().Now();
+  const std::vector<uint64_t> ids = MakeDeadLetters({"d1", "d2", "d2"}, absl::Minutes(1));
+  ASSERT_THAT(ids, SizeIs(3));
+
+  const Result r = Ctl({"dead-letters", "list", "--json", "--destination=d2"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_THAT(lines, SizeIs(2)) << r;
+  simdjson::dom::parser parser;
+  simdjson::dom::element job;
+  ASSERT_EQ(parser.parse(lines[0]).get(job), simdjson::SUCCESS) << lines[0];
+  EXPECT_EQ(uint64_t(job["id"]), ids[1]);
+  EXPECT_EQ(std::string_view(job["source_id"]), "web");
+  EXPECT_EQ(std::string_view(job["destination_id"]), "d2");
+  EXPECT_EQ(std::string_view(job["type"]), "track");
+  EXPECT_EQ(std::string_view(job["message_id"]), "msg-1");
+  EXPECT_EQ(std::string_view(job["user_id"]), "u1");
+  EXPECT_EQ(std::string_view(job["dead_at"]), Iso(t0 + absl::Minutes(1)));
+  EXPECT_EQ(std::string_view(job["reason"]), "HTTP 410 from https://hooks.example.com/d2");
+  EXPECT_EQ(int64_t(job["attempts"]), 1);
+  EXPECT_EQ(int64_t(job["history"].at(0)["urls"].at(0)["status"]), 410);
+  EXPECT_EQ(std::string_view(job["history"].at(0)["urls"].at(0)["url"]),
+            "https://hooks.example.com/d2");
+  EXPECT_EQ(std::string_view(job["event"]["event"]), "Order Completed");
+  EXPECT_EQ(std::string_view(job["event"]["messageId"]), "msg-1");
+  EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[1], ids[2]}));
+}
+
+// --from/--to select by death time, half-open, in RFC 3339 with any offset.
+TEST_F(HookrelayctlTest, ListFiltersByTime) {
+  StartServer();
+  const absl::Time t0 = server_->clock().Now();  // 2023-11-14T22:13:20Z
+  const std::vector<uint64_t> ids = MakeDeadLetters({"d1", "d1", "d1", "d1"}, absl::Minutes(1));
+  ASSERT_THAT(ids, SizeIs(4));
+
+  Result r = Ctl({"dead-letters", "list", "--json", absl::StrCat("--from=", Iso(t0 + absl::Minutes(1))),
+                  "--to", Iso(t0 + absl::Minutes(3))});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[1], ids[2]}));
+
+  // The same instant written with a +01:00 offset.
+  r = Ctl({"dead-letters", "list", "--json", "--from=2023-11-14T23:15:20+01:00"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[2], ids[3]}));
+
+  // Nothing matches: an empty table is a note on stderr, and still success.
+  r = Ctl({"dead-letters", "list", "--destination=nope"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("no dead letters"));
+}
+
+// --limit follows pages (of at most 1,000) until N, and says when more remain; 100 by default.
+TEST_F(HookrelayctlTest, ListFollowsPagesUpToTheLimit) {
+  StartServer();
+  const std::vector<uint64_t> ids = MakeDeadLetters(std::vector<std::string>(1003, "d1"));
+  ASSERT_THAT(ids, SizeIs(1003));
+
+  Result r = Ctl({"dead-letters", "list", "--json", "--limit=1002"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(JsonIds(r.out), std::vector<uint64_t>(ids.begin(), ids.begin() + 1002));
+  EXPECT_THAT(r.err, HasSubstr("more"));
+
+  r = Ctl({"dead-letters", "list", "--json", "--limit=5000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(JsonIds(r.out), ids);
+  EXPECT_EQ(r.err, "");
+
+  r = Ctl({"dead-letters", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), SizeIs(101));  // header + 100
+  EXPECT_THAT(r.err, HasSubstr("more"));
+}
+
+// replay --destination replays that destination's dead letters; replay --all the rest.
+TEST_F(HookrelayctlTest, ReplayPrintsTheCount) {
+  StartServer();
+  const std::vector<uint64_t> ids = MakeDeadLetters({"d1", "d2", "d1", "d2", "d3"});
+  ASSERT_THAT(ids, SizeIs(5));
+
+  Result r = Ctl({"dead-letters", "replay", "--destination=d2"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "replayed 2 dead letters\n");
+  r = Ctl({"dead-letters", "list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
+
+  absl::StatusOr<std::vector<collector::LeasedJob>> leased =
+      server_->store().Lease(100, absl::Seconds(30));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  ASSERT_THAT(*leased, SizeIs(2));
+  EXPECT_EQ((*leased)[0].job.id(), ids[1]);
+  EXPECT_EQ((*leased)[1].job.id(), ids[3]);
+
+  r = Ctl({"dead-letters", "replay", "--all"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "replayed 3 dead letters\n");
+  EXPECT_EQ(server_->store().Counts().dead, 0);
+}
+
+// The admin token comes from --token or $HOOKRELAY_ADMIN_TOKEN (the flag wins); without the
+// right one the collector's UNAUTHENTICATED is reported with exit 1.
+TEST_F(HookrelayctlTest, AdminToken) {
+  StartServer("adm_s3cret");
+  ASSERT_THAT(MakeDeadLetters({"d1"}), SizeIs(1));
+
+  Result r = Ctl({"dead-letters", "list"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr("UNAUTHENTICATED")));
+
+  r = Ctl({"dead-letters", "list"}, {absl::StrCat(kTokenVariable, "=adm_s3cret")});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(Lines(r.out), SizeIs(2));
+
+  r = Ctl({"--token=adm_s3cret", "dead-letters", "list"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+
+  r = Ctl({"--token=wrong", "dead-letters", "replay", "--all"},
+          {absl::StrCat(kTokenVariable, "=adm_s3cret")});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_EQ(server_->store().Counts().dead, 1);
+}
+
+// Usage errors exit 2 with the usage text on stderr and send nothing; --help exits 0.
+TEST_F(HookrelayctlTest, UsageErrorsExit2) {
+  StartServer();
+  ASSERT_THAT(MakeDeadLetters({"d1"}), SizeIs(1));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no command"},
+      {{"dead-lettres", "list"}, "unknown command \"dead-lettres\""},
+      {{"dead-letters"}, "list or replay"},
+      {{"dead-letters", "frob"}, "unknown command \"dead-letters frob\""},
+      {{"dead-letters", "list", "--from=yesterday"}, "--from"},
+      {{"dead-letters", "list", "--to=2024-13-01T00:00:00Z"}, "--to"},
+      {{"dead-letters", "list", "--limit=0"}, "--limit"},
+      {{"dead-letters", "list", "--all"}, "--all is not a flag of dead-letters list"},
+      {{"dead-letters", "list", "--frobnicate"}, "unknown flag --frobnicate"},
+      {{"dead-letters", "replay"}, "--all or --destination"},
+      {{"dead-letters", "replay", "--all", "--destination=d1"}, "--all"},
+      {{"dead-letters", "replay", "--limit=3", "--all"}, "--limit"},
+      {{"--timeout=soon", "dead-letters", "list"}, "--timeout"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = Ctl(args);
+    const std::string what = absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << what << "\n" << r;
+    EXPECT_EQ(r.out, "") << what;
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr(message), HasSubstr("Usage:")))
+        << what;
+  }
+  EXPECT_EQ(server_->store().Counts().dead, 1);  // Nothing was replayed.
+
+  const Result help = RunCtl({"--help"});
+  EXPECT_EQ(help.exit_code, 0) << help;
+  EXPECT_THAT(help.out, AllOf(HasSubstr("Usage:"), HasSubstr("dead-letters list"),
+                              HasSubstr("dead-letters replay")));
+  EXPECT_EQ(help.err, "");
+}
+
+// A port nothing listens on: UNAVAILABLE, with the gRPC code and message, exit 1.
+TEST_F(HookrelayctlTest, UnreachableCollectorExits1) {
+  // A bound socket that never listens refuses connections, and no one else can take its port.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0) << strerror(errno);
+  const std::string collector = absl::StrCat("--collector=127.0.0.1:", ntohs(addr.sin_port));
+
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"dead-letters", "list"},
+        std::vector<std::string>{"dead-letters", "replay", "--all"}}) {
+    std::vector<std::string> args = {collector, "--timeout=20s"};
+    args.insert(args.end(), command.begin(), command.end());
+    const Result r = RunCtl(args);
+    EXPECT_EQ(r.exit_code, 1) << r;
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr("UNAVAILABLE"),
+                             HasSubstr(collector.substr(strlen("--collector=")))))
+        << r;
+    EXPECT_THAT(Lines(r.err), SizeIs(1)) << r;
+  }
+  close(fd);
+}
+
+}  // namespace
+}  // namespace hookrelay::hookrelayctl
