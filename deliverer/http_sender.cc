@@ -1,0 +1,565 @@
+#include "deliverer/http_sender.h"
+
+#include <curl/curl.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "deliverer/address_policy.h"
+
+namespace hookrelay::deliverer {
+namespace {
+
+constexpr char kUserAgent[] = "hookrelay/1.0";
+constexpr char kShuttingDown[] = "sender shutting down";
+// Idle easy handles kept per worker for reuse; beyond this they are freed (each holds buffers).
+constexpr size_t kMaxIdleHandles = 256;
+// curl_multi_poll waits at most this long when curl has no earlier timer of its own.
+constexpr int kMaxPollMs = 1000;
+
+absl::Status GlobalInit() {
+  static std::once_flag once;
+  static CURLcode rc = CURLE_OK;
+  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (rc != CURLE_OK) {
+    return absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(rc)));
+  }
+  return absl::OkStatus();
+}
+
+TransportError MapCurlError(CURLcode code) {
+  switch (code) {
+    case CURLE_OK:
+      return TransportError::kNone;
+    case CURLE_OPERATION_TIMEDOUT:
+      return TransportError::kTimeout;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+      return TransportError::kConnect;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+      return TransportError::kTlsVerification;
+    default:
+      return TransportError::kOther;
+  }
+}
+
+bool HasControlBytes(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+}
+
+bool HasHeader(const HttpRequest& request, std::string_view name) {
+  for (const auto& [n, v] : request.headers) {
+    if (absl::EqualsIgnoreCase(common::ToAbsl(n), common::ToAbsl(name))) return true;
+  }
+  return false;
+}
+
+long TimeoutMs(absl::Duration timeout) {
+  const int64_t ms = absl::ToInt64Milliseconds(timeout);
+  return static_cast<long>(std::clamp<int64_t>(ms, 1, std::numeric_limits<int32_t>::max()));
+}
+
+}  // namespace
+
+// The certificates of Options::ca_file, added to each new TLS context's trust store next to the
+// default ones (CURLOPT_CAINFO would replace the default bundle instead).
+struct HttpSender::TlsTrust {
+  TlsTrust() = default;
+  TlsTrust(const TlsTrust&) = delete;
+  TlsTrust& operator=(const TlsTrust&) = delete;
+  ~TlsTrust() {
+    for (X509* cert : certs) X509_free(cert);
+  }
+
+  static absl::StatusOr<std::shared_ptr<const TlsTrust>> Load(const std::string& path) {
+    auto trust = std::make_shared<TlsTrust>();
+    BIO* bio = BIO_new_file(path.c_str(), "r");
+    if (bio == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("ca_file \"", path, "\": cannot be opened"));
+    }
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      trust->certs.push_back(cert);
+    }
+    BIO_free(bio);
+    ERR_clear_error();  // the read that ended the loop leaves "no start line" behind
+    if (trust->certs.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ca_file \"", path, "\": no PEM certificate in it"));
+    }
+    return std::shared_ptr<const TlsTrust>(std::move(trust));
+  }
+
+  // CURLOPT_SSL_CTX_FUNCTION: runs on the worker thread before each new TLS handshake.
+  static CURLcode AddToContext(CURL*, void* ssl_ctx, void* userptr) {
+    const auto* trust = static_cast<const TlsTrust*>(userptr);
+    X509_STORE* store = SSL_CTX_get_cert_store(static_cast<SSL_CTX*>(ssl_ctx));
+    if (store == nullptr) return CURLE_SSL_CERTPROBLEM;
+    for (X509* cert : trust->certs) {
+      // Fails harmlessly for a certificate already in the store (curl may share one store).
+      X509_STORE_add_cert(store, cert);
+    }
+    ERR_clear_error();
+    return CURLE_OK;
+  }
+
+  std::vector<X509*> certs;
+};
+
+// One thread, one multi handle. The thread owns everything but the incoming queue.
+class HttpSender::Worker {
+ public:
+  Worker(const Options& options, const TlsTrust* trust, std::atomic<int64_t>& in_flight)
+      : options_(options), trust_(trust), in_flight_(in_flight) {}
+
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  ~Worker() {
+    // Joined, and every transfer completed by now (HttpSender::~HttpSender).
+    for (CURL* easy : idle_) curl_easy_cleanup(easy);
+    if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  }
+
+  absl::Status Init() {
+    multi_ = curl_multi_init();
+    if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
+    CURLMcode rc =
+        curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, options_.max_host_connections);
+    if (rc == CURLM_OK) {
+      rc = curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, options_.max_cached_connections);
+    }
+    if (rc != CURLM_OK) {
+      return absl::InternalError(absl::StrCat("curl_multi_setopt: ", curl_multi_strerror(rc)));
+    }
+    return absl::OkStatus();
+  }
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void Enqueue(HttpRequest request, Callback done, absl::Time queued) {
+    bool wake;
+    {
+      absl::MutexLock lock(&mu_);
+      wake = incoming_.empty();
+      incoming_.push_back(Pending{std::move(request), std::move(done), queued});
+    }
+    // An empty queue means the thread may be asleep in curl_multi_poll (or is about to take the
+    // queue and will poll with a pending wakeup): one wakeup per batch suffices.
+    if (wake) curl_multi_wakeup(multi_);
+  }
+
+  void RequestStop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    curl_multi_wakeup(multi_);
+  }
+
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Fails every queued request with "sender shutting down". Returns whether there was any.
+  bool FailQueued() {
+    std::deque<Pending> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      batch.swap(incoming_);
+    }
+    for (Pending& p : batch) {
+      Complete(std::move(p.done), ShutdownResult(p.request.url, p.queued));
+    }
+    return !batch.empty();
+  }
+
+ private:
+  struct Pending {
+    HttpRequest request;
+    Callback done;
+    absl::Time queued;
+  };
+
+  // One request on one easy handle, from curl_multi_add_handle to CURLMSG_DONE.
+  struct Transfer {
+    CURL* easy = nullptr;
+    HttpRequest request;
+    Callback done;
+    absl::Time queued;
+    bool allow_private_networks = false;
+    curl_slist* header_list = nullptr;
+    std::string retry_after;
+    // Set by OpenSocket when it refused an address.
+    std::string forbidden;
+    char error[CURL_ERROR_SIZE] = {};
+  };
+
+  static HttpResult ShutdownResult(const std::string& url, absl::Time queued) {
+    HttpResult r;
+    r.result.url = url;
+    r.result.error = TransportError::kOther;
+    r.error_detail = kShuttingDown;
+    r.duration = absl::Now() - queued;
+    return r;
+  }
+
+  void Complete(Callback done, HttpResult result) {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    std::move(done)(std::move(result));
+  }
+
+  void Run() {
+    while (true) {
+      std::deque<Pending> batch;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) break;
+        batch.swap(incoming_);
+      }
+      for (Pending& p : batch) StartTransfer(std::move(p));
+      int running = 0;
+      curl_multi_perform(multi_, &running);  // per-transfer errors arrive as CURLMSG_DONE
+      ReapDone();
+      const CURLMcode rc = curl_multi_poll(multi_, nullptr, 0, kMaxPollMs, nullptr);
+      if (rc != CURLM_OK) {
+        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(1.0, 1);
+        common::LogRateLimited(*limiter, common::LogLevel::kError, "curl_multi_poll failed",
+                               {{"error", curl_multi_strerror(rc)}});
+        absl::SleepFor(absl::Milliseconds(10));  // do not spin on a persistent failure
+      }
+    }
+    // Shutting down: in-flight transfers first, then whatever is (or gets) queued.
+    while (!active_.empty()) {
+      auto it = active_.begin();
+      std::unique_ptr<Transfer> t = std::move(it->second);
+      active_.erase(it);
+      curl_multi_remove_handle(multi_, t->easy);
+      Callback done = std::move(t->done);
+      HttpResult result = ShutdownResult(t->request.url, t->queued);
+      Recycle(std::move(t));
+      Complete(std::move(done), std::move(result));
+    }
+    while (FailQueued()) {
+    }
+  }
+
+  CURL* TakeEasy() {
+    if (idle_.empty()) return curl_easy_init();
+    CURL* easy = idle_.back();
+    idle_.pop_back();
+    return easy;
+  }
+
+  // Returns the handle to the pool and frees the transfer. The connection stays in the multi
+  // handle's cache.
+  void Recycle(std::unique_ptr<Transfer> t) {
+    if (t->header_list != nullptr) curl_slist_free_all(t->header_list);
+    if (t->easy != nullptr) {
+      if (idle_.size() < kMaxIdleHandles) {
+        // Reset now, so that an idle handle keeps no pointers into the freed transfer.
+        curl_easy_reset(t->easy);
+        idle_.push_back(t->easy);
+      } else {
+        curl_easy_cleanup(t->easy);
+      }
+    }
+  }
+
+  void FailEarly(std::unique_ptr<Transfer> t, std::string detail) {
+    HttpResult r;
+    r.result.url = t->request.url;
+    r.result.error = TransportError::kOther;
+    r.error_detail = std::move(detail);
+    r.duration = absl::Now() - t->queued;
+    Callback done = std::move(t->done);
+    Recycle(std::move(t));
+    Complete(std::move(done), std::move(r));
+  }
+
+  void StartTransfer(Pending p) {
+    auto t = std::make_unique<Transfer>();
+    t->request = std::move(p.request);
+    t->done = std::move(p.done);
+    t->queued = p.queued;
+    t->allow_private_networks = options_.allow_private_networks;
+
+    const HttpRequest& req = t->request;
+    if (HasControlBytes(req.url)) {
+      FailEarly(std::move(t), "invalid URL: contains CR, LF or NUL");
+      return;
+    }
+    // Headers: ours first unless the caller sets them; "Expect:" (empty) removes curl's
+    // `Expect: 100-continue`, which would cost a round trip on larger bodies.
+    if (!HasHeader(req, "Content-Type")) {
+      t->header_list = curl_slist_append(t->header_list, "Content-Type: application/json");
+    }
+    t->header_list = curl_slist_append(t->header_list, "Expect:");
+    for (const auto& [name, value] : req.headers) {
+      if (name.empty() || HasControlBytes(name) || HasControlBytes(value) ||
+          name.find(':') != std::string::npos) {
+        FailEarly(std::move(t), absl::StrCat("invalid header name or value for header \"",
+                                             absl::CEscape(name), "\""));
+        return;
+      }
+      // curl drops "Name:" (it means "remove the header"); "Name;" sends it with an empty value.
+      const std::string line = value.empty() ? absl::StrCat(name, ";") : absl::StrCat(name, ": ", value);
+      curl_slist* appended = curl_slist_append(t->header_list, line.c_str());
+      if (appended == nullptr) {
+        FailEarly(std::move(t), "out of memory building headers");
+        return;
+      }
+      t->header_list = appended;
+    }
+    if (t->header_list == nullptr) {
+      FailEarly(std::move(t), "out of memory building headers");
+      return;
+    }
+
+    t->easy = TakeEasy();
+    if (t->easy == nullptr) {
+      FailEarly(std::move(t), "curl_easy_init failed");
+      return;
+    }
+    if (const CURLcode rc = Configure(*t); rc != CURLE_OK) {
+      FailEarly(std::move(t), absl::StrCat("curl_easy_setopt: ", curl_easy_strerror(rc)));
+      return;
+    }
+    if (const CURLMcode rc = curl_multi_add_handle(multi_, t->easy); rc != CURLM_OK) {
+      FailEarly(std::move(t), absl::StrCat("curl_multi_add_handle: ", curl_multi_strerror(rc)));
+      return;
+    }
+    CURL* easy = t->easy;
+    active_.emplace(easy, std::move(t));
+  }
+
+  CURLcode Configure(Transfer& t) {
+    static const std::string* const kEmpty = new std::string();
+    const std::string& body = t.request.body != nullptr ? *t.request.body : *kEmpty;
+    CURL* e = t.easy;
+    CURLcode rc = CURLE_OK;
+    auto set = [&](CURLoption option, auto value) {
+      if (rc == CURLE_OK) rc = curl_easy_setopt(e, option, value);
+    };
+    set(CURLOPT_PRIVATE, static_cast<void*>(&t));
+    set(CURLOPT_ERRORBUFFER, t.error);
+    set(CURLOPT_URL, t.request.url.c_str());
+    set(CURLOPT_PROTOCOLS_STR, "http,https");
+    set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    set(CURLOPT_FOLLOWLOCATION, 0L);
+    set(CURLOPT_POST, 1L);
+    // The body is sent from the shared buffer; CURLOPT_COPYPOSTFIELDS would copy it.
+    set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    set(CURLOPT_POSTFIELDS, body.data());
+    set(CURLOPT_HTTPHEADER, t.header_list);
+    set(CURLOPT_USERAGENT, kUserAgent);
+    set(CURLOPT_TIMEOUT_MS, TimeoutMs(t.request.timeout));
+    set(CURLOPT_NOSIGNAL, 1L);
+    set(CURLOPT_SSL_VERIFYPEER, 1L);
+    set(CURLOPT_SSL_VERIFYHOST, 2L);
+    // Environment proxies (http_proxy, ALL_PROXY, ...) must not see customer traffic.
+    set(CURLOPT_PROXY, "");
+    set(CURLOPT_NOPROXY, "*");
+    set(CURLOPT_WRITEFUNCTION, &DiscardBody);
+    set(CURLOPT_WRITEDATA, static_cast<void*>(&t));
+    set(CURLOPT_HEADERFUNCTION, &OnHeader);
+    set(CURLOPT_HEADERDATA, static_cast<void*>(&t));
+    set(CURLOPT_OPENSOCKETFUNCTION, &OpenSocket);
+    set(CURLOPT_OPENSOCKETDATA, static_cast<void*>(&t));
+    if (trust_ != nullptr) {
+      set(CURLOPT_SSL_CTX_FUNCTION, &TlsTrust::AddToContext);
+      set(CURLOPT_SSL_CTX_DATA, static_cast<void*>(const_cast<TlsTrust*>(trust_)));
+    }
+    return rc;
+  }
+
+  static size_t DiscardBody(char*, size_t size, size_t nmemb, void*) { return size * nmemb; }
+
+  // Called once per header line, CRLF included, for every response (1xx included).
+  static size_t OnHeader(char* data, size_t size, size_t nitems, void* userdata) {
+    auto* t = static_cast<Transfer*>(userdata);
+    const size_t n = size * nitems;
+    const std::string_view line(data, n);
+    constexpr std::string_view kRetryAfter = "retry-after:";
+    if (line.starts_with("HTTP/")) {
+      t->retry_after.clear();  // a new response (after a 1xx): its own headers count
+    } else if (line.size() >= kRetryAfter.size() &&
+               absl::EqualsIgnoreCase(common::ToAbsl(line.substr(0, kRetryAfter.size())),
+                                      common::ToAbsl(kRetryAfter))) {
+      t->retry_after = std::string(
+          absl::StripAsciiWhitespace(common::ToAbsl(line.substr(kRetryAfter.size()))));
+    }
+    return n;
+  }
+
+  // Every connection curl opens goes through here, with the address actually connected to.
+  static curl_socket_t OpenSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
+    auto* t = static_cast<Transfer*>(clientp);
+    if (!t->allow_private_networks) {
+      sockaddr_storage storage{};
+      std::memcpy(&storage, &address->addr,
+                  std::min<size_t>(address->addrlen, sizeof(storage)));
+      const auto* addr = reinterpret_cast<const sockaddr*>(&storage);
+      const std::string_view reason = ForbiddenAddressReason(addr);
+      if (!reason.empty()) {
+        t->forbidden = absl::StrCat("refused ", FormatAddress(addr), ": ", common::ToAbsl(reason),
+                                    "; --allow_private_networks permits it");
+        return CURL_SOCKET_BAD;
+      }
+    }
+    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+  }
+
+  void ReapDone() {
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      CURL* easy = msg->easy_handle;
+      const CURLcode code = msg->data.result;  // read before remove_handle frees the message
+      auto it = active_.find(easy);
+      if (it == active_.end()) continue;  // not ours: cannot happen
+      std::unique_ptr<Transfer> t = std::move(it->second);
+      active_.erase(it);
+      curl_multi_remove_handle(multi_, easy);
+      HttpResult r = ResultOf(*t, code);
+      Callback done = std::move(t->done);
+      Recycle(std::move(t));
+      Complete(std::move(done), std::move(r));
+    }
+  }
+
+  static HttpResult ResultOf(Transfer& t, CURLcode code) {
+    HttpResult r;
+    r.result.url = t.request.url;
+    r.duration = absl::Now() - t.queued;
+    if (code == CURLE_OK) {
+      long status = 0;
+      curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
+      r.result.status = static_cast<int>(status);
+      r.result.error = TransportError::kNone;
+      r.result.retry_after = std::move(t.retry_after);
+      return r;
+    }
+    if (!t.forbidden.empty() && code == CURLE_COULDNT_CONNECT) {
+      r.result.error = TransportError::kForbiddenAddress;
+      r.error_detail = std::move(t.forbidden);
+      return r;
+    }
+    r.result.error = MapCurlError(code);
+    r.error_detail = t.error[0] != '\0' ? std::string(t.error) : curl_easy_strerror(code);
+    return r;
+  }
+
+  // Constant after construction.
+  const Options& options_;
+  const TlsTrust* const trust_;
+  std::atomic<int64_t>& in_flight_;
+  CURLM* multi_ = nullptr;  // curl_multi_wakeup may be called from any thread
+  std::thread thread_;
+
+  // Owned by the worker thread (and by the destructor once joined).
+  std::vector<CURL*> idle_;
+  absl::flat_hash_map<CURL*, std::unique_ptr<Transfer>> active_;
+
+  absl::Mutex mu_;
+  std::deque<Pending> incoming_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::StatusOr<std::unique_ptr<HttpSender>> HttpSender::Create(Options options) {
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", options.threads));
+  }
+  if (options.max_host_connections < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_host_connections must be at least 1, got ",
+                                                   options.max_host_connections));
+  }
+  if (options.max_cached_connections < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_cached_connections must be at least 1, got ", options.max_cached_connections));
+  }
+  if (absl::Status s = GlobalInit(); !s.ok()) return s;
+  std::shared_ptr<const TlsTrust> trust;
+  if (!options.ca_file.empty()) {
+    // The certificates are added through the OpenSSL context; another TLS backend has none.
+    const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+    if (info == nullptr || info->ssl_version == nullptr ||
+        !absl::StartsWith(info->ssl_version, "OpenSSL")) {
+      return absl::InvalidArgumentError("ca_file needs a libcurl built with OpenSSL");
+    }
+    absl::StatusOr<std::shared_ptr<const TlsTrust>> loaded = TlsTrust::Load(options.ca_file);
+    if (!loaded.ok()) return loaded.status();
+    trust = *std::move(loaded);
+  }
+  std::unique_ptr<HttpSender> sender(new HttpSender(std::move(options), std::move(trust)));
+  for (auto& worker : sender->workers_) {
+    if (absl::Status s = worker->Init(); !s.ok()) return s;
+  }
+  for (auto& worker : sender->workers_) worker->Start();
+  return sender;
+}
+
+HttpSender::HttpSender(Options options, std::shared_ptr<const TlsTrust> trust)
+    : options_(std::move(options)), trust_(std::move(trust)) {
+  workers_.reserve(options_.threads);
+  for (int i = 0; i < options_.threads; ++i) {
+    workers_.push_back(std::make_unique<Worker>(options_, trust_.get(), in_flight_));
+  }
+}
+
+HttpSender::~HttpSender() {
+  for (auto& worker : workers_) worker->RequestStop();
+  for (auto& worker : workers_) worker->Join();
+  // Callbacks run during the workers' own shutdown may have queued requests on workers that had
+  // already exited: fail those here until nothing is left.
+  bool any = true;
+  while (any) {
+    any = false;
+    for (auto& worker : workers_) any = worker->FailQueued() || any;
+  }
+}
+
+void HttpSender::Send(HttpRequest request, Callback done) {
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t i = next_worker_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+  workers_[i]->Enqueue(std::move(request), std::move(done), absl::Now());
+}
+
+}  // namespace hookrelay::deliverer
