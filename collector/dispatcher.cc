@@ -26,7 +26,10 @@ class Dispatcher::Stream final
     : public grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse> {
  public:
   Stream(Dispatcher& dispatcher, grpc::CallbackServerContext* context)
-      : dispatcher_(dispatcher), peer_(context->peer()) {}
+      : dispatcher_(dispatcher), lifeline_(dispatcher.lifeline_), peer_(context->peer()) {
+    absl::MutexLock lock(&lifeline_->mu);
+    ++lifeline_->open;
+  }
 
   // The registry's reference; set once before registration, read under the dispatcher's mu_,
   // dropped in OnDone after unregistration.
@@ -53,12 +56,13 @@ class Dispatcher::Stream final
       absl::MutexLock lock(&mu_);
       writing_ = false;
     }
+    // Before MaybeFinish: once Finish is called, OnDone may run and the dispatcher may go away.
+    dispatcher_.Notify();
     if (!ok) {
       RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
       return;
     }
     MaybeFinish();
-    dispatcher_.Notify();
   }
 
   void OnDone() override {
@@ -67,9 +71,14 @@ class Dispatcher::Stream final
       common::LogInfo("deliverer disconnected",
                       {{"deliverer", deliverer_id_}, {"peer", peer_}, {"unsettled", held_}});
     }
-    dispatcher_.Unregister(this);
-    std::shared_ptr<Stream> self = std::move(self_);
-    // `self` may be the last reference: nothing may touch members after this scope.
+    dispatcher_.Unregister(this);  // the last use of the dispatcher
+    std::shared_ptr<Lifeline> lifeline = lifeline_;
+    {
+      std::shared_ptr<Stream> self = std::move(self_);
+      // `self` may be the last reference: no member is used after this block.
+    }
+    absl::MutexLock lock(&lifeline->mu);
+    --lifeline->open;
   }
 
   // Dispatcher thread: reserves the write slot when the stream can take jobs now. Returns how
@@ -184,6 +193,7 @@ class Dispatcher::Stream final
   }
 
   Dispatcher& dispatcher_;
+  const std::shared_ptr<Lifeline> lifeline_;
   const std::string peer_;
   std::shared_ptr<Stream> self_;  // dropped in OnDone
   SubscribeRequest request_;      // read path only (reads are sequential)
@@ -414,6 +424,15 @@ void Dispatcher::Shutdown() {
   }
   for (const auto& s : streams) {
     s->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
+  }
+  streams.clear();
+  absl::MutexLock lock(&lifeline_->mu);
+  auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifeline_->mu) {
+    return lifeline_->open == 0;
+  };
+  if (!lifeline_->mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(10))) {
+    common::LogWarning("deliverer streams still open after shutdown",
+                       {{"streams", lifeline_->open}});
   }
 }
 

@@ -16,7 +16,8 @@
 // credits and outcomes, and every Options::poll_interval (due retries, expired leases).
 //
 // Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
-// sent, then ends every stream with UNAVAILABLE. Jobs still unsettled then simply return to
+// sent, then ends every stream with UNAVAILABLE and waits (up to 10 s) until every stream is done,
+// so that no gRPC callback uses the dispatcher or the store afterwards. Jobs still unsettled then simply return to
 // the ready set when the store reopens (leases are not durable).
 #ifndef HOOKRELAY_COLLECTOR_DISPATCHER_H_
 #define HOOKRELAY_COLLECTOR_DISPATCHER_H_
@@ -84,6 +85,13 @@ class Dispatcher {
 
  private:
   class Stream;
+  // Counts streams not yet done. Shared with every stream, so a stream's last step (the
+  // decrement, after its last use of the dispatcher) never touches freed memory, and Shutdown can
+  // wait for it.
+  struct Lifeline {
+    absl::Mutex mu;
+    int open ABSL_GUARDED_BY(mu) = 0;
+  };
   struct Metrics {
     prometheus::Counter* sent = nullptr;
     prometheus::Counter* delivered = nullptr;
@@ -112,6 +120,7 @@ class Dispatcher {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<Lifeline> lifeline_ = std::make_shared<Lifeline>();
   std::thread thread_;
 };
 

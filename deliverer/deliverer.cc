@@ -93,8 +93,11 @@ struct Deliverer::JobState {
 class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, SubscribeResponse>,
                               public std::enable_shared_from_this<Call> {
  public:
-  Call(Deliverer& deliverer, std::string collector)
-      : deliverer_(deliverer), collector_(std::move(collector)) {}
+  // `destroyed` is notified when the call object is gone (all its members destroyed).
+  Call(Deliverer& deliverer, std::string collector,
+       std::shared_ptr<absl::Notification> destroyed)
+      : on_destroy_{std::move(destroyed)}, deliverer_(deliverer),
+        collector_(std::move(collector)) {}
 
   void Start(hookrelay::v1::Collector::Stub& stub, const std::string& deliverer_id,
              uint32_t credits) {
@@ -253,6 +256,14 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     }
   }
 
+  // Declared first, so destroyed last: notifies after every other member (the ClientContext
+  // included) is gone.
+  struct OnDestroy {
+    std::shared_ptr<absl::Notification> notification;
+    ~OnDestroy() {
+      if (notification) notification->Notify();
+    }
+  } on_destroy_;
   Deliverer& deliverer_;
   const std::string collector_;
   grpc::ClientContext context_;
@@ -308,12 +319,15 @@ class Deliverer::Link {
     absl::MutexLock lock(&mu_);
     return call_ ? call_->held() : 0;
   }
-  // Drain step 2, then join.
+  // Drain step 2, then join. Waits (bounded) until the last call object is destroyed: gRPC may
+  // still be running its OnDone when WaitDone returns.
   void Stop(bool now) {
     std::shared_ptr<Call> call;
+    std::shared_ptr<absl::Notification> destroyed;
     {
       absl::MutexLock lock(&mu_);
-      call = call_;
+      call = std::move(call_);
+      destroyed = call_destroyed_;
     }
     if (call) {
       call->RequestClose(now);
@@ -323,6 +337,11 @@ class Deliverer::Link {
       }
     }
     if (thread_.joinable()) thread_.join();
+    call.reset();
+    if (destroyed && !destroyed->WaitForNotificationWithTimeout(absl::Seconds(5))) {
+      common::LogWarning("collector stream still referenced at shutdown",
+                         {{"collector", address_}});
+    }
   }
   bool connected() const {
     absl::MutexLock lock(&mu_);
@@ -333,11 +352,13 @@ class Deliverer::Link {
   void Run() {
     absl::Duration backoff = deliverer_.options_.reconnect_initial_backoff;
     while (true) {
-      auto call = std::make_shared<Call>(deliverer_, address_);
+      auto destroyed = std::make_shared<absl::Notification>();
+      auto call = std::make_shared<Call>(deliverer_, address_, destroyed);
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
         call_ = call;
+        call_destroyed_ = destroyed;
         connected_ = true;
       }
       call->Start(*stub_, deliverer_.options_.deliverer_id.empty()
@@ -375,6 +396,7 @@ class Deliverer::Link {
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Call> call_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<absl::Notification> call_destroyed_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -53,7 +53,9 @@ class Deliverer {
     absl::Duration drain_timeout = absl::Seconds(15);
   };
 
-  // References must outlive the Deliverer; `metrics` may be null.
+  // References must outlive the Deliverer; `metrics` may be null. Destroy `sender` after
+  // Shutdown() and before the Deliverer: requests still pending then complete through callbacks
+  // into the Deliverer.
   Deliverer(Options options, HttpSender& sender, const common::Clock& clock,
             DeliveryMetrics* metrics);
   ~Deliverer();

@@ -238,6 +238,7 @@ TEST(PipelineE2eTest, OneDelivererServesTwoCollectors) {
   EXPECT_TRUE(settled(b));
   EXPECT_EQ(d.connected_streams(), 2);
   d.Shutdown();
+  sender->reset();  // before the deliverer goes out of scope
 }
 
 }  // namespace

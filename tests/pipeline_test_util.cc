@@ -46,8 +46,8 @@ absl::Status InProcessPipeline::Start() {
 
 void InProcessPipeline::Stop() {
   if (deliverer_) deliverer_->Shutdown();
+  sender_.reset();  // before the deliverer: pending callbacks call into it
   deliverer_.reset();
-  sender_.reset();
   collector_.Stop();
 }
 
