@@ -22,20 +22,22 @@ std::string UserId(int i) { return absl::StrFormat("user-%06d", i); }
 std::string OrderId(int i) { return absl::StrFormat("ord-%08d", i); }
 
 // One event as the HTTP API carries it; `pad` is the filler that brings it to size.
-std::string JsonEvent(int i, const std::string& message_id, const std::string& pad) {
+std::string JsonEvent(int i, const std::string& message_id, const std::string& pad,
+                      bool with_timestamp) {
   return absl::StrCat(R"({"type":"track","userId":")", UserId(i), R"(","event":")", kEventName,
-                      R"(","messageId":")", message_id, R"(","timestamp":")", kTimestamp,
+                      R"(","messageId":")", message_id,
+                      with_timestamp ? absl::StrCat(R"(","timestamp":")", kTimestamp) : "",
                       R"(","properties":{"orderId":")", OrderId(i),
                       R"(","revenue":42.5,"currency":"EUR","plan":"pro","pad":")", pad, R"("}})");
 }
 
 void FillProtoEvent(int i, const std::string& message_id, const std::string& pad,
-                    hookrelay::v1::Event* e) {
+                    bool with_timestamp, hookrelay::v1::Event* e) {
   e->set_type(hookrelay::v1::TRACK);
   e->set_message_id(message_id);
   e->set_user_id(UserId(i));
   e->set_event(kEventName);
-  e->mutable_timestamp()->set_seconds(kTimestampSeconds);
+  if (with_timestamp) e->mutable_timestamp()->set_seconds(kTimestampSeconds);
   auto& fields = *e->mutable_properties()->mutable_fields();
   fields["orderId"].set_string_value(OrderId(i));
   fields["revenue"].set_number_value(42.5);
@@ -53,27 +55,31 @@ void Check(bool condition, const char* message) {
 
 }  // namespace
 
-BatchTemplate::BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id)
+BatchTemplate::BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id,
+                             Timestamp timestamp)
     : run_id_(run_id) {
+  const bool with_timestamp = timestamp == Timestamp::kInclude;
   Check(events >= 1, "events must be >= 1");
   Check(!run_id_.empty() && run_id_[0] >= 'g' && run_id_[0] <= 'z', "bad run id");
   const std::string placeholder = MessageId(0);
-  const size_t base = JsonEvent(0, placeholder, "").size();
+  const size_t base = JsonEvent(0, placeholder, "", with_timestamp).size();
   const std::string pad(event_bytes > static_cast<int>(base) ? event_bytes - base : 0, 'x');
 
   if (format == Format::kJson) {
     bytes_ = R"({"batch":[)";
     for (int i = 0; i < events; ++i) {
       if (i > 0) bytes_.push_back(',');
-      absl::StrAppend(&bytes_, JsonEvent(i, placeholder, pad));
+      absl::StrAppend(&bytes_, JsonEvent(i, placeholder, pad, with_timestamp));
     }
     bytes_.append("]}");
     json_event_bytes_ = bytes_.size() / events;
   } else {
     hookrelay::v1::IngestRequest request;
-    for (int i = 0; i < events; ++i) FillProtoEvent(i, placeholder, pad, request.add_events());
+    for (int i = 0; i < events; ++i) {
+      FillProtoEvent(i, placeholder, pad, with_timestamp, request.add_events());
+    }
     Check(request.SerializeToString(&bytes_), "cannot serialize the request");
-    json_event_bytes_ = JsonEvent(0, placeholder, pad).size() + 1;
+    json_event_bytes_ = JsonEvent(0, placeholder, pad, with_timestamp).size() + 1;
   }
 
   // The run id begins with a letter that is not a hex digit and nothing else in the body contains

@@ -29,9 +29,14 @@ class BatchTemplate {
     kProto,  // a serialized hookrelay.v1.IngestRequest
   };
 
+  // Whether each event carries its own `timestamp`. kOmit leaves it out, so the collector stamps
+  // the event with its receipt time (end-to-end latency can then be read off the webhook body).
+  enum class Timestamp { kInclude, kOmit };
+
   // REQUIRES: events >= 1; run_id non-empty, made of [a-z0-9] and starting with a letter that is
   // not a hex digit (so it cannot occur by chance elsewhere in the body).
-  BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id);
+  BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id,
+                Timestamp timestamp = Timestamp::kInclude);
 
   // The body with placeholder ids.
   const std::string& bytes() const { return bytes_; }

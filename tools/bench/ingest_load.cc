@@ -39,6 +39,9 @@ ABSL_FLAG(double, rate, 0,
           "0 = closed loop, as fast as the connections go");
 ABSL_FLAG(int, threads, 1, "client event-loop threads");
 ABSL_FLAG(int, grpc_channels, 1, "gRPC: TCP connections the calls are spread over");
+ABSL_FLAG(bool, omit_timestamp, false,
+          "send events without a timestamp, so the collector stamps each with its receipt time "
+          "(end-to-end delivery latency can then be read from the webhook body)");
 ABSL_FLAG(std::string, latency_log, "",
           "if set, a CSV file of every acknowledged request in the window: completion time "
           "(seconds from the start of the measurement) and latency (ms), to find stalls");
@@ -59,7 +62,7 @@ ClientCpu CpuNow() {
   return ClientCpu{seconds(u.ru_utime), seconds(u.ru_stime)};
 }
 
-int Main(const std::string& mode, const LoadOptions& options) {
+int Main(const std::string& mode, const LoadOptions& options, bool omit_timestamp) {
   if (mode != "http" && mode != "grpc") {
     std::fprintf(stderr, "--mode must be http or grpc, got %s\n", mode.c_str());
     return 2;
@@ -83,7 +86,9 @@ int Main(const std::string& mode, const LoadOptions& options) {
           std::chrono::system_clock::now().time_since_epoch().count() & 0xffffffffff));
   const BatchTemplate batch(mode == "http" ? BatchTemplate::Format::kJson
                                            : BatchTemplate::Format::kProto,
-                            options.events_per_request, options.event_bytes, run_id);
+                            options.events_per_request, options.event_bytes, run_id,
+                            omit_timestamp ? BatchTemplate::Timestamp::kOmit
+                                           : BatchTemplate::Timestamp::kInclude);
   size_t request_bytes = batch.bytes().size();
   if (mode == "http") {
     size_t body_offset = 0;
@@ -147,5 +152,6 @@ int main(int argc, char** argv) {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.grpc_channels = absl::GetFlag(FLAGS_grpc_channels);
   options.latency_log = absl::GetFlag(FLAGS_latency_log);
-  return hookrelay::bench::Main(absl::GetFlag(FLAGS_mode), options);
+  return hookrelay::bench::Main(absl::GetFlag(FLAGS_mode), options,
+                                absl::GetFlag(FLAGS_omit_timestamp));
 }
