@@ -7,27 +7,29 @@
 #   1. ceiling     wrk -t$WRK_THREADS -c$WRK_CONNECTIONS POSTs that request to a fresh receiver for
 #                  $CEILING_DURATION s, $CEILING_RUNS times: what the receiver can take on this
 #                  machine (the best run).
-#   2. throughput  for each "sender_threads:credits" of $THROUGHPUT_VARIANTS: fresh collector and
-#                  receiver, $PRELOAD_EVENTS events preloaded with no deliverer running, then a
-#                  deliverer started; deliveries/s = jobs / (last request − first request) as the
-#                  receiver saw them.
-#   3. latency     fresh collector + deliverer + receiver; ingest_load open loop at $LATENCY_RATE
-#                  events/s, events without a timestamp (the collector stamps its receipt time),
-#                  for $DURATION_LATENCY s after $WARMUP_LATENCY s; the receiver's now − timestamp
-#                  is the end-to-end latency.
+#   2. throughput  for each "sender_threads:credits[:max_host_connections]" of
+#                  $THROUGHPUT_VARIANTS: fresh collector and receiver, $PRELOAD_EVENTS events
+#                  preloaded with no deliverer running, then a deliverer started with those flags;
+#                  deliveries/s = jobs / (last request − first request) as the receiver saw them.
+#                  Also the CPU of each process (and per thread) while the backlog drained.
+#   3. latency     fresh collector + deliverer (default flags) + receiver; ingest_load open loop at
+#                  $LATENCY_RATE events/s, events without a timestamp (the collector stamps its
+#                  receipt time), for $DURATION_LATENCY s after $WARMUP_LATENCY s; the receiver's
+#                  now − timestamp is the end-to-end latency.
 #   4. memory      the same as 3 for $DURATION_MEMORY s (default 600), the deliverer's VmRSS (and
 #                  the collector's and receiver's) sampled every $MEM_SAMPLE_INTERVAL s.
 # then prints a summary and stops everything (on any exit), removing the temporary directory.
 #
-#   tools/bench/run_delivery_bench.sh                       # ~13 min once built (10 of them memory)
+#   tools/bench/run_delivery_bench.sh                       # ~20 min once built (10 of them memory)
 #   DURATION_MEMORY=60 tools/bench/run_delivery_bench.sh    # shorter memory phase
-#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="1:2000" tools/bench/run_delivery_bench.sh
+#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="1:2000 2:128:128" tools/bench/run_delivery_bench.sh
+#   PHASES=throughput THROUGHPUT_VARIANTS=1:2000 PERF=1 tools/bench/run_delivery_bench.sh  # + profile
 #   RESULTS=/tmp/delivery-bench tools/bench/run_delivery_bench.sh   # keep every log there
 #   IDLE_WAIT=60 tools/bench/run_delivery_bench.sh          # shared machine: wait for quiet first
 #
 # Bounded: the build has BUILD_TIMEOUT (default 600 s), every start-up 10 s, every load run its
-# duration + 30 s, each throughput drain THROUGHPUT_TIMEOUT (default 180 s). Traffic stays on
-# 127.0.0.1. Needs wrk, jq, curl, python3.
+# duration + 30 s, each throughput drain THROUGHPUT_TIMEOUT (default 180 s), IDLE_WAIT at most its
+# value per measurement. Traffic stays on 127.0.0.1. Needs wrk, jq, curl, python3 (perf for PERF=1).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -127,7 +129,7 @@ cp "${INGEST_LOAD:?}" "$TMP/ingest_load"
   echo "== machine: nproc=$(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//');" \
     "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo);" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
-  lscpu | grep -v '^Flags' | head -20 | sed 's/^/   /'
+  lscpu | grep -v '^Flags' | sed -n '1,20s/^/   /p' || true
 } | tee "$TMP/machine.txt"
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -446,13 +448,13 @@ if has_phase throughput; then
         [[ -s "$TMP/$name.$role.perf.data" ]] || continue
         echo "## $role: samples by thread and library"
         timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort comm,dso -g none \
-          --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -25
+          --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -25 || true
         echo "## $role: top symbols (self)"
         timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort comm,dso,symbol \
-          -g none --percent-limit 0.8 --stdio 2>/dev/null | grep '%' | head -30
+          -g none --percent-limit 0.8 --stdio 2>/dev/null | grep '%' | head -30 || true
         echo "## $role: inclusive (children), top entries"
         timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
-          --percent-limit 4 --stdio 2>/dev/null | grep '%' | head -40
+          --percent-limit 4 --stdio 2>/dev/null | grep '%' | head -40 || true
         rm -f "$TMP/$name.$role.perf.data"
       done >"$TMP/$name.perf.txt"
       echo "   profile: $name.perf.txt"
