@@ -39,24 +39,6 @@ std::string DefaultDelivererId() {
   return absl::StrCat(host[0] != '\0' ? host : "deliverer", "-", getpid());
 }
 
-const char* TransportErrorName(TransportError e) {
-  switch (e) {
-    case TransportError::kNone:
-      return "";
-    case TransportError::kTimeout:
-      return "timeout";
-    case TransportError::kConnect:
-      return "connection error";
-    case TransportError::kTlsVerification:
-      return "TLS verification failure";
-    case TransportError::kForbiddenAddress:
-      return "private network address refused";
-    case TransportError::kOther:
-      return "transport error";
-  }
-  return "transport error";
-}
-
 Outcome::Kind ToOutcomeKind(DecisionKind kind) {
   switch (kind) {
     case DecisionKind::kDelivered:
@@ -537,9 +519,10 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
     if (r.error == TransportError::kNone) {
       u->set_status(r.status);
     } else {
+      const std::string_view text = TransportErrorText(r.error);
       u->set_error(job->details[i].empty()
-                       ? TransportErrorName(r.error)
-                       : absl::StrCat(TransportErrorName(r.error), ": ", job->details[i]));
+                       ? std::string(text)
+                       : absl::StrCat(common::ToAbsl(text), ": ", job->details[i]));
     }
   }
   if (decision.kind == DecisionKind::kRetry) {

@@ -51,30 +51,16 @@ std::string_view UrlHost(std::string_view url) {
 void AppendDescription(std::string* out, const UrlResult& r) {
   std::string_view host = UrlHost(r.url);
   if (host.empty()) host = "unknown host";
-  switch (r.error) {
-    case TransportError::kNone:
-      if (r.status != 0) {
-        absl::StrAppend(out, r.status, " from ", ToAbsl(host));
-      } else {
-        absl::StrAppend(out, "no status from ", ToAbsl(host));
-      }
-      return;
-    case TransportError::kTimeout:
-      absl::StrAppend(out, "timeout from ", ToAbsl(host));
-      return;
-    case TransportError::kConnect:
-      absl::StrAppend(out, "connection error from ", ToAbsl(host));
-      return;
-    case TransportError::kTlsVerification:
-      absl::StrAppend(out, "TLS verification failure from ", ToAbsl(host));
-      return;
-    case TransportError::kForbiddenAddress:
-      absl::StrAppend(out, "private network address refused for ", ToAbsl(host));
-      return;
-    case TransportError::kOther:
-      absl::StrAppend(out, "transport error from ", ToAbsl(host));
-      return;
+  if (r.error == TransportError::kNone) {
+    if (r.status != 0) {
+      absl::StrAppend(out, r.status, " from ", ToAbsl(host));
+    } else {
+      absl::StrAppend(out, "no status from ", ToAbsl(host));
+    }
+    return;
   }
+  absl::StrAppend(out, ToAbsl(TransportErrorText(r.error)),
+                  r.error == TransportError::kForbiddenAddress ? " for " : " from ", ToAbsl(host));
 }
 
 std::string DescribeAll(absl::Span<const UrlResult> results) {
@@ -198,6 +184,24 @@ bool ParseHttpDate(std::string_view v, absl::Time now, absl::Time* out) {
 }
 
 }  // namespace
+
+std::string_view TransportErrorText(TransportError error) {
+  switch (error) {
+    case TransportError::kNone:
+      return "";
+    case TransportError::kTimeout:
+      return "timeout";
+    case TransportError::kConnect:
+      return "connection error";
+    case TransportError::kTlsVerification:
+      return "TLS verification failure";
+    case TransportError::kForbiddenAddress:
+      return "private network address refused";
+    case TransportError::kOther:
+      return "transport error";
+  }
+  return "transport error";
+}
 
 std::optional<absl::Duration> ParseRetryAfter(std::string_view value, absl::Time now) {
   const std::string_view v = common::ToStd(absl::StripAsciiWhitespace(ToAbsl(value)));

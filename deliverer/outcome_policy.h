@@ -60,6 +60,11 @@ struct UrlResult {
   std::string retry_after;
 };
 
+// A short description of `error` for reasons, logs and dead letters: "timeout", "connection
+// error", "TLS verification failure", "private network address refused", "transport error";
+// "" for kNone.
+std::string_view TransportErrorText(TransportError error);
+
 enum class DecisionKind { kDelivered, kRetry, kDead };
 
 struct Decision {
