@@ -208,10 +208,31 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::string_view target(req.target().data(), req.target().size());
     std::string_view path = target.substr(0, target.find('?'));
 
+    // RFC 9112 §3.2: an HTTP/1.1 request without Host is answered 400.
+    if (version >= 11 && req.find(http::field::host) == req.end()) {
+      Send(http::status::bad_request, ErrorBody("HTTP/1.1 request without a Host header", "Host"),
+           false, version);
+      return;
+    }
     if (path == "/healthz" || path == "/readyz") {
-      const bool ok = server_.accepting.load();
-      Send(ok ? http::status::ok : http::status::service_unavailable,
-           ok ? R"({"status":"serving"})" : R"({"status":"shutting down"})", keep_alive, version);
+      if (!server_.accepting.load()) {
+        Send(http::status::service_unavailable, R"({"status":"shutting down"})", keep_alive,
+             version);
+        return;
+      }
+      if (server_.options.health) {
+        if (absl::Status health = server_.options.health(); !health.ok()) {
+          std::string body;
+          common::JsonObjectWriter w(&body);
+          w.String("status", "not serving");
+          w.String("reason", common::ToStd(health.message()));
+          w.Close();
+          Send(http::status::service_unavailable, std::move(body), keep_alive, version,
+               /*retry_after=*/true);
+          return;
+        }
+      }
+      Send(http::status::ok, R"({"status":"serving"})", keep_alive, version);
       return;
     }
     if (!path.starts_with(kPrefix)) {
@@ -295,7 +316,9 @@ class Session : public std::enable_shared_from_this<Session> {
              /*retry_after=*/true);
         return;
       }
-      Send(HttpStatusFor(r.status()), ErrorBody(common::ToStd(r.status().message())), keep_alive, version);
+      // UNAVAILABLE (the store cannot write, or shutting down) is temporary too.
+      Send(HttpStatusFor(r.status()), ErrorBody(common::ToStd(r.status().message())), keep_alive,
+           version, /*retry_after=*/r.status().code() == absl::StatusCode::kUnavailable);
       return;
     }
     if (single && !r->rejected.empty()) {
@@ -345,7 +368,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (status == http::status::unauthorized) {
       res_.set(http::field::www_authenticate, "Basic realm=\"hookrelay\"");
     }
-    if (retry_after) res_.set(http::field::retry_after, "1");
+    // Overload clears in a second; a store that cannot write retries its disk every few.
+    if (retry_after) {
+      res_.set(http::field::retry_after,
+               status == http::status::service_unavailable ? "5" : "1");
+    }
     if (status == http::status::method_not_allowed) res_.set(http::field::allow, "POST, OPTIONS");
     res_.keep_alive(keep_alive);
     res_.body() = std::move(body);

@@ -4,6 +4,7 @@
 #ifndef HOOKRELAY_COLLECTOR_HTTP_SERVER_H_
 #define HOOKRELAY_COLLECTOR_HTTP_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,9 @@ class HttpServer {
     int io_threads = 2;
     // A keep-alive connection idle this long is closed.
     absl::Duration idle_timeout = absl::Seconds(60);
+    // Whether the collector can take events (e.g. JobStore::WriteHealth); /healthz and /readyz
+    // answer 503 with its message while it is not OK. Optional; called on I/O threads.
+    std::function<absl::Status()> health;
   };
 
   // `ingestor` must outlive the server; `metrics` may be null.

@@ -23,6 +23,12 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
     return;
   }
   const size_t n = events.size();
+  // A store that cannot write (a full disk) refuses at once, before any work: the caller retries.
+  if (absl::Status health = store_.WriteHealth(); !health.ok()) {
+    if (metrics_) metrics_->CountRejected("store_unavailable", static_cast<int64_t>(n));
+    std::move(done)(std::move(health));
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) {
@@ -98,7 +104,9 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
       [this, finish, done = std::move(done), outcome = std::move(outcome), types = std::move(types),
        source_id = std::string(source_id)](absl::StatusOr<AppendResult> appended) mutable {
         if (!appended.ok()) {
-          if (metrics_) metrics_->CountRejected("store_error", static_cast<int64_t>(types.size()));
+          if (metrics_) {
+            metrics_->CountRejected("store_unavailable", static_cast<int64_t>(types.size()));
+          }
           finish(std::move(done), std::move(appended).status());
           return;
         }

@@ -56,7 +56,8 @@ class Ingestor {
            const common::Clock& clock, IngestMetrics* metrics);
 
   // Errors passed to `done`: UNAUTHENTICATED (unknown or missing write key), RESOURCE_EXHAUSTED
-  // (overloaded), UNAVAILABLE (shutting down), or the store's error. Per-event problems are in
+  // (overloaded), UNAVAILABLE (shutting down, or the store cannot write: JobStore::WriteHealth),
+  // or the store's error. Per-event problems are in
   // IngestOutcome::rejected, with status OK.
   void Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done);
 

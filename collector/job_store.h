@@ -98,6 +98,11 @@ class JobStore {
   virtual absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
                                            const std::vector<std::string>& source_ids) = 0;
 
+  // OK while the store can write. Otherwise UNAVAILABLE with a generic message (no file paths;
+  // safe to show to callers) until the store has recovered by itself: appends fail meanwhile,
+  // leases and reads keep working. Cheap; any thread.
+  virtual absl::Status WriteHealth() const = 0;
+
   virtual JobCounts Counts() = 0;
   // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).
   virtual absl::Time NextDue() = 0;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <system_error>
@@ -16,14 +18,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/compaction_filter.h"
+#include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 // On-disk layout (column families):
@@ -47,6 +53,8 @@ constexpr char kDedupCf[] = "dedup";
 constexpr char kDeadCf[] = "dead";
 constexpr char kNextIdKey[] = "next_id";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
+// Written (synced) by the recovery thread to prove the store can write again.
+constexpr char kProbeKey[] = "write_probe";
 
 // 2^40 leases per epoch: over 60 days at 200k leases/s before the epoch has to move on.
 constexpr int kLeaseEpochShift = 40;
@@ -101,6 +109,53 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
   return absl::InternalError(message);
 }
+
+// The label of hookrelay_store_errors_total{kind} for a failed write.
+std::string_view ErrorKind(const rocksdb::Status& s) {
+  if (s.IsNoSpace()) return "no_space";
+  if (s.IsCorruption()) return "corruption";
+  if (s.IsIOError()) return "io_error";
+  return "other";
+}
+
+// What callers are told when the store cannot write: the kind, never a file path.
+const char* ErrorText(std::string_view kind) {
+  if (kind == "no_space") return "no space left on the collector's disk";
+  if (kind == "corruption") return "the collector's store reports corruption";
+  if (kind == "io_error") return "the collector's disk reports I/O errors";
+  return "the collector's store cannot write";
+}
+
+// RocksDB's info log, through the project's logger (so nothing is written to the data volume,
+// which may be the very thing that is full). Warnings and errors only, unless debug logging is
+// on; at most a few lines per second, since a failing disk makes RocksDB repeat itself.
+class RocksDbLogBridge : public rocksdb::Logger {
+ public:
+  RocksDbLogBridge()
+      : rocksdb::Logger(common::LogEnabled(common::LogLevel::kDebug)
+                            ? rocksdb::InfoLogLevel::DEBUG_LEVEL
+                            : rocksdb::InfoLogLevel::WARN_LEVEL) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    common::LogLevel ours = common::LogLevel::kDebug;
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL && level != rocksdb::InfoLogLevel::HEADER_LEVEL) {
+      ours = common::LogLevel::kError;
+    } else if (level == rocksdb::InfoLogLevel::WARN_LEVEL) {
+      ours = common::LogLevel::kWarning;
+    }
+    if (!common::LogEnabled(ours)) return;
+    char buffer[1024];
+    const int n = std::vsnprintf(buffer, sizeof(buffer), format, ap);
+    if (n < 0) return;
+    const std::string_view text(buffer, std::min<size_t>(static_cast<size_t>(n), sizeof(buffer) - 1));
+    common::LogRateLimited(limiter_, ours, "rocksdb", {{"text", text}});
+  }
+
+ private:
+  common::LogRateLimiter limiter_{5.0, 20};
+};
 
 absl::Status Malformed(std::string_view cf, uint64_t id) {
   return absl::DataLossError(
@@ -174,6 +229,11 @@ rocksdb::DBOptions MakeDbOptions() {
   // WAL fsyncs of the group commit do not queue behind it.
   options.bytes_per_sync = uint64_t{1} << 20;
   options.keep_log_file_num = 4;
+  // No LOG file on the data volume (it is what fills up first, and RocksDB used to abort on it).
+  options.info_log = std::make_shared<RocksDbLogBridge>();
+  // Opening after a crash replays the WAL into memtables without writing new SST files, so a
+  // restart on a nearly full volume still succeeds.
+  options.avoid_flush_during_recovery = true;
   return options;
 }
 
@@ -262,6 +322,7 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
   RETURN_IF_ERROR(store->Recover());
   store->preparer_ = std::thread([s = store.get()] { s->PrepareLoop(); });
   store->writer_ = std::thread([s = store.get()] { s->WriteLoop(); });
+  store->recoverer_ = std::thread([s = store.get()] { s->RecoverLoop(); });
   return store;
 }
 
@@ -276,6 +337,11 @@ RocksDbJobStore::~RocksDbJobStore() {
   // The preparer hands everything queued to the writer, which writes it and runs the callbacks.
   if (preparer_.joinable()) preparer_.join();
   if (writer_.joinable()) writer_.join();
+  {
+    absl::MutexLock lock(&health_mu_);
+    health_stopping_ = true;
+  }
+  if (recoverer_.joinable()) recoverer_.join();
   if (db_ != nullptr) {
     for (rocksdb::ColumnFamilyHandle* handle : handles_) {
       db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
@@ -303,6 +369,21 @@ absl::Status RocksDbJobStore::RegisterMetrics() {
              .Register(registry)
              .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 20, 50, 100, 200, 500,
                                                               1000, 2000, 5000, 10000, 20000});
+    metrics_.store_errors = &prometheus::BuildCounter()
+                                 .Name("hookrelay_store_errors_total")
+                                 .Help("Failed writes of the job store, by kind (no_space, "
+                                       "io_error, corruption, other)")
+                                 .Register(registry);
+    for (const char* kind : {"no_space", "io_error", "corruption", "other"}) {
+      metrics_.store_errors->Add({{"kind", kind}});  // Exported at 0 from the start.
+    }
+    metrics_.writable = &prometheus::BuildGauge()
+                             .Name("hookrelay_store_writable")
+                             .Help("1 while the job store can write, 0 while it cannot (a full "
+                                   "disk, an I/O error) and ingest is refused")
+                             .Register(registry)
+                             .Add({});
+    metrics_.writable->Set(1);
     metrics_.duplicates = &prometheus::BuildCounter()
                                .Name("hookrelay_ingest_duplicates_total")
                                .Help("Events dropped because their (source, messageId) was seen "
@@ -721,7 +802,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
     const auto start = std::chrono::steady_clock::now();
     rocksdb::Status s = db_->Write(write_options, &group.batch);
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    group.status = FromRocks(s, "group commit");
+    group.status = s.ok() ? absl::OkStatus() : WriteFailed(s, "group commit");
     if (s.ok() && metrics_.commit_duration != nullptr) {
       metrics_.commit_duration->Observe(elapsed.count());
       metrics_.commit_batch_items->Observe(
@@ -742,6 +823,27 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   }
   if (group.status.ok() && group.duplicates > 0 && metrics_.duplicates != nullptr) {
     metrics_.duplicates->Increment(static_cast<double>(group.duplicates));
+  }
+
+  // Settlements of a failed group are written again (their in-memory effect already happened;
+  // only the disk is behind): once the store has recovered, or with the next group when the
+  // failure was not the disk's.
+  if (!group.status.ok()) {
+    std::vector<WriteOp> again;
+    for (WriteOp& op : group.ops) {
+      const bool settlement = (op.kind == Kind::kPutJob && op.seq != 0) ||
+                              op.kind == Kind::kDeleteJob || op.kind == Kind::kBury;
+      if (settlement) again.push_back(std::move(op));
+    }
+    if (!again.empty()) {
+      absl::MutexLock lock(&health_mu_);
+      if (!error_kind_.empty()) {
+        for (WriteOp& op : again) deferred_.push_back(std::move(op));
+      } else {
+        absl::MutexLock queue_lock(&queue_mu_);
+        for (auto it = again.rbegin(); it != again.rend(); ++it) queue_.push_front(std::move(*it));
+      }
+    }
   }
 
   // Callbacks, outside every lock.
@@ -1073,7 +1175,9 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   std::string value;
   auto write_chunk = [&]() -> absl::Status {
     if (ids.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "replaying dead letters"));
+    if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) {
+      return WriteFailed(s, "replaying dead letters");
+    }
     absl::MutexLock lock(&mu_);
     for (uint64_t id : ids) PushQueuedLocked(now_ms, id, now_ms);
     dead_count_ -= static_cast<int64_t>(ids.size());
@@ -1120,7 +1224,7 @@ absl::StatusOr<size_t> RocksDbJobStore::PurgeUser(std::string_view user_id,
   size_t purged = 0;
   auto write_chunk = [&]() -> absl::Status {
     if (ids.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "purging jobs"));
+    if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) return WriteFailed(s, "purging jobs");
     {
       absl::MutexLock lock(&mu_);
       const absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
@@ -1160,6 +1264,98 @@ absl::StatusOr<size_t> RocksDbJobStore::PurgeUser(std::string_view user_id,
   RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
   RETURN_IF_ERROR(write_chunk());
   return purged;
+}
+
+absl::Status RocksDbJobStore::WriteFailed(const rocksdb::Status& s, std::string_view what) {
+  const std::string_view kind = ErrorKind(s);
+  if (metrics_.store_errors != nullptr) {
+    metrics_.store_errors->Add({{"kind", std::string(kind)}}).Increment();
+  }
+  bool changed = false;
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (error_kind_.empty()) {
+      error_kind_ = std::string(kind);
+      writable_.store(false);
+      changed = true;
+    }
+  }
+  if (changed) {
+    // The detail (with paths) is for the operator's log only.
+    common::LogError("job store cannot write; refusing ingest until it recovers",
+                     {{"kind", kind}, {"during", what}, {"error", s.ToString()}});
+    if (metrics_.writable != nullptr) metrics_.writable->Set(0);
+    if (options_.on_write_health) options_.on_write_health(false);
+  }
+  return absl::UnavailableError(absl::StrCat("cannot store events now: ", ErrorText(kind),
+                                             "; retry later"));
+}
+
+void RocksDbJobStore::RecoverLoop() {
+  pthread_setname_np(pthread_self(), "jobstore-resume");
+  for (;;) {
+    {
+      absl::MutexLock lock(&health_mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_) {
+        return health_stopping_ || !error_kind_.empty();
+      };
+      health_mu_.Await(absl::Condition(&wake));
+      if (health_stopping_) return;
+    }
+    absl::Duration pause = options_.resume_interval;
+    int tries = 0;
+    for (;;) {
+      {
+        absl::MutexLock lock(&health_mu_);
+        // Real time: waiting for the disk to have room again, not for scheduled work.
+        health_mu_.AwaitWithTimeout(absl::Condition(&health_stopping_), pause);
+        if (health_stopping_) return;
+      }
+      pause = std::min(pause * 2, options_.resume_max_interval);
+      ++tries;
+      // Resume clears RocksDB's background error (flushing what it must); the synced probe
+      // proves that a write reaches the disk now. Either failing means: not yet.
+      rocksdb::Status s = db_->Resume();
+      if (s.ok()) {
+        rocksdb::WriteOptions sync;
+        sync.sync = true;
+        s = db_->Put(sync, meta_cf_, kProbeKey, U64Bytes(ToMillis(clock_.Now())).slice());
+      }
+      if (!s.ok()) {
+        if (metrics_.store_errors != nullptr) {
+          metrics_.store_errors->Add({{"kind", std::string(ErrorKind(s))}}).Increment();
+        }
+        continue;
+      }
+      std::vector<WriteOp> deferred;
+      std::string kind;
+      {
+        absl::MutexLock lock(&health_mu_);
+        deferred.swap(deferred_);
+        kind.swap(error_kind_);
+        writable_.store(true);
+      }
+      if (!deferred.empty()) {
+        absl::MutexLock lock(&queue_mu_);
+        for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
+          queue_.push_front(std::move(*it));
+        }
+      }
+      common::LogInfo("job store writable again; accepting ingest",
+                      {{"was", kind}, {"tries", tries}, {"settlements_rewritten", deferred.size()}});
+      if (metrics_.writable != nullptr) metrics_.writable->Set(1);
+      if (options_.on_write_health) options_.on_write_health(true);
+      break;
+    }
+  }
+}
+
+absl::Status RocksDbJobStore::WriteHealth() const {
+  if (writable_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  absl::MutexLock lock(&health_mu_);
+  if (error_kind_.empty()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("cannot store events now: ", ErrorText(error_kind_), "; retry later"));
 }
 
 JobCounts RocksDbJobStore::Counts() {

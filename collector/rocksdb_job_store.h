@@ -19,6 +19,15 @@
 // Counts and NextDue already reflect them. ListDead, Replay and PurgeUser first wait for every
 // write queued before them, so they see all earlier calls' effects.
 //
+// A full disk or an I/O error: the store never aborts. A failed write fails its appends (with
+// UNAVAILABLE and a message without file paths), marks the store unwritable (WriteHealth, the
+// on_write_health callback, hookrelay_store_errors_total{kind}, hookrelay_store_writable, one
+// log line per change) and starts a recovery thread that calls DB::Resume and a probe write with
+// growing pauses until both succeed. Settlements of a failed write are kept and written first
+// once the store is writable again; leases and reads keep working meanwhile, so deliveries of
+// stored jobs go on. RocksDB's own info log goes to the project's logger, never to a file on the
+// data volume.
+//
 // Thread safety: every method may be called from any thread, except that nothing may be called
 // once the destructor has started. Append callbacks run on the writer thread and must not call
 // ListDead, Replay, PurgeUser, Flush or the test hooks (they wait for that thread). The
@@ -27,8 +36,10 @@
 #define HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +63,9 @@
 
 namespace prometheus {
 class Counter;
+template <typename T>
+class Family;
+class Gauge;
 class Histogram;
 class Registry;
 }  // namespace prometheus
@@ -75,6 +89,13 @@ class RocksDbJobStore final : public JobStore {
     // whole). Groups only grow this large under a backlog; the cap bounds the latency of one
     // commit (about 3 us per job plus the fsync) while keeping the fsync amortised.
     size_t max_commit_batch = 8192;
+    // Called on a store thread each time the store loses (false) or regains (true) the ability
+    // to write. Must not block or call the store. Optional.
+    std::function<void(bool writable)> on_write_health;
+    // While unwritable, recovery is tried after resume_interval, then at doubling intervals up
+    // to resume_max_interval. Real time: the wait is for the disk, not for the clock.
+    absl::Duration resume_interval = absl::Milliseconds(500);
+    absl::Duration resume_max_interval = absl::Seconds(4);
   };
 
   // Opens (or creates) the store at options.path and rebuilds the in-memory state from disk.
@@ -102,6 +123,7 @@ class RocksDbJobStore final : public JobStore {
   absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
                                    const std::vector<std::string>& source_ids) override;
   // Jobs whose Retry/Bury is between its lease check and its in-memory update count as leased.
+  absl::Status WriteHealth() const override;
   JobCounts Counts() override;
   absl::Time NextDue() override;
 
@@ -160,6 +182,8 @@ class RocksDbJobStore final : public JobStore {
     prometheus::Histogram* commit_duration = nullptr;
     prometheus::Histogram* commit_batch_items = nullptr;
     prometheus::Counter* duplicates = nullptr;
+    prometheus::Family<prometheus::Counter>* store_errors = nullptr;
+    prometheus::Gauge* writable = nullptr;
   };
 
   RocksDbJobStore(Options options, common::Clock& clock);
@@ -180,6 +204,12 @@ class RocksDbJobStore final : public JobStore {
   // PurgeUser, which scan and write themselves. Returns once every write queued before the call
   // is done.
   std::shared_ptr<absl::Notification> PauseWrites();
+
+  // A write failed: counts it, and on the first failure marks the store unwritable, logs once and
+  // wakes the recovery thread. Returns the status for callers: UNAVAILABLE, no file paths.
+  absl::Status WriteFailed(const rocksdb::Status& s, std::string_view what);
+  // The recovery thread: Resume + a probe write until both succeed, then writable again.
+  void RecoverLoop();
 
   enum class LeaseCheck { kOk, kOtherLease, kNotLeased };
   // Ends the job's lease if `lease` is current; the caller then owns the job (it is in no
@@ -213,6 +243,7 @@ class RocksDbJobStore final : public JobStore {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::thread preparer_;
   std::thread writer_;
+  std::thread recoverer_;
 
   // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
   uint64_t next_id_ = 1;
@@ -250,6 +281,15 @@ class RocksDbJobStore final : public JobStore {
   // every Open, so leases never repeat across restarts.
   uint64_t lease_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Write health. `writable_` is read without the lock on hot paths.
+  std::atomic<bool> writable_{true};
+  mutable absl::Mutex health_mu_;
+  // Why the store cannot write ("no_space", "io_error", ...), empty while writable.
+  std::string error_kind_ ABSL_GUARDED_BY(health_mu_);
+  bool health_stopping_ ABSL_GUARDED_BY(health_mu_) = false;
+  // Settlements whose write failed; queued again, first, once the store is writable.
+  std::vector<WriteOp> deferred_ ABSL_GUARDED_BY(health_mu_);
 };
 
 }  // namespace hookrelay::collector

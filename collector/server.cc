@@ -87,6 +87,24 @@ struct Server::Impl {
   int grpc_port = 0;
   int metrics_port = 0;
   bool shut_down = false;
+
+  // gRPC health: SERVING while the store can write and the collector is not draining, for the
+  // whole server ("") and per service. Called from the store's threads and from Shutdown.
+  void PublishHealth() {
+    absl::MutexLock lock(&health_mu);
+    if (grpc_health_gone || grpc_server == nullptr) return;
+    const bool serving = store_writable && !draining;
+    grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
+    health->SetServingStatus(serving);
+    for (const char* service : kHealthServices) health->SetServingStatus(service, serving);
+  }
+  static constexpr const char* kHealthServices[] = {"hookrelay.v1.Collector",
+                                                    "hookrelay.v1.Admin"};
+  absl::Mutex health_mu;
+  bool store_writable ABSL_GUARDED_BY(health_mu) = true;
+  bool draining ABSL_GUARDED_BY(health_mu) = false;
+  // Set before grpc_server is destroyed.
+  bool grpc_health_gone ABSL_GUARDED_BY(health_mu) = false;
 };
 
 Server::Server(Options options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -120,6 +138,13 @@ absl::Status Server::Start() {
   store_options.clock = s.options.clock;
   store_options.dedup_window = s.options.dedup_window;
   store_options.registry = s.registry.get();
+  store_options.on_write_health = [&s](bool writable) {
+    {
+      absl::MutexLock lock(&s.health_mu);
+      s.store_writable = writable;
+    }
+    s.PublishHealth();
+  };
   absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
   if (!store.ok()) return store.status();
   s.store = *std::move(store);
@@ -156,16 +181,21 @@ absl::Status Server::Start() {
   }
   // 2,500 events of up to 32 KB each, with room for protobuf framing.
   builder.SetMaxReceiveMessageSize(96 * 1024 * 1024);
-  s.grpc_server = builder.BuildAndStart();
+  {
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    absl::MutexLock lock(&s.health_mu);  // PublishHealth may run on a store thread already.
+    s.grpc_server = std::move(server);
+  }
   if (s.grpc_server == nullptr || s.grpc_port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on grpc address ", s.options.grpc_address));
   }
-  s.grpc_server->GetHealthCheckService()->SetServingStatus(true);
+  s.PublishHealth();
 
   HttpServer::Options http_options;
   http_options.address = s.options.http_address;
   http_options.io_threads = s.options.http_threads;
+  http_options.health = [store = s.store.get()] { return store->WriteHealth(); };
   s.http_server = std::make_unique<HttpServer>(http_options, *s.ingestor, s.metrics.get());
   if (absl::Status st = s.http_server->Start(); !st.ok()) return st;
 
@@ -199,7 +229,11 @@ void Server::Shutdown() {
   if (s.shut_down) return;
   s.shut_down = true;
   common::LogInfo("collector draining", {});
-  if (s.grpc_server) s.grpc_server->GetHealthCheckService()->SetServingStatus(false);
+  {
+    absl::MutexLock lock(&s.health_mu);
+    s.draining = true;
+  }
+  s.PublishHealth();
   if (s.http_server) s.http_server->StopAccepting();
   if (s.ingestor) {
     s.ingestor->BeginShutdown();
@@ -210,6 +244,10 @@ void Server::Shutdown() {
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (s.http_server) s.http_server->Shutdown();
   s.http_server.reset();
+  {
+    absl::MutexLock lock(&s.health_mu);
+    s.grpc_health_gone = true;
+  }
   s.grpc_server.reset();
   s.service.reset();
   s.admin.reset();

@@ -1,6 +1,6 @@
 """cc_grpc_proto: C++ (and gRPC) code generation with Debian's protoc, no @com_google_protobuf."""
 
-def cc_grpc_proto(name, srcs, proto_root, deps = [], grpc_srcs = [], visibility = None):
+def cc_grpc_proto(name, srcs, proto_root, deps = [], grpc_srcs = [], visibility = None, alwayslink = False):
     """Generates C++ message code for `srcs` and gRPC stubs for `grpc_srcs` (a subset of `srcs`).
 
     Args:
@@ -10,6 +10,8 @@ def cc_grpc_proto(name, srcs, proto_root, deps = [], grpc_srcs = [], visibility 
       deps: cc_grpc_proto targets whose protos `srcs` import.
       grpc_srcs: the files of `srcs` that define services.
       visibility: of the cc_library.
+      alwayslink: link every object even when no symbol is referenced (keeps descriptor
+        registrations that only reflection looks up).
     """
     pkg = native.package_name()
     hdrs = []
@@ -44,4 +46,5 @@ def cc_grpc_proto(name, srcs, proto_root, deps = [], grpc_srcs = [], visibility 
         includes = [proto_root] if proto_root else ["."],
         deps = deps + ["//third_party:grpc", "//third_party:protobuf"],
         visibility = visibility,
+        alwayslink = alwayslink,
     )
