@@ -1,5 +1,7 @@
 #include "collector/collector_service.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "collector/proto_event_parser.h"
 #include "common/grpc_status.h"
 #include "common/strings.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 
 namespace hookrelay::collector {
 
@@ -31,60 +35,103 @@ std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context) {
   return {};
 }
 
+grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
+                              const std::vector<FieldViolation>& violations) {
+  google::rpc::BadRequest bad_request;
+  for (const FieldViolation& v : violations) {
+    google::rpc::BadRequest::FieldViolation* out = bad_request.add_field_violations();
+    out->set_field(v.field);
+    out->set_description(v.description);
+  }
+  google::rpc::Status details;
+  details.set_code(static_cast<int32_t>(code));
+  details.set_message(message);
+  details.add_details()->PackFrom(bad_request);
+  return grpc::Status(code, message, details.SerializeAsString());
+}
+
 grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* context,
-                                                   const hookrelay::v1::IngestRequest* request,
-                                                   hookrelay::v1::IngestResponse* response) {
+                                                   const grpc::ByteBuffer* request_bytes,
+                                                   grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time started = absl::Now();
-  const int n = request->events_size();
+  hookrelay::v1::IngestRequest request;
+  {
+    // The reader only reads; it takes a non-const pointer for its own bookkeeping.
+    grpc::ByteBuffer copy(*request_bytes);
+    grpc::ProtoBufferReader reader(&copy);
+    if (!request.ParseFromZeroCopyStream(&reader)) {
+      if (metrics_) metrics_->CountRejected("invalid_request");
+      reactor->Finish(BadRequestStatus(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "the request is not a valid hookrelay.v1.IngestRequest (protobuf parse error)",
+          {{"", "not a valid hookrelay.v1.IngestRequest"}}));
+      return reactor;
+    }
+  }
+  const int n = request.events_size();
   if (static_cast<size_t>(n) > kMaxBatchEvents) {
     if (metrics_) metrics_->CountRejected("too_large");
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat("events: ", n, " events, at most ", kMaxBatchEvents,
-                                              " allowed")));
+    const std::string message =
+        absl::StrCat("events: ", n, " events, at most ", kMaxBatchEvents, " allowed");
+    reactor->Finish(
+        BadRequestStatus(grpc::StatusCode::RESOURCE_EXHAUSTED, message, {{"events", message}}));
     return reactor;
   }
   std::vector<RawEvent> events;
   events.reserve(n);
   for (int i = 0; i < n; ++i) {
-    RawEvent& raw = events.emplace_back(RawEventFromProto(request->events(i)));
+    RawEvent& raw = events.emplace_back(RawEventFromProto(request.events(i)));
     if (raw.json_bytes > kMaxEventBytes) {
       if (metrics_) metrics_->CountRejected("too_large");
-      reactor->Finish(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("events[", i, "]: event is ", raw.json_bytes, " bytes as JSON, at most ",
-                       kMaxEventBytes, " allowed")));
+      const std::string description = absl::StrCat("event is ", raw.json_bytes,
+                                                    " bytes as JSON, at most ", kMaxEventBytes,
+                                                    " allowed");
+      const std::string field = absl::StrCat("events[", i, "]");
+      reactor->Finish(BadRequestStatus(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                       absl::StrCat(field, ": ", description),
+                                       {{field, description}}));
       return reactor;
     }
   }
   ingestor_.Ingest(
       WriteKeyFromMetadata(*context), std::move(events),
-      [this, reactor, response, n, started](absl::StatusOr<IngestOutcome> r) {
+      [this, reactor, response_bytes, n, started](absl::StatusOr<IngestOutcome> r) {
         if (metrics_) metrics_->ObserveRequest("grpc", absl::ToDoubleSeconds(absl::Now() - started));
         if (!r.ok()) {
           reactor->Finish(common::ToGrpcStatus(r.status()));
           return;
         }
         if (n > 0 && r->accepted == 0) {
-          // Every event is invalid: nothing was stored. Name the first few problems.
+          // Every event is invalid: nothing was stored. The text names the first few problems;
+          // the BadRequest details list every one.
           std::string message = "every event is invalid:";
-          for (size_t i = 0; i < r->rejected.size() && i < 5; ++i) {
-            absl::StrAppend(&message, i ? ";" : "", " events[", r->rejected[i].index, "].",
-                            r->rejected[i].field, ": ", r->rejected[i].reason);
+          std::vector<FieldViolation> violations;
+          violations.reserve(r->rejected.size());
+          for (size_t i = 0; i < r->rejected.size(); ++i) {
+            const Rejection& rej = r->rejected[i];
+            std::string field = absl::StrCat("events[", rej.index, "].", rej.field);
+            if (i < 5) absl::StrAppend(&message, i ? ";" : "", " ", field, ": ", rej.reason);
+            violations.push_back({std::move(field), rej.reason});
           }
           if (r->rejected.size() > 5) absl::StrAppend(&message, "; ...");
-          reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message));
+          reactor->Finish(
+              BadRequestStatus(grpc::StatusCode::INVALID_ARGUMENT, message, violations));
           return;
         }
-        response->set_accepted(static_cast<int32_t>(r->accepted));
+        hookrelay::v1::IngestResponse response;
+        response.set_accepted(static_cast<int32_t>(r->accepted));
         for (Rejection& rej : r->rejected) {
-          hookrelay::v1::Rejection* out = response->add_rejected();
+          hookrelay::v1::Rejection* out = response.add_rejected();
           out->set_index(static_cast<int32_t>(rej.index));
           out->set_field(std::move(rej.field));
           out->set_reason(std::move(rej.reason));
         }
-        for (std::string& id : r->message_ids) response->add_message_ids(std::move(id));
-        reactor->Finish(grpc::Status::OK);
+        for (std::string& id : r->message_ids) response.add_message_ids(std::move(id));
+        bool own_buffer = false;
+        const grpc::Status serialized = grpc::SerializationTraits<hookrelay::v1::IngestResponse>::Serialize(
+            response, response_bytes, &own_buffer);
+        reactor->Finish(serialized);
       });
   return reactor;
 }

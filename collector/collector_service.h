@@ -5,6 +5,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <string>
+#include <vector>
+
 #include "collector/dispatcher.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
@@ -12,15 +15,22 @@
 
 namespace hookrelay::collector {
 
-class CollectorService final : public hookrelay::v1::Collector::CallbackService {
+// Ingest takes the request as raw bytes and parses it itself: gRPC's callback API answers a
+// request that does not parse with UNIMPLEMENTED, while a client deserves INVALID_ARGUMENT.
+// INVALID_ARGUMENT and RESOURCE_EXHAUSTED carry a google.rpc.BadRequest (field violations
+// "events[i].field") in the status details as well as in the message text.
+class CollectorService final
+    : public hookrelay::v1::Collector::WithRawCallbackMethod_Ingest<
+          hookrelay::v1::Collector::CallbackService> {
  public:
   // References must outlive the service; `metrics` may be null.
   CollectorService(Ingestor& ingestor, Dispatcher& dispatcher, IngestMetrics* metrics)
       : ingestor_(ingestor), dispatcher_(dispatcher), metrics_(metrics) {}
 
+  // A serialized hookrelay.v1.IngestRequest in, a serialized IngestResponse out.
   grpc::ServerUnaryReactor* Ingest(grpc::CallbackServerContext* context,
-                                   const hookrelay::v1::IngestRequest* request,
-                                   hookrelay::v1::IngestResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
 
   grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
   Subscribe(grpc::CallbackServerContext* context) override {
@@ -35,6 +45,16 @@ class CollectorService final : public hookrelay::v1::Collector::CallbackService 
 
 // The write key of a call: `x-write-key`, or the user of `authorization: Basic base64(key:)`.
 std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context);
+
+// One field violation of a google.rpc.BadRequest.
+struct FieldViolation {
+  std::string field;
+  std::string description;
+};
+// A gRPC status whose details (grpc-status-details-bin) are a google.rpc.Status with the same
+// code and message and one google.rpc.BadRequest listing `violations`.
+grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
+                              const std::vector<FieldViolation>& violations);
 
 }  // namespace hookrelay::collector
 

@@ -1,8 +1,10 @@
 #include "collector/event.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/json_writer.h"
 #include "common/time_format.h"
 #include "common/uuid.h"
@@ -22,6 +24,54 @@ FieldError Missing(std::string_view field, std::string_view what) {
 }
 
 }  // namespace
+
+std::optional<FieldError> CheckIdentifier(std::string_view field, std::string_view value) {
+  size_t chars = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if ((c & 0xC0) != 0x80) ++chars;  // Not a UTF-8 continuation byte: a new character.
+    // C0 controls and DEL as single bytes; C1 controls (U+0080–U+009F) as C2 80..C2 9F.
+    const bool c0 = c < 0x20 || c == 0x7F;
+    const bool c1 = c == 0xC2 && i + 1 < value.size() &&
+                    static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(value[i + 1]) <= 0x9F;
+    if (c0 || c1) {
+      const unsigned code = c1 ? static_cast<unsigned char>(value[i + 1]) : c;
+      return FieldError{std::string(field),
+                        absl::StrFormat("%s contains the control character U+%04X at character "
+                                        "%d; control characters are not allowed",
+                                        std::string(field), code, chars)};
+    }
+  }
+  if (chars > kMaxIdentifierChars) {
+    return FieldError{std::string(field), absl::StrCat(std::string(field), " is ", chars,
+                                                       " characters, at most ",
+                                                       kMaxIdentifierChars, " allowed")};
+  }
+  return std::nullopt;
+}
+
+std::optional<FieldError> CheckMessageId(std::string_view value) {
+  const size_t chars = common::Utf8Length(value);
+  if (chars > kMaxMessageIdChars) {
+    return FieldError{"messageId", absl::StrCat("messageId is ", chars, " characters, at most ",
+                                                kMaxMessageIdChars, " allowed")};
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c > 0x7E) {
+      return FieldError{"messageId",
+                        absl::StrFormat("messageId has byte 0x%02X at offset %d; it becomes the "
+                                        "Idempotency-Key header, so only printable ASCII "
+                                        "(0x20-0x7E) is allowed",
+                                        c, i)};
+    }
+  }
+  if (!value.empty() && (value.front() == ' ' || value.back() == ' ')) {
+    return FieldError{"messageId", "messageId may not start or end with a space"};
+  }
+  return std::nullopt;
+}
 
 std::string_view EventTypeName(EventType type) {
   switch (type) {
@@ -72,12 +122,19 @@ std::variant<NormalizedEvent, FieldError> Normalize(RawEvent raw, absl::Time rec
     if (raw.user_id.empty()) return Missing("userId", "userId is required for alias");
     if (raw.previous_id.empty()) return Missing("previousId", "previousId is required for alias");
   }
+  // Identifiers end up in storage keys, indexes, headers and logs: checked before anything else
+  // looks at them.
   if (raw.message_id.empty()) {
     raw.message_id = common::NewUuidV4();
-  } else if (common::Utf8Length(raw.message_id) > kMaxMessageIdChars) {
-    return FieldError{"messageId", absl::StrCat("messageId is ", common::Utf8Length(raw.message_id),
-                                                " characters, at most ", kMaxMessageIdChars,
-                                                " allowed")};
+  } else if (auto error = CheckMessageId(raw.message_id)) {
+    return *std::move(error);
+  }
+  for (const auto& [field, value] :
+       {std::pair<std::string_view, const std::string*>{"userId", &raw.user_id},
+        {"anonymousId", &raw.anonymous_id},
+        {"groupId", &raw.group_id},
+        {"previousId", &raw.previous_id}}) {
+    if (auto error = CheckIdentifier(field, *value)) return *std::move(error);
   }
 
   // Skew correction: the caller's clock may be off; sentAt and timestamp were both read from it,

@@ -20,12 +20,22 @@ inline constexpr size_t kMaxEventBytes = 32000;
 inline constexpr size_t kMaxRequestBytes = 500000;
 inline constexpr size_t kMaxBatchEvents = 2500;
 inline constexpr size_t kMaxMessageIdChars = 100;
+// Identifiers that reach storage keys, indexes and log lines (userId, anonymousId, groupId,
+// previousId): at most this many characters, no control characters (U+0000–U+001F, U+007F,
+// U+0080–U+009F). messageId, which also becomes the Idempotency-Key header of every webhook
+// request, is stricter: printable ASCII (0x20–0x7E) without leading or trailing spaces.
+inline constexpr size_t kMaxIdentifierChars = 256;
 
 // Why one event was refused: the field (API name, e.g. "userId") and a human reason.
 struct FieldError {
   std::string field;
   std::string reason;
 };
+
+// Checks an identifier against the rules above; nullopt when it is fine, else the reason (naming
+// `field` and the limit). Exposed for the front ends' tests and the fuzzers.
+std::optional<FieldError> CheckIdentifier(std::string_view field, std::string_view value);
+std::optional<FieldError> CheckMessageId(std::string_view value);
 
 // Destination switches read from an event's integrations map. Unset = not mentioned.
 struct IntegrationsFlags {

@@ -115,11 +115,12 @@ TEST(NormalizeTest, MessageIdRules) {
   const FieldError e = ErrorOf(std::move(raw));
   EXPECT_EQ(e.field, "messageId");
   EXPECT_NE(e.reason.find("100"), std::string::npos);
+  // Non-ASCII is refused even within 100 characters: messageId becomes the Idempotency-Key.
   raw = Valid(hookrelay::v1::TRACK);
   std::string accents;
   for (int i = 0; i < 100; ++i) accents += "\xC3\xA9";  // 100 chars, 200 bytes
   raw.message_id = accents;
-  EXPECT_EQ(Ok(std::move(raw)).message_id, accents);
+  EXPECT_EQ(ErrorOf(std::move(raw)).field, "messageId");
 }
 
 // 32,000 bytes pass, 32,001 fail, and the message names the limit.
@@ -190,6 +191,69 @@ TEST(IntegrationsTest, Rules) {
   EXPECT_FALSE(WebhooksEnabled({.all = true, .webhooks = false}));
   EXPECT_FALSE(WebhooksEnabled({.webhooks = false}));
   EXPECT_TRUE(WebhooksEnabled({.all = true}));
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
+
+namespace hookrelay::collector {
+namespace {
+
+// messageId becomes a header: control characters, non-ASCII and edge spaces are refused at the
+// door, naming the field; printable ASCII up to 100 characters is accepted.
+TEST(CheckMessageIdTest, OnlyPrintableAsciiUpTo100) {
+  for (const std::string& bad :
+       {std::string("a\0b", 3), std::string("a\rb"), std::string("a\nb"), std::string("a\x04"),
+        std::string("a\x7f"), std::string("caf\xc3\xa9"), std::string(" lead"),
+        std::string("trail "), std::string(101, 'm')}) {
+    const std::optional<FieldError> error = CheckMessageId(bad);
+    ASSERT_TRUE(error.has_value()) << bad;
+    EXPECT_EQ(error->field, "messageId");
+    EXPECT_FALSE(error->reason.empty());
+  }
+  EXPECT_NE(CheckMessageId(std::string(101, 'm'))->reason.find("at most 100"), std::string::npos);
+  for (const std::string& good : {std::string("ajs-next-1700000000-abc"), std::string(100, 'm'),
+                                 std::string("a b~!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}")}) {
+    EXPECT_FALSE(CheckMessageId(good).has_value()) << good;
+  }
+}
+
+// userId and the other identifiers: any UTF-8 text without control characters, up to 256
+// characters (not bytes).
+TEST(CheckIdentifierTest, NoControlCharactersAndAtMost256Characters) {
+  for (const std::string& bad : {std::string("u\0", 2), std::string("u\n1"), std::string("\x1b[31m"),
+                                std::string("u\x7f"), std::string("u\xc2\x85"),  // U+0085 NEL
+                                std::string(257, 'u')}) {
+    const std::optional<FieldError> error = CheckIdentifier("userId", bad);
+    ASSERT_TRUE(error.has_value()) << bad;
+    EXPECT_EQ(error->field, "userId");
+  }
+  EXPECT_NE(CheckIdentifier("userId", "a\nb")->reason.find("U+000A"), std::string::npos);
+  std::string cyrillic;
+  for (int i = 0; i < 256; ++i) cyrillic += "\xd0\x96";  // Ж: 512 bytes, 256 characters
+  for (const std::string& good : {std::string("user@example.com"), std::string("Zoë Müller"),
+                                 std::string(256, 'u'), cyrillic}) {
+    EXPECT_FALSE(CheckIdentifier("userId", good).has_value()) << good;
+  }
+}
+
+// Normalize applies the checks to every identifier field, on both front ends' path.
+TEST(NormalizeTest, RefusesControlCharactersInEveryIdentifier) {
+  RawEvent bad_message_id = Valid(hookrelay::v1::TRACK);
+  bad_message_id.message_id = "id\r\nX-Injected: 1";
+  EXPECT_EQ(ErrorOf(std::move(bad_message_id)).field, "messageId");
+  RawEvent bad_user = Valid(hookrelay::v1::TRACK);
+  bad_user.user_id = "u\n";
+  EXPECT_EQ(ErrorOf(std::move(bad_user)).field, "userId");
+  RawEvent bad_anonymous = Valid(hookrelay::v1::TRACK);
+  bad_anonymous.anonymous_id = std::string("a\0", 2);
+  EXPECT_EQ(ErrorOf(std::move(bad_anonymous)).field, "anonymousId");
+  RawEvent bad_group = Valid(hookrelay::v1::GROUP);
+  bad_group.group_id = std::string(300, 'g');
+  EXPECT_EQ(ErrorOf(std::move(bad_group)).field, "groupId");
+  RawEvent bad_previous = Valid(hookrelay::v1::ALIAS);
+  bad_previous.previous_id = "p\t";
+  EXPECT_EQ(ErrorOf(std::move(bad_previous)).field, "previousId");
 }
 
 }  // namespace

@@ -18,7 +18,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 #include "hookrelay/v1/job.pb.h"
@@ -553,6 +557,197 @@ TEST_F(CollectorGrpcTest, ReflectionListsServicesAndDescriptors) {
     }
   }
   EXPECT_THAT(methods, Contains("Ingest"));
+}
+
+
+// The BadRequest in a status's details, as (field, description) pairs; empty when absent.
+std::vector<std::pair<std::string, std::string>> FieldViolations(const grpc::Status& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  google::rpc::Status details;
+  if (!details.ParseFromString(s.error_details())) return out;
+  EXPECT_EQ(details.code(), static_cast<int>(s.error_code()));
+  EXPECT_EQ(details.message(), s.error_message());
+  for (const auto& any : details.details()) {
+    google::rpc::BadRequest bad_request;
+    if (!any.UnpackTo(&bad_request)) continue;
+    for (const auto& v : bad_request.field_violations()) out.emplace_back(v.field(), v.description());
+  }
+  return out;
+}
+
+// INVALID_ARGUMENT carries a google.rpc.BadRequest naming every invalid events[i].field, with
+// the same reasons as the message text; control characters in identifiers are among them.
+TEST_F(CollectorGrpcTest, InvalidArgumentCarriesBadRequestDetails) {
+  IngestRequest request;
+  *request.add_events() = Track("u1", "");  // no event name
+  Event bad_id = Track("u1", "E");
+  bad_id.set_message_id("id\r\nX-Injected: 1");
+  *request.add_events() = bad_id;
+  Event bad_user = Track("u\x04", "E");
+  *request.add_events() = bad_user;
+  IngestResponse response;
+  const grpc::Status s = Ingest(request, &response);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  const auto violations = FieldViolations(s);
+  ASSERT_THAT(violations, SizeIs(3)) << s.error_message();
+  EXPECT_EQ(violations[0].first, "events[0].event");
+  EXPECT_EQ(violations[1].first, "events[1].messageId");
+  EXPECT_EQ(violations[2].first, "events[2].userId");
+  for (const auto& [field, description] : violations) {
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat(field, ": ", description)));
+  }
+  EXPECT_THAT(StopAndLeaseAll(), IsEmpty());
+}
+
+// A batch with one event whose messageId has control characters stores its neighbours and lists
+// the bad one, naming messageId.
+TEST_F(CollectorGrpcTest, ControlCharactersInMessageIdAreRejectedPerEvent) {
+  IngestRequest request;
+  *request.add_events() = Track("u1", "Good");
+  Event bad = Track("u1", "Bad");
+  bad.set_message_id(std::string("m\0id", 4));
+  *request.add_events() = bad;
+  IngestResponse response;
+  const grpc::Status s = Ingest(request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.accepted(), 1);
+  ASSERT_THAT(response.rejected(), SizeIs(1));
+  EXPECT_EQ(response.rejected(0).index(), 1);
+  EXPECT_EQ(response.rejected(0).field(), "messageId");
+  EXPECT_THAT(StopAndLeaseAll(), SizeIs(1));
+}
+
+// Bytes that are not an IngestRequest answer INVALID_ARGUMENT (gRPC's callback API alone would
+// say UNIMPLEMENTED), and size limits carry a BadRequest too.
+TEST_F(CollectorGrpcTest, UnparsableRequestIsInvalidArgument) {
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+  context.AddMetadata("x-write-key", kWebKey);
+  // Field 1 (events), length-delimited, claiming 100 bytes but holding 3.
+  const grpc::ByteBuffer request = ToByteBuffer(std::string("\x0a\x64" "abc", 5));
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  absl::Notification done;
+  generic.UnaryCall(&context, "/hookrelay.v1.Collector/Ingest", grpc::StubOptions(), &request,
+                    &reply, [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("IngestRequest"));
+  EXPECT_THAT(FieldViolations(status), SizeIs(1));
+
+  IngestRequest too_many;
+  for (int i = 0; i < 2501; ++i) *too_many.add_events() = Track("u1", "E");
+  IngestResponse response;
+  const grpc::Status s = Ingest(too_many, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const auto violations = FieldViolations(s);
+  ASSERT_THAT(violations, SizeIs(1));
+  EXPECT_EQ(violations[0].first, "events");
+  EXPECT_THAT(violations[0].second, HasSubstr("at most 2500"));
+}
+
+// Health is served per service too: the collector's services answer SERVING, an unknown name
+// NOT_FOUND (grpc.health.v1 semantics).
+TEST_F(CollectorGrpcTest, HealthCheckPerService) {
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  for (const char* service : {"", "hookrelay.v1.Collector", "hookrelay.v1.Admin"}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = stub->Check(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << service << ": " << s.error_message();
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("no.such.Service");
+  grpc::health::v1::HealthCheckResponse response;
+  EXPECT_EQ(stub->Check(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Reflection can describe every service it lists: each file_containing_symbol answer, with the
+// files it depends on, builds into a descriptor pool that has the service (grpcurl describe).
+TEST_F(CollectorGrpcTest, ReflectionDescribesEveryListedService) {
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = generic.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  int tag = 0;
+  call->StartCall(&tag);
+  ASSERT_TRUE(Await(cq, &tag));
+  auto ask = [&](const std::string& request) -> std::string {
+    call->Write(ToByteBuffer(request), &tag);
+    if (!Await(cq, &tag)) return "";
+    grpc::ByteBuffer reply;
+    call->Read(&reply, &tag);
+    if (!Await(cq, &tag)) return "";
+    return FromByteBuffer(reply);
+  };
+
+  std::vector<std::string> services;
+  for (const WireField& f : ParseWire(ask(LenField(7, "")))) {
+    if (f.number != 6) continue;
+    for (const WireField& service : ParseWire(f.bytes)) {
+      for (const WireField& name : ParseWire(service.bytes)) {
+        if (service.number == 1 && name.number == 1) services.push_back(name.bytes);
+      }
+    }
+  }
+  EXPECT_THAT(services, Contains("grpc.health.v1.Health"));
+  EXPECT_THAT(services, Contains("hookrelay.v1.Admin"));
+  ASSERT_GE(services.size(), 4u);
+
+  for (const std::string& service : services) {
+    std::vector<google::protobuf::FileDescriptorProto> files;
+    std::string error;
+    for (const WireField& f : ParseWire(ask(LenField(4, service)))) {
+      if (f.number == 7) error = f.bytes;  // error_response
+      if (f.number != 4) continue;
+      for (const WireField& file : ParseWire(f.bytes)) {
+        google::protobuf::FileDescriptorProto proto;
+        if (file.number == 1 && proto.ParseFromString(file.bytes)) files.push_back(proto);
+      }
+    }
+    ASSERT_FALSE(files.empty()) << service << " cannot be described; error_response "
+                                << ParseWire(error).size() << " fields";
+    // Build in dependency order: retry until every file is in (at most files.size() rounds).
+    google::protobuf::DescriptorPool pool;
+    std::vector<bool> built(files.size(), false);
+    for (size_t round = 0; round < files.size(); ++round) {
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (built[i]) continue;
+        bool deps_ready = true;
+        for (const std::string& dep : files[i].dependency()) {
+          deps_ready = deps_ready && pool.FindFileByName(dep) != nullptr;
+        }
+        if (deps_ready) built[i] = pool.BuildFile(files[i]) != nullptr;
+      }
+    }
+    EXPECT_NE(pool.FindServiceByName(service), nullptr)
+        << service << ": reflection answered " << files.size()
+        << " files, which do not describe it";
+  }
+
+  call->WritesDone(&tag);
+  ASSERT_TRUE(Await(cq, &tag));
+  grpc::Status status;
+  call->Finish(&status, &tag);
+  ASSERT_TRUE(Await(cq, &tag));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  cq.Shutdown();
+  void* ignored_tag;
+  bool ignored_ok;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
 }
 
 }  // namespace

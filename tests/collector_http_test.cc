@@ -203,9 +203,29 @@ TEST_F(CollectorHttpTest, SingleEventViolationIs400NamingTheField) {
     EXPECT_TRUE(IsJsonError(r.body)) << r.body;
     EXPECT_EQ(JsonStr(r.body, "/field"), c.field) << c.endpoint << " " << c.body << ": " << r.body;
   }
-  // 100 two-byte characters: 200 bytes, but within the 100-character limit.
-  std::string id100;
-  for (int i = 0; i < 100; ++i) id100 += "\xc3\xa9";  // é
+  // messageId becomes the Idempotency-Key header: control characters and non-ASCII are refused
+  // (JSON escapes decode to the raw bytes first); so are control characters in identifiers.
+  const std::vector<Case> header_cases = {
+      {"track", R"({"userId":"u","event":"E","messageId":"a\u0000b"})", "messageId"},
+      {"track", R"({"userId":"u","event":"E","messageId":"a\r\nX-Evil: 1"})", "messageId"},
+      {"track", R"({"userId":"u","event":"E","messageId":"a\u0004"})", "messageId"},
+      {"track", R"({"userId":"u","event":"E","messageId":"a\u007f"})", "messageId"},
+      {"track", R"({"userId":"u","event":"E","messageId":"caf\u00e9"})", "messageId"},
+      {"track", R"({"userId":"u\n","event":"E"})", "userId"},
+      {"track", R"({"anonymousId":"a\u0000","event":"E"})", "anonymousId"},
+      {"group", R"({"userId":"u","groupId":"g\u001b[2J"})", "groupId"},
+      {"alias", R"({"userId":"u","previousId":"p\u0085"})", "previousId"},
+      {"identify", absl::StrCat(R"({"userId":")", std::string(257, 'u'), R"("})"), "userId"},
+  };
+  for (const Case& c : header_cases) {
+    const HttpResponse r = Post(absl::StrCat("/v1/", c.endpoint), c.body);
+    EXPECT_EQ(r.status, 400) << c.endpoint << " " << c.body << ": " << r.body;
+    EXPECT_EQ(JsonStr(r.body, "/field"), c.field) << c.body << ": " << r.body;
+  }
+  // 100 printable ASCII characters: the longest messageId accepted.
+  const std::string alphabet = "abcXYZ0123456789-_.:~ @#$%&*+=";
+  std::string id100 = "msg";
+  while (id100.size() < 100) id100 += alphabet[id100.size() % (alphabet.size() - 11)];
   const HttpResponse ok =
       Post("/v1/track", absl::StrCat(R"({"userId":"u","event":"E","messageId":")", id100, R"("})"));
   EXPECT_EQ(ok.status, 200) << ok.body;
@@ -498,6 +518,40 @@ TEST_F(CollectorHttpTest, HealthzIs200) {
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_EQ(missing->status, 404);
   EXPECT_TRUE(IsJsonError(missing->body)) << missing->body;
+}
+
+// RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 naming Host, and nothing is stored;
+// HTTP/1.0 has no such rule.
+TEST_F(CollectorHttpTest, Http11WithoutHostIs400) {
+  const std::string body = SmallTrack("no-host");
+  absl::StatusOr<std::unique_ptr<HttpConnection>> conn =
+      HttpConnection::Connect(collector_.http_port());
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE((*conn)
+                  ->SendAll(absl::StrCat("POST /v1/track HTTP/1.1\r\nContent-Type: application/json\r\n"
+                                         "Authorization: ", BasicAuth(kWebKey),
+                                         "\r\nContent-Length: ", body.size(), "\r\n\r\n", body))
+                  .ok());
+  absl::StatusOr<HttpResponse> r = (*conn)->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(JsonStr(r->body, "/field"), "Host") << r->body;
+
+  absl::StatusOr<std::unique_ptr<HttpConnection>> old =
+      HttpConnection::Connect(collector_.http_port());
+  ASSERT_TRUE(old.ok()) << old.status();
+  const std::string body10 = SmallTrack("http10");
+  ASSERT_TRUE((*old)
+                  ->SendAll(absl::StrCat("POST /v1/track HTTP/1.0\r\nContent-Type: application/json\r\n"
+                                         "Authorization: ", BasicAuth(kWebKey),
+                                         "\r\nContent-Length: ", body10.size(), "\r\n\r\n", body10))
+                  .ok());
+  absl::StatusOr<HttpResponse> r10 = (*old)->ReadResponse();
+  ASSERT_TRUE(r10.ok()) << r10.status();
+  EXPECT_EQ(r10->status, 200) << r10->body;
+  const std::vector<Job> jobs = StopAndLeaseAll();
+  ASSERT_THAT(jobs, SizeIs(1));
+  EXPECT_EQ(jobs[0].message_id(), "http10");
 }
 
 }  // namespace
