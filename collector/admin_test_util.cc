@@ -94,7 +94,8 @@ absl::StatusOr<std::vector<uint64_t>> AdminTestServer::MakeDeadLetters(
     hookrelay::v1::Attempt attempt;
     attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
     hookrelay::v1::UrlAttempt* url = attempt.add_urls();
-    url->set_url(absl::StrCat("https://hooks.example.com/", destination));
+    // Credentials in the URL, as some receivers want them: every reader must redact them.
+    url->set_url(absl::StrCat("https://svc:pw@hooks.example.com/", destination, "?token=t0ps3cret"));
     url->set_status(410);
     RETURN_IF_ERROR(
         store_->Bury(leased[0].job.id(), leased[0].lease, DeadReason(destination), attempt));

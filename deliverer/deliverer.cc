@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "deliverer/renderer.h"
@@ -515,7 +516,8 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
   for (size_t i = 0; i < job->results.size(); ++i) {
     const UrlResult& r = job->results[i];
     hookrelay::v1::UrlAttempt* u = attempt->add_urls();
-    u->set_url(r.url);
+    // Attempts are shown to people (dead letters, the CLI): no credentials from the URL.
+    u->set_url(common::RedactUrl(r.url));
     if (r.error == TransportError::kNone) {
       u->set_status(r.status);
     } else {

@@ -24,6 +24,7 @@
 #include "common/grpc_status.h"
 #include "common/json_element.h"
 #include "common/json_writer.h"
+#include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -308,7 +309,7 @@ std::string JsonLine(const Job& job, simdjson::dom::parser& parser) {
     for (int j = 0; j < attempt.urls_size(); ++j) {
       if (j > 0) out.push_back(',');
       common::JsonObjectWriter u(&out);
-      u.String("url", attempt.urls(j).url());
+      u.String("url", common::RedactUrl(attempt.urls(j).url()));
       u.Int("status", attempt.urls(j).status());
       u.String("error", attempt.urls(j).error());
       u.Close();

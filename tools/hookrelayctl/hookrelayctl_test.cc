@@ -253,8 +253,11 @@ TEST_F(HookrelayctlTest, ListJsonLines) {
   EXPECT_EQ(std::string_view(job["reason"]), "HTTP 410 from https://hooks.example.com/d2");
   EXPECT_EQ(int64_t(job["attempts"]), 1);
   EXPECT_EQ(int64_t(job["history"].at(0)["urls"].at(0)["status"]), 410);
+  // User info and query values of receiver URLs are redacted.
   EXPECT_EQ(std::string_view(job["history"].at(0)["urls"].at(0)["url"]),
-            "https://hooks.example.com/d2");
+            "https://redacted@hooks.example.com/d2?token=redacted");
+  EXPECT_EQ(r.out.find("t0ps3cret"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("svc:pw"), std::string::npos) << r.out;
   EXPECT_EQ(std::string_view(job["event"]["event"]), "Order Completed");
   EXPECT_EQ(std::string_view(job["event"]["messageId"]), "msg-1");
   EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[1], ids[2]}));
