@@ -125,7 +125,12 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, ServerState& server)
-      : stream_(std::move(socket)), server_(server) {}
+      : stream_(std::move(socket)), server_(server) {
+    if (server_.metrics) server_.metrics->HttpConnectionOpened();
+  }
+  ~Session() {
+    if (server_.metrics) server_.metrics->HttpConnectionClosed();
+  }
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });

@@ -10,6 +10,16 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
 }
 
+// Every reason the collector counts: the fixed ones and invalid_<field> for each field an event
+// can be refused for (collector/event.cc, http_event_parser.cc, proto_event_parser.cc).
+constexpr const char* kReasons[] = {
+    "unauthenticated", "overload", "store_unavailable", "too_large", "invalid_json",
+    "invalid_request", "unsupported_media_type", "bad_http", "invalid_type", "invalid_messageId",
+    "invalid_userId", "invalid_anonymousId", "invalid_groupId", "invalid_previousId",
+    "invalid_event", "invalid_name", "invalid_category", "invalid_timestamp", "invalid_sentAt",
+    "invalid_properties", "invalid_traits", "invalid_context", "invalid_integrations"};
+constexpr const char* kIngestTypes[] = {"track", "identify", "page", "screen", "group", "alias"};
+
 }  // namespace
 
 IngestMetrics::IngestMetrics(prometheus::Registry& registry)
@@ -26,7 +36,27 @@ IngestMetrics::IngestMetrics(prometheus::Registry& registry)
                             .Help("Ingest request receipt to answer (durable), by API.")
                             .Register(registry)),
       http_duration_(request_duration_.Add({{"api", "http"}}, LatencyBuckets())),
-      grpc_duration_(request_duration_.Add({{"api", "grpc"}}, LatencyBuckets())) {}
+      grpc_duration_(request_duration_.Add({{"api", "grpc"}}, LatencyBuckets())),
+      http_connections_(prometheus::BuildGauge()
+                            .Name("hookrelay_http_connections")
+                            .Help("Open connections of the HTTP tracking API.")
+                            .Register(registry)
+                            .Add({})) {
+  absl::MutexLock lock(&mu_);
+  for (const char* reason : kReasons) {
+    rejected_by_reason_.try_emplace(reason, &rejected_.Add({{"reason", reason}}));
+  }
+}
+
+void IngestMetrics::DeclareSources(const std::vector<std::string>& source_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& source : source_ids) {
+    for (const char* type : kIngestTypes) {
+      auto [it, inserted] = events_by_key_.try_emplace(absl::StrCat(source, "\t", type), nullptr);
+      if (inserted) it->second = &events_.Add({{"source", source}, {"type", type}});
+    }
+  }
+}
 
 void IngestMetrics::CountEvents(std::string_view source_id, std::string_view type, int64_t n) {
   const std::string key = absl::StrCat(common::ToAbsl(source_id), "\t", common::ToAbsl(type));

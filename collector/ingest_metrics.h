@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/base/thread_annotations.h"
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -19,7 +21,13 @@ namespace hookrelay::collector {
 
 class IngestMetrics {
  public:
+  // Exports every known rejection reason at 0 from the start.
   explicit IngestMetrics(prometheus::Registry& registry);
+
+  // Exports hookrelay_ingest_events_total at 0 for each source × ingest type, so dashboards and
+  // rate() see the series before the first event. Call at start and after each config change;
+  // series of sources removed since stay (a counter never goes away while the process lives).
+  void DeclareSources(const std::vector<std::string>& source_ids);
 
   // hookrelay_ingest_events_total{source,type}: events stored (duplicates not counted).
   void CountEvents(std::string_view source_id, std::string_view type, int64_t n);
@@ -27,6 +35,9 @@ class IngestMetrics {
   void CountRejected(std::string_view reason, int64_t n = 1);
   // hookrelay_ingest_request_duration_seconds{api}: receipt of a request → its answer.
   void ObserveRequest(std::string_view api, double seconds);
+  // hookrelay_http_connections: open HTTP connections of the tracking API.
+  void HttpConnectionOpened() { http_connections_.Increment(); }
+  void HttpConnectionClosed() { http_connections_.Decrement(); }
 
  private:
   prometheus::Family<prometheus::Counter>& events_;
@@ -34,6 +45,7 @@ class IngestMetrics {
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Histogram& http_duration_;
   prometheus::Histogram& grpc_duration_;
+  prometheus::Gauge& http_connections_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> events_by_key_ ABSL_GUARDED_BY(mu_);

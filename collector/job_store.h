@@ -48,6 +48,8 @@ struct JobCounts {
   int64_t scheduled = 0;
   int64_t leased = 0;
   int64_t dead = 0;
+  // When the oldest ready job became due; InfiniteFuture when nothing is ready.
+  absl::Time oldest_ready_due = absl::InfiniteFuture();
 };
 
 // Selects dead letters. Empty destination_id = all destinations; the time range applies to the

@@ -1368,6 +1368,7 @@ JobCounts RocksDbJobStore::Counts() {
   counts.scheduled = static_cast<int64_t>(scheduled_.size());
   counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
   counts.dead = dead_count_;
+  if (!ready_.empty()) counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
   return counts;
 }
 

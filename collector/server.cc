@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "collector/routing.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/process_metrics.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
@@ -31,7 +33,8 @@ namespace {
 // hookrelay_jobs{state}, read from the store at scrape time.
 class JobCountsCollectable : public prometheus::Collectable {
  public:
-  explicit JobCountsCollectable(JobStore& store) : store_(store) {}
+  JobCountsCollectable(JobStore& store, const common::Clock& clock)
+      : store_(store), clock_(clock) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const JobCounts counts = store_.Counts();
@@ -49,11 +52,24 @@ class JobCountsCollectable : public prometheus::Collectable {
     add("scheduled", counts.scheduled);
     add("leased", counts.leased);
     add("dead", counts.dead);
-    return {std::move(family)};
+
+    // How long the oldest ready job has waited to be handed to a deliverer: the backlog's age.
+    prometheus::MetricFamily age;
+    age.name = "hookrelay_jobs_oldest_ready_age_seconds";
+    age.help = "Seconds since the oldest ready job became due (0 when none is ready).";
+    age.type = prometheus::MetricType::Gauge;
+    prometheus::ClientMetric metric;
+    metric.gauge.value =
+        counts.oldest_ready_due == absl::InfiniteFuture()
+            ? 0.0
+            : std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - counts.oldest_ready_due));
+    age.metric.push_back(std::move(metric));
+    return {std::move(family), std::move(age)};
   }
 
  private:
   JobStore& store_;
+  const common::Clock& clock_;
 };
 
 std::string Summary(const hookrelay::v1::Config& config) {
@@ -61,6 +77,12 @@ std::string Summary(const hookrelay::v1::Config& config) {
   for (const auto& d : config.destinations()) enabled += d.enabled() ? 1 : 0;
   return absl::StrCat(config.sources_size(), " sources, ", config.destinations_size(),
                       " destinations (", enabled, " enabled)");
+}
+
+std::vector<std::string> SourceIds(const hookrelay::v1::Config& config) {
+  std::vector<std::string> ids;
+  for (const auto& source : config.sources()) ids.push_back(source.id());
+  return ids;
 }
 
 }  // namespace
@@ -75,6 +97,7 @@ struct Server::Impl {
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::shared_ptr<JobCountsCollectable> job_counts;
+  std::shared_ptr<common::ProcessMetrics> process_metrics;
   std::unique_ptr<IngestMetrics> metrics;
   std::unique_ptr<RoutingHolder> routing;
   std::unique_ptr<RocksDbJobStore> store;
@@ -129,9 +152,12 @@ absl::Status Server::Start() {
                                                s.options.metrics_address, ": ", e.what()));
   }
   s.exposer->RegisterCollectable(s.registry);
+  s.process_metrics = std::make_shared<common::ProcessMetrics>();
+  s.exposer->RegisterCollectable(s.process_metrics);
   const auto ports = s.exposer->GetListeningPorts();
   s.metrics_port = ports.empty() ? 0 : ports.front();
   s.metrics = std::make_unique<IngestMetrics>(*s.registry);
+  s.metrics->DeclareSources(SourceIds(s.routing->Get()->config()));
 
   RocksDbJobStore::Options store_options;
   store_options.path = s.options.data_dir;
@@ -148,7 +174,7 @@ absl::Status Server::Start() {
   absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
   if (!store.ok()) return store.status();
   s.store = *std::move(store);
-  s.job_counts = std::make_shared<JobCountsCollectable>(*s.store);
+  s.job_counts = std::make_shared<JobCountsCollectable>(*s.store, *s.options.clock);
   s.exposer->RegisterCollectable(s.job_counts);
   const JobCounts counts = s.store->Counts();
   common::LogInfo("job store opened", {{"data_dir", s.options.data_dir},
@@ -219,6 +245,7 @@ absl::Status Server::Reload() {
     return config.status();
   }
   const std::string summary = Summary(*config);
+  s.metrics->DeclareSources(SourceIds(*config));
   s.routing->Set(std::make_shared<const Routing>(*std::move(config)));
   common::LogInfo("config reloaded", {{"path", s.options.config_path}, {"summary", summary}});
   return absl::OkStatus();
