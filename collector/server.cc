@@ -21,9 +21,9 @@
 #include "collector/routing.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/process_metrics.h"
 #include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
@@ -95,9 +95,9 @@ struct Server::Impl {
   Options options;
   absl::Mutex reload_mu;
   std::shared_ptr<prometheus::Registry> registry;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  // /metrics, /healthz, /readyz on --metrics_address.
+  std::unique_ptr<common::MetricsServer> exposer;
   std::shared_ptr<JobCountsCollectable> job_counts;
-  std::shared_ptr<common::ProcessMetrics> process_metrics;
   std::unique_ptr<IngestMetrics> metrics;
   std::unique_ptr<RoutingHolder> routing;
   std::unique_ptr<RocksDbJobStore> store;
@@ -145,17 +145,20 @@ absl::Status Server::Start() {
   s.routing = std::make_unique<RoutingHolder>(std::make_shared<const Routing>(*std::move(config)));
 
   s.registry = std::make_shared<prometheus::Registry>();
-  try {
-    s.exposer = std::make_unique<prometheus::Exposer>(s.options.metrics_address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on metrics address ",
-                                               s.options.metrics_address, ": ", e.what()));
-  }
-  s.exposer->RegisterCollectable(s.registry);
-  s.process_metrics = std::make_shared<common::ProcessMetrics>();
-  s.exposer->RegisterCollectable(s.process_metrics);
-  const auto ports = s.exposer->GetListeningPorts();
-  s.metrics_port = ports.empty() ? 0 : ports.front();
+  common::MetricsServer::Options metrics_options;
+  metrics_options.address = s.options.metrics_address;
+  // Ready while the collector takes events: not draining, and the store can write.
+  metrics_options.ready = [&s]() -> absl::Status {
+    absl::MutexLock lock(&s.health_mu);
+    if (s.draining) return absl::UnavailableError("collector is shutting down");
+    if (!s.store_writable) return absl::UnavailableError("the job store cannot write");
+    return absl::OkStatus();
+  };
+  s.exposer = std::make_unique<common::MetricsServer>(metrics_options);
+  s.exposer->Add(s.registry);
+  s.exposer->Add(std::make_shared<common::ProcessMetrics>());
+  if (absl::Status st = s.exposer->Start(); !st.ok()) return st;
+  s.metrics_port = s.exposer->port();
   s.metrics = std::make_unique<IngestMetrics>(*s.registry);
   s.metrics->DeclareSources(SourceIds(s.routing->Get()->config()));
 
@@ -175,7 +178,7 @@ absl::Status Server::Start() {
   if (!store.ok()) return store.status();
   s.store = *std::move(store);
   s.job_counts = std::make_shared<JobCountsCollectable>(*s.store, *s.options.clock);
-  s.exposer->RegisterCollectable(s.job_counts);
+  s.exposer->Add(s.job_counts);
   const JobCounts counts = s.store->Counts();
   common::LogInfo("job store opened", {{"data_dir", s.options.data_dir},
                                        {"ready", counts.ready},
@@ -282,6 +285,8 @@ void Server::Shutdown() {
   s.job_counts.reset();
   // The store first: closing it joins its threads, which may still be returning from an Ingestor
   // callback; only then is the Ingestor unused.
+  // Scrapes read the store (hookrelay_jobs): the metrics port closes first.
+  if (s.exposer) s.exposer->Shutdown();
   s.store.reset();  // flushes and closes RocksDB
   s.ingestor.reset();
   s.exposer.reset();
