@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "collector/server.h"
 #include "common/log.h"
+#include "common/secret_file.h"
 
 ABSL_FLAG(std::string, config, "", "YAML file with sources and destinations; reloaded on SIGHUP");
 ABSL_FLAG(std::string, data_dir, "./data", "embedded job store directory");
@@ -22,7 +23,10 @@ ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
           "how long a deliverer holds a job before it is handed out again");
 ABSL_FLAG(std::string, admin_token, "",
           "when set, Admin calls must carry 'authorization: Bearer <token>' (also read from "
-          "$HOOKRELAY_ADMIN_TOKEN)");
+          "$HOOKRELAY_ADMIN_TOKEN); prefer --admin_token_file");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "a file holding the admin token (e.g. a mounted Kubernetes Secret); trailing "
+          "whitespace is ignored");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("hookrelay collector: durable event ingest and delivery jobs");
@@ -46,6 +50,18 @@ int main(int argc, char** argv) {
   options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.lease_duration = absl::GetFlag(FLAGS_lease_duration);
   options.admin_token = absl::GetFlag(FLAGS_admin_token);
+  if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
+    if (!options.admin_token.empty()) {
+      hookrelay::common::LogError("give --admin_token or --admin_token_file, not both");
+      return 2;
+    }
+    absl::StatusOr<std::string> token = hookrelay::common::ReadSecretFile(file);
+    if (!token.ok()) {
+      hookrelay::common::LogError("cannot read --admin_token_file", {{"error", token.status().message()}});
+      return 2;
+    }
+    options.admin_token = *std::move(token);
+  }
   if (options.admin_token.empty()) {
     if (const char* token = std::getenv("HOOKRELAY_ADMIN_TOKEN"); token != nullptr) {
       options.admin_token = token;

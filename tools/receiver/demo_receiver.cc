@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
+#include "common/secret_file.h"
 #include "common/strings.h"
 #include "deliverer/signer.h"
 #include "tools/receiver/webhook_receiver.h"
@@ -27,6 +29,7 @@
 ABSL_FLAG(std::string, address, "127.0.0.1:9000", "host:port to listen on; port 0 picks a free port");
 ABSL_FLAG(std::string, secret, "",
           "the destination's shared secret, to verify X-Signature (empty: not checked)");
+ABSL_FLAG(std::string, secret_file, "", "a file holding the shared secret (instead of --secret)");
 
 namespace hookrelay::receiver {
 namespace {
@@ -84,7 +87,15 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string secret = absl::GetFlag(FLAGS_secret);
+  std::string secret = absl::GetFlag(FLAGS_secret);
+  if (const std::string file = absl::GetFlag(FLAGS_secret_file); !file.empty()) {
+    absl::StatusOr<std::string> read = hookrelay::common::ReadSecretFile(file);
+    if (!read.ok()) {
+      std::cerr << "demo_receiver: " << read.status().message() << "\n";
+      return 2;
+    }
+    secret = *std::move(read);
+  }
   static absl::Mutex* const stdout_mu = new absl::Mutex();
   hookrelay::receiver::WebhookReceiver::Options options;
   options.address = absl::GetFlag(FLAGS_address);
