@@ -50,12 +50,11 @@ type Client struct {
 	// Endpoint + "/v1/batch". New sets it to the package constant Endpoint.
 	Endpoint string
 
-	// Size is the number of queued messages that triggers a send (default
-	// 20; 1 sends every message at once). A send takes every message
-	// waiting at that moment, so when messages arrive faster than batches of
-	// Size can be uploaded, batches grow (up to the collector's limits of
-	// 2,500 messages and 500,000 bytes) instead of requests piling up.
-	// Values above 2,500 are lowered to it.
+	// Size is the number of queued messages that triggers a send, and the
+	// most messages one request carries (default 20; 1 sends every message
+	// at once, in a request of its own). A request also stays under 500,000
+	// bytes, so it may carry fewer. Values above 2,500 (the collector's
+	// limit per batch) are lowered to it.
 	Size int
 
 	// FlushAt is another name for Size, as some analytics-go versions called

@@ -144,12 +144,12 @@ func TestFlushByCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// All but at most Size-1 = 2 messages leave on their own, in batches of
-	// at least 3 (a send takes everything waiting, so 4 to 7 may go at once).
-	for sent := 0; sent < 5; {
+	// Six of the seven leave on their own, in batches of exactly Size = 3:
+	// Size both triggers a send and caps it.
+	for sent := 0; sent < 6; {
 		r := coll.next(t)
-		if len(r.Body.Batch) < 3 {
-			t.Fatalf("batch of %d messages sent before Size (3) were waiting", len(r.Body.Batch))
+		if len(r.Body.Batch) != 3 {
+			t.Fatalf("batch of %d messages, want exactly Size (3)", len(r.Body.Batch))
 		}
 		start := r.Body.Batch[0]["properties"].(map[string]interface{})["i"].(float64)
 		for j, it := range r.Body.Batch {
@@ -165,33 +165,70 @@ func TestFlushByCount(t *testing.T) {
 	expectUsers(t, coll.items(), 7)
 }
 
-// When uploads cannot keep up, the messages that wait meanwhile go out
-// together in larger batches instead of one request per Size messages.
-func TestBatchesGrowUnderLoad(t *testing.T) {
-	gate := make(chan struct{})
-	coll := newGatedCollector(t, gate)
-	c := newClient(t, coll.srv.URL, func(c *Client) {
-		c.Size = 2
-		c.MaxConcurrentUploads = 1
-		c.BlockOnFull = true
-	})
-	const n = 100
+// Size is a cap even when uploads cannot keep up: the messages that wait
+// meanwhile go out in batches of at most Size, none is lost, and the calls
+// are held back (BlockOnFull) rather than requests piling up.
+func TestSizeCapsBatchesUnderLoad(t *testing.T) {
+	for _, size := range []int{1, 2, 7} {
+		gate := make(chan struct{})
+		coll := newGatedCollector(t, gate)
+		c := newClient(t, coll.srv.URL, func(c *Client) {
+			c.Size = size
+			c.MaxConcurrentUploads = 1
+			c.BlockOnFull = true
+		})
+		const n = 100
+		for i := 0; i < n; i++ {
+			if err := c.Track(track(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(gate)
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		expectUsers(t, coll.items(), n)
+		sizes := batchSizes(coll)
+		total := 0
+		for _, got := range sizes {
+			if got > size {
+				t.Errorf("Size %d: batch sizes %v: a batch is over Size", size, sizes)
+				break
+			}
+			total += got
+		}
+		if total != n {
+			t.Errorf("Size %d: %d messages in requests, want %d", size, total, n)
+		}
+		if want := (n + size - 1) / size; len(sizes) < want {
+			t.Errorf("Size %d: %d requests, want at least %d", size, len(sizes), want)
+		}
+	}
+}
+
+// Size 1: calls made back to back, faster than any upload, still go out one
+// per request.
+func TestSizeOneSendsEachMessageAlone(t *testing.T) {
+	coll := newCollector(t, nil)
+	c := newClient(t, coll.srv.URL, func(c *Client) { c.Size = 1 })
+	const n = 50
 	for i := 0; i < n; i++ {
 		if err := c.Track(track(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	close(gate)
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	expectUsers(t, coll.items(), n)
 	sizes := batchSizes(coll)
-	// While the gate was shut, one batch was uploading and the loop held
-	// the next; everything that arrived meanwhile fits in one more batch.
-	// Batches of Size would have taken 50 requests.
-	if len(sizes) > 3 {
-		t.Errorf("batch sizes %v: want at most 3 requests", sizes)
+	if len(sizes) != n {
+		t.Errorf("%d requests for %d messages (sizes %v), want one each", len(sizes), n, sizes)
+	}
+	for _, got := range sizes {
+		if got != 1 {
+			t.Fatalf("batch sizes %v: want 1 message per request", sizes)
+		}
 	}
 }
 

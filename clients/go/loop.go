@@ -41,6 +41,21 @@ func (q *itemQueue) add(p []byte, c Call) {
 	}
 }
 
+// moveTail moves messages k.. to the end of dst and keeps the first k.
+func (q *itemQueue) moveTail(k int, dst *itemQueue) {
+	for i := k; i < q.len(); i++ {
+		dst.add(q.item(i), q.call(i))
+	}
+	q.data = q.data[:q.start(k)]
+	q.ends = q.ends[:k]
+	if len(q.calls) > k {
+		for i := k; i < len(q.calls); i++ {
+			q.calls[i] = nil
+		}
+		q.calls = q.calls[:k]
+	}
+}
+
 // reset empties the queue, keeping its buffers unless they grew large.
 func (q *itemQueue) reset() {
 	for i := range q.calls {
@@ -185,15 +200,15 @@ func (c *Client) loop() {
 			ready := c.q.len() >= c.cfg.size
 			c.mu.Unlock()
 			if ready {
-				c.drain(nil, &ids)
+				c.drain(nil, &ids, false)
 			}
 		case <-ticker.C:
-			c.drain(nil, &ids)
+			c.drain(nil, &ids, true)
 		case w := <-c.flushReq:
-			c.drain(w, &ids)
+			c.drain(w, &ids, true)
 		case <-c.quit:
 			w := newWaiter()
-			c.drain(w, &ids)
+			c.drain(w, &ids, true)
 			close(c.jobs)
 			c.workers.Wait()
 			<-w.done
@@ -205,15 +220,22 @@ func (c *Client) loop() {
 	}
 }
 
-// drain takes the whole queue and sends it as batches of at most
-// maxBatchItems messages and MaxBatchBytes bytes. Taking everything, rather
-// than Size messages, lets batches grow when messages arrive faster than
-// Size-message requests could carry them. A non-nil w is attached to every
-// batch in flight and every batch sent now.
-func (c *Client) drain(w *waiter, ids *randSource) {
+// drain sends the queue as batches of at most Size messages and
+// MaxBatchBytes bytes: Size is a cap, so Size 1 sends every message in a
+// request of its own. With all false (Size messages are waiting) it sends
+// only whole batches of Size and leaves the rest queued; the interval, Flush
+// and Close send everything. When messages arrive faster than the uploads
+// can carry them, dispatch waits for a free upload goroutine, which holds
+// the loop back instead of letting requests pile up. A non-nil w is attached
+// to every batch in flight and every batch sent now.
+func (c *Client) drain(w *waiter, ids *randSource, all bool) {
 	c.mu.Lock()
 	taken := c.q
 	c.q, c.spare = c.spare, nil
+	if !all {
+		// The remainder stays queued, ahead of anything queued from now on.
+		taken.moveTail(taken.len()-taken.len()%c.cfg.size, c.q)
+	}
 	c.mu.Unlock()
 	c.notFull.Broadcast()
 
@@ -230,7 +252,7 @@ func (c *Client) drain(w *waiter, ids *randSource) {
 		// Room for the rest of the messages, their commas, header and footer.
 		rest := len(taken.data) - taken.start(i) + (n - i) + len(batchHeader) + batchFooterLen
 		b := newBatch(rest)
-		for j := i; j < n && b.n < maxBatchItems; j++ {
+		for j := i; j < n && b.n < c.cfg.size; j++ {
 			item := taken.item(j)
 			if !b.fits(item) {
 				break
