@@ -261,20 +261,10 @@ class Session : public std::enable_shared_from_this<Session> {
       Send(http::status::method_not_allowed, ErrorBody("use POST"), keep_alive, version);
       return;
     }
-    const std::string_view content_type(req[http::field::content_type].data(),
-                                        req[http::field::content_type].size());
-    const absl::string_view mime =
-        absl::StripAsciiWhitespace(common::ToAbsl(content_type.substr(0, content_type.find(';'))));
-    // text/plain is what browser SDKs send to avoid a CORS preflight; the body is still JSON.
-    if (!absl::EqualsIgnoreCase(mime, "application/json") && !absl::EqualsIgnoreCase(mime, "text/plain")) {
-      if (server_.metrics) server_.metrics->CountRejected("unsupported_media_type");
-      Send(http::status::unsupported_media_type,
-           ErrorBody(absl::StrCat("Content-Type must be application/json, got \"",
-                                  common::ToAbsl(content_type.substr(0, 100)), "\"")),
-           keep_alive, version);
-      return;
-    }
-
+    // Any Content-Type (or none) is accepted when the body parses as JSON, as Segment's own API
+    // does: browser SDKs send text/plain to avoid a CORS preflight, and some server SDKs send
+    // their HTTP library's default (e.g. application/x-www-form-urlencoded). Only what cannot be
+    // decoded at all (an unknown Content-Encoding) is 415; a body that is not JSON is 400.
     std::string body = std::move(req.body());
     const auto encoding = req[http::field::content_encoding];
     if (absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "gzip")) {
@@ -288,7 +278,10 @@ class Session : public std::enable_shared_from_this<Session> {
     } else if (!encoding.empty() && !absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "identity")) {
       if (server_.metrics) server_.metrics->CountRejected("unsupported_media_type");
       Send(http::status::unsupported_media_type,
-           ErrorBody("Content-Encoding must be gzip or absent"), keep_alive, version);
+           ErrorBody(absl::StrCat("Content-Encoding must be gzip, identity or absent, got \"",
+                                  ToAbsl(encoding.substr(0, 100)), "\""),
+                     "Content-Encoding"),
+           keep_alive, version);
       return;
     }
     body.reserve(body.size() + 64);  // simdjson's padding, so the parser need not copy
