@@ -19,6 +19,8 @@ packages=(
 )
 # The Go client library needs a Go toolchain; Debian's is used only when none is installed.
 command -v go >/dev/null 2>&1 || packages+=(golang-go)
+# The SDK ecosystem test runs Node.js SDKs; Debian's Node is used only when none is installed.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

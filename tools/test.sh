@@ -48,6 +48,20 @@ if [ -d tests/crosslang ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# Real SDKs (Segment's and RudderStack's Node SDKs, pinned in package-lock.json) with their
+# defaults against the collector and deliverer binaries.
+if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
+  echo "== SDK ecosystem test (Segment and RudderStack Node SDKs → collector → deliverer)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if (cd tests/ecosystem && npm ci --no-audit --no-fund --loglevel=error &&
+      HOOKRELAY_BIN_DIR="$bin_dir" node --test 2>&1 | tee "$log") &&
+     grep -qE '^# fail 0' "$log"; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 passed=$((cc_passed + go_passed))
 failed=$((cc_failed + go_failed))
 echo
