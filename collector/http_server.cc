@@ -1,7 +1,5 @@
 #include "collector/http_server.h"
 
-#include <zlib.h>
-
 #include <atomic>
 #include <charconv>
 #include <memory>
@@ -9,6 +7,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -22,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "collector/http_event_parser.h"
+#include "collector/http_request.h"
 #include "common/json_writer.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -36,75 +35,6 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 using Response = http::response<http::string_body>;
-
-std::string ErrorBody(std::string_view message, std::string_view field = {}) {
-  std::string body;
-  common::JsonObjectWriter w(&body);
-  w.Bool("success", false);
-  w.String("error", message);
-  if (!field.empty()) w.String("field", field);
-  w.Close();
-  return body;
-}
-
-// The write key from "Authorization: Basic base64(key:)"; empty when absent or malformed.
-std::string BasicAuthUser(std::string_view header) {
-  if (header.size() < 6 || !absl::EqualsIgnoreCase(common::ToAbsl(header.substr(0, 6)), "basic ")) return {};
-  std::string decoded;
-  if (!absl::Base64Unescape(absl::StripAsciiWhitespace(common::ToAbsl(header.substr(6))), &decoded)) {
-    return {};
-  }
-  const size_t colon = decoded.find(':');
-  if (colon != std::string::npos) decoded.resize(colon);
-  return decoded;
-}
-
-// Inflates a gzip (or zlib) body into `out`, refusing more than `limit` bytes.
-absl::Status Gunzip(std::string_view in, size_t limit, std::string* out) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 32) != Z_OK) return absl::InternalError("zlib init failed");
-  out->clear();
-  out->resize(std::min(limit + 1, std::max<size_t>(in.size() * 4, 4096)));
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  size_t produced = 0;
-  int rc = Z_OK;
-  while (true) {
-    if (produced == out->size()) {
-      if (out->size() > limit) break;
-      out->resize(std::min(limit + 1, out->size() * 2));
-    }
-    zs.next_out = reinterpret_cast<Bytef*>(out->data() + produced);
-    zs.avail_out = static_cast<uInt>(out->size() - produced);
-    rc = inflate(&zs, Z_NO_FLUSH);
-    produced = out->size() - zs.avail_out;
-    if (rc == Z_STREAM_END) break;
-    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // truncated input
-  }
-  inflateEnd(&zs);
-  if (produced > limit) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("request body is over ", limit, " bytes once decompressed, at most ", limit,
-                     " allowed"));
-  }
-  if (rc != Z_STREAM_END) return absl::InvalidArgumentError("body: not valid gzip data");
-  out->resize(produced);
-  return absl::OkStatus();
-}
-
-http::status HttpStatusFor(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kUnauthenticated: return http::status::unauthorized;
-    case absl::StatusCode::kInvalidArgument: return http::status::bad_request;
-    case absl::StatusCode::kNotFound: return http::status::not_found;
-    case absl::StatusCode::kResourceExhausted: return http::status::payload_too_large;
-    case absl::StatusCode::kUnavailable: return http::status::service_unavailable;
-    default: return http::status::internal_server_error;
-  }
-}
-
-constexpr std::string_view kPrefix = "/v1/";
 
 absl::string_view ToAbsl(beast::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -240,65 +170,17 @@ class Session : public std::enable_shared_from_this<Session> {
       Send(http::status::ok, R"({"status":"serving"})", keep_alive, version);
       return;
     }
-    if (!path.starts_with(kPrefix)) {
-      Send(http::status::not_found, ErrorBody(absl::StrCat("no such endpoint: ", common::ToAbsl(path))), keep_alive,
+    RouteResult routed = RouteRequest(req);
+    if (auto* answer = std::get_if<EarlyAnswer>(&routed)) {
+      if (server_.metrics && !answer->reason.empty()) server_.metrics->CountRejected(answer->reason);
+      Send(static_cast<http::status>(answer->status), std::move(answer->body), keep_alive,
            version);
       return;
     }
-    const std::string_view endpoint = path.substr(kPrefix.size());
-    if (endpoint != "batch" && ParseIngestType(endpoint) == hookrelay::v1::EVENT_TYPE_UNSPECIFIED) {
-      Send(http::status::not_found,
-           ErrorBody(absl::StrCat("no such endpoint: ", common::ToAbsl(path),
-                                  "; expected /v1/track, identify, page, screen, group, alias or batch")),
-           keep_alive, version);
-      return;
-    }
-    if (req.method() == http::verb::options) {  // CORS preflight from browser SDKs
-      Send(http::status::no_content, "", keep_alive, version);
-      return;
-    }
-    if (req.method() != http::verb::post) {
-      Send(http::status::method_not_allowed, ErrorBody("use POST"), keep_alive, version);
-      return;
-    }
-    // Any Content-Type (or none) is accepted when the body parses as JSON, as Segment's own API
-    // does: browser SDKs send text/plain to avoid a CORS preflight, and some server SDKs send
-    // their HTTP library's default (e.g. application/x-www-form-urlencoded). Only what cannot be
-    // decoded at all (an unknown Content-Encoding) is 415; a body that is not JSON is 400.
-    std::string body = std::move(req.body());
-    const auto encoding = req[http::field::content_encoding];
-    if (absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "gzip")) {
-      std::string inflated;
-      absl::Status s = Gunzip(body, kMaxRequestBytes, &inflated);
-      if (!s.ok()) {
-        Reject(s, keep_alive, version);
-        return;
-      }
-      body = std::move(inflated);
-    } else if (!encoding.empty() && !absl::EqualsIgnoreCase(absl::string_view(encoding.data(), encoding.size()), "identity")) {
-      if (server_.metrics) server_.metrics->CountRejected("unsupported_media_type");
-      Send(http::status::unsupported_media_type,
-           ErrorBody(absl::StrCat("Content-Encoding must be gzip, identity or absent, got \"",
-                                  ToAbsl(encoding.substr(0, 100)), "\""),
-                     "Content-Encoding"),
-           keep_alive, version);
-      return;
-    }
-    body.reserve(body.size() + 64);  // simdjson's padding, so the parser need not copy
-
-    thread_local HttpEventParser parser;
-    absl::StatusOr<ParsedBody> parsed = parser.Parse(endpoint, body);
-    if (!parsed.ok()) {
-      Reject(parsed.status(), keep_alive, version);
-      return;
-    }
-    const auto auth = req[http::field::authorization];
-    std::string write_key = BasicAuthUser(std::string_view(auth.data(), auth.size()));
-    if (write_key.empty()) write_key = std::move(parsed->write_key);
-
-    const bool single = endpoint != "batch";
+    IngestCall& call = std::get<IngestCall>(routed);
+    const bool single = call.single;
     server_.ingestor.Ingest(
-        write_key, std::move(parsed->events),
+        call.write_key, std::move(call.events),
         [self = shared_from_this(), keep_alive, version, single](absl::StatusOr<IngestOutcome> r) {
           net::post(self->stream_.get_executor(),
                     [self, r = std::move(r), keep_alive, version, single]() mutable {
@@ -315,7 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       // UNAVAILABLE (the store cannot write, or shutting down) is temporary too.
-      Send(HttpStatusFor(r.status()), ErrorBody(common::ToStd(r.status().message())), keep_alive,
+      Send(static_cast<http::status>(HttpStatusFor(r.status())), ErrorBody(common::ToStd(r.status().message())), keep_alive,
            version, /*retry_after=*/r.status().code() == absl::StatusCode::kUnavailable);
       return;
     }
@@ -342,14 +224,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     w.Close();
     Send(http::status::ok, std::move(body), keep_alive, version);
-  }
-
-  void Reject(const absl::Status& s, bool keep_alive, unsigned version) {
-    if (server_.metrics) {
-      server_.metrics->CountRejected(s.code() == absl::StatusCode::kResourceExhausted ? "too_large"
-                                                                                      : "invalid_json");
-    }
-    Send(HttpStatusFor(s), ErrorBody(common::ToStd(s.message())), keep_alive, version);
   }
 
   void Send(http::status status, std::string body, bool keep_alive, unsigned version,
