@@ -43,7 +43,9 @@ void AppendJsonString(std::string* out, std::string_view s) {
   auto flush = [&](size_t end) { out->append(s.data() + run_start, end - run_start); };
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+    // DEL is valid in JSON strings but is a control character: escaped, like C0, so that logs
+    // and bodies carry no raw control bytes.
+    if (c >= 0x20 && c != '"' && c != '\\' && c < 0x7F) {
       ++i;
       continue;
     }

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -73,6 +74,26 @@ TEST(JsonWriterTest, Utf8Helpers) {
   EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo"));
   EXPECT_FALSE(IsValidUtf8("h\xC3"));
   EXPECT_EQ(Utf8Length("h\xC3\xA9llo"), 5u);
+}
+
+}  // namespace
+}  // namespace hookrelay::common
+
+namespace hookrelay::common {
+namespace {
+
+// The one escaper of the project: \b and \f by name, DEL and other controls as \u00XX, NaN and
+// infinities as null (JSON has no spelling for them).
+TEST(JsonWriterTest, EscapesEveryControlCharacterAndNonFiniteNumbers) {
+  std::string out;
+  AppendJsonString(&out, std::string("\b\f\x7f\x01", 4));
+  EXPECT_EQ(out, R"("\b\f\u007f\u0001")");
+  for (double v : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                   -std::numeric_limits<double>::infinity()}) {
+    out.clear();
+    AppendJsonDouble(&out, v);
+    EXPECT_EQ(out, "null");
+  }
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 
 #include "common/clock.h"
+#include "common/json_writer.h"
 
 namespace hookrelay::common {
 namespace {
@@ -46,104 +47,10 @@ Output& GetOutput() {
   return *output;
 }
 
-constexpr char kHex[] = "0123456789abcdef";
-constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
-
-// Length of the well-formed UTF-8 sequence starting at s[i] (RFC 3629: no overlongs, no
-// surrogates, nothing above U+10FFFF), or 0 when the bytes there are not one.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  size_t length;
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    length = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    length = 3;
-    if (c == 0xE0) low = 0xA0;
-    if (c == 0xED) high = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    length = 4;
-    if (c == 0xF0) low = 0x90;
-    if (c == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > s.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
-}
-
-// Appends `s` as a quoted JSON string.
-void AppendJsonString(std::string& out, std::string_view s) {
-  out.push_back('"');
-  size_t i = 0;
-  while (i < s.size()) {
-    // Copy the longest run that needs no escaping in one go.
-    size_t run = i;
-    while (run < s.size()) {
-      const unsigned char c = static_cast<unsigned char>(s[run]);
-      if (c < 0x20 || c == '"' || c == '\\' || c >= 0x7F) break;
-      ++run;
-    }
-    out.append(s.data() + i, run - i);
-    i = run;
-    if (i == s.size()) break;
-
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t length = Utf8SequenceLength(s, i);
-      if (length == 0) {
-        out.append(kReplacementCharacter);
-        ++i;
-      } else {
-        out.append(s.data() + i, length);
-        i += length;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        break;
-      case '\\':
-        out.append("\\\\");
-        break;
-      case '\n':
-        out.append("\\n");
-        break;
-      case '\r':
-        out.append("\\r");
-        break;
-      case '\t':
-        out.append("\\t");
-        break;
-      default:  // Other control characters and DEL.
-        out.append("\\u00");
-        out.push_back(kHex[c >> 4]);
-        out.push_back(kHex[c & 0xF]);
-        break;
-    }
-    ++i;
-  }
-  out.push_back('"');
-}
-
-void AppendDouble(std::string& out, double value) {
-  if (std::isnan(value)) {
-    out.append("\"NaN\"");
-  } else if (std::isinf(value)) {
-    out.append(value > 0 ? "\"Infinity\"" : "\"-Infinity\"");
-  } else {
-    char buffer[32];
-    const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-    out.append(buffer, result.ptr);
-  }
-}
+// Strings and numbers are written by common/json_writer, the project's one JSON escaper (invalid
+// UTF-8 → U+FFFD, control characters and DEL escaped, NaN and infinities → null).
+void AppendJsonString(std::string& out, std::string_view s) { common::AppendJsonString(&out, s); }
+void AppendDouble(std::string& out, double value) { common::AppendJsonDouble(&out, value); }
 
 // RFC 3339 UTC with milliseconds: 2026-11-21T10:00:00.123Z.
 void AppendTimestamp(std::string& out, absl::Time now) {

@@ -90,7 +90,7 @@ TEST_F(LogTest, FieldKinds) {
   const std::string line = Lines()[0];
   EXPECT_THAT(line, HasSubstr(R"("level":"warning")"));
   EXPECT_THAT(line, HasSubstr(R"("s":"owned","sv":"view","i":-42,"u64":18446744073709551615,)"
-                              R"("i64":-9223372036854775808,"d":0.25,"nan":"NaN","b":true,)"
+                              R"("i64":-9223372036854775808,"d":0.25,"nan":null,"b":true,)"
                               R"("latency_s":1.5,"null_cstr":"")"));
   rapidjson::Document doc;
   ParseJson(line, doc);

@@ -16,6 +16,8 @@ packages=(
   librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl
+  # fuzzing (tools/fuzz.sh): clang and its libFuzzer / sanitizer runtimes
+  clang-14 libclang-rt-14-dev
 )
 # The Go client library needs a Go toolchain; Debian's is used only when none is installed.
 command -v go >/dev/null 2>&1 || packages+=(golang-go)

@@ -62,6 +62,17 @@ if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
+# ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
+if [ -z "${config[*]}" ]; then
+  echo "== Fuzz smoke run (tools/fuzz.sh smoke)"
+  if tools/fuzz.sh smoke; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 passed=$((cc_passed + go_passed))
 failed=$((cc_failed + go_failed))
 echo
