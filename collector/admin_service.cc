@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -31,18 +32,14 @@ using ::hookrelay::v1::Job;
 // room for another encoding later.
 constexpr std::string_view kPageTokenPrefix = "dead-after:";
 
-// google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z.
-constexpr int64_t kMinTimestampSeconds = -62135596800;
-constexpr int64_t kMaxTimestampSeconds = 253402300799;
-
 absl::StatusOr<absl::Time> ToTime(const google::protobuf::Timestamp& ts, std::string_view field) {
-  if (ts.seconds() < kMinTimestampSeconds || ts.seconds() > kMaxTimestampSeconds ||
-      ts.nanos() < 0 || ts.nanos() > 999999999) {
+  std::optional<absl::Time> t = common::FromProtoTime(ts);
+  if (!t.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat(common::ToAbsl(field), ": not a valid timestamp (seconds ", ts.seconds(),
-                     ", nanos ", ts.nanos(), ")"));
+                     ", nanos ", ts.nanos(), "); 0001-01-01 .. 9999-12-31 allowed"));
   }
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+  return *t;
 }
 
 bool IsEmptyFilter(const DeadLetterFilter& filter) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/strings.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -372,8 +373,9 @@ void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer
       counter = metrics_.delivered;
       break;
     case Outcome::RETRY: {
-      const absl::Time not_before = absl::FromUnixSeconds(outcome.not_before().seconds()) +
-                                    absl::Nanoseconds(outcome.not_before().nanos());
+      // A time outside Timestamp's range (a broken deliverer) means: due now.
+      const absl::Time not_before =
+          common::FromProtoTime(outcome.not_before()).value_or(absl::InfinitePast());
       st = store_.Retry(outcome.job_id(), outcome.lease(), not_before, outcome.attempt());
       counter = metrics_.retried;
       break;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_writer.h"
+#include "common/proto_time.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -46,15 +47,6 @@ std::optional<bool> Switch(const Value& v) {
   return std::nullopt;
 }
 
-// google.protobuf.Timestamp allows 0001..9999; anything else is refused rather than clamped.
-std::optional<absl::Time> ToTime(const google::protobuf::Timestamp& ts) {
-  if (ts.seconds() < -62135596800 || ts.seconds() > 253402300799 || ts.nanos() < 0 ||
-      ts.nanos() > 999999999) {
-    return std::nullopt;
-  }
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-}
-
 }  // namespace
 
 void AppendStructJson(std::string* out, const google::protobuf::Struct& s) {
@@ -89,11 +81,11 @@ RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
   raw.group_id = e.group_id();
   raw.previous_id = e.previous_id();
   if (e.has_timestamp()) {
-    raw.timestamp = ToTime(e.timestamp());
+    raw.timestamp = common::FromProtoTime(e.timestamp());
     if (!raw.timestamp) raw.parse_error = FieldError{"timestamp", "timestamp is out of range"};
   }
   if (e.has_sent_at()) {
-    raw.sent_at = ToTime(e.sent_at());
+    raw.sent_at = common::FromProtoTime(e.sent_at());
     if (!raw.sent_at && !raw.parse_error) {
       raw.parse_error = FieldError{"sentAt", "sentAt is out of range"};
     }

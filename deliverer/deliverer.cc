@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
@@ -528,10 +529,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
     }
   }
   if (decision.kind == DecisionKind::kRetry) {
-    outcome.mutable_not_before()->set_seconds(absl::ToUnixSeconds(decision.not_before));
-    outcome.mutable_not_before()->set_nanos(static_cast<int32_t>(
-        absl::ToInt64Nanoseconds(decision.not_before -
-                                 absl::FromUnixSeconds(absl::ToUnixSeconds(decision.not_before)))));
+    common::ToProtoTime(decision.not_before, outcome.mutable_not_before());
   } else if (decision.kind == DecisionKind::kDead) {
     outcome.set_reason(decision.reason);
   }

@@ -24,6 +24,7 @@
 #include "common/grpc_status.h"
 #include "common/json_element.h"
 #include "common/json_writer.h"
+#include "common/proto_time.h"
 #include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
@@ -166,12 +167,6 @@ std::optional<UsageError> ParseTime(const CommandLine& cl, std::string_view name
   return std::nullopt;
 }
 
-void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
-  const int64_t seconds = absl::ToUnixSeconds(t);  // Rounds towards the past: nanos >= 0.
-  out->set_seconds(seconds);
-  out->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds))));
-}
-
 // The filter flags shared by list and replay.
 std::optional<UsageError> ParseFilter(const CommandLine& cl,
                                       hookrelay::v1::DeadLetterFilter* filter) {
@@ -185,8 +180,8 @@ std::optional<UsageError> ParseFilter(const CommandLine& cl,
   if (from.has_value() && to.has_value() && *to <= *from) {
     return UsageError{"--to must be after --from (the range is [from, to))"};
   }
-  if (from.has_value()) SetTimestamp(*from, filter->mutable_from());
-  if (to.has_value()) SetTimestamp(*to, filter->mutable_to());
+  if (from.has_value()) common::ToProtoTime(*from, filter->mutable_from());
+  if (to.has_value()) common::ToProtoTime(*to, filter->mutable_to());
   return std::nullopt;
 }
 
