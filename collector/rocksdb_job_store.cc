@@ -29,6 +29,7 @@
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "common/check.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -418,6 +419,7 @@ absl::Status RocksDbJobStore::OpenDb() {
     return FromRocks(s, absl::StrCat("opening data dir ", options_.path));
   }
   db_.reset(db);
+  HOOKRELAY_CHECK(handles_.size() == families.size(), "RocksDB opened a different set of families");
   meta_cf_ = handles_[0];
   jobs_cf_ = handles_[1];
   dedup_cf_ = handles_[2];
@@ -881,6 +883,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     const uint64_t id = lease_deadlines_.begin()->second;
     lease_deadlines_.erase(lease_deadlines_.begin());
     auto it = leased_.find(id);
+    HOOKRELAY_CHECK(it != leased_.end(), "a lease deadline without its lease");
     // A leased job was due when leased, so it goes back to ready at its old place in line.
     ready_.push_back({it->second.due_ms, id});
     std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
