@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -374,7 +375,7 @@ INSTANTIATE_TEST_SUITE_P(
                       {"sources[0].write_keys[1]: empty write key"}},
         ViolationCase{"WriteKeyWithSpace",
                       [](Config& c) { c.mutable_sources(0)->add_write_keys("a b"); },
-                      {"sources[0].write_keys[1]: write key contains whitespace"}},
+                      {"sources[0].write_keys[1]: write key may hold only"}},
         ViolationCase{"DuplicateSourceId",
                       [](Config& c) {
                         auto* s = c.add_sources();
@@ -515,8 +516,9 @@ TEST(ValidateConfigTest, SecretsNeverAppearInMessages) {
   EXPECT_THAT(std::string(status.message()),
               AllOf(HasSubstr("sources[0].write_keys[1]: duplicate write key"),
                     HasSubstr("sources[1].write_keys[0]: duplicate write key"),
-                    HasSubstr("sources[1].write_keys[1]: write key contains whitespace"),
-                    HasSubstr("url \"ftp://***@h.example/x?***\": scheme must be http or https"),
+                    HasSubstr("sources[1].write_keys[1]: write key may hold only"),
+                    HasSubstr("url \"ftp://redacted@h.example/x?token=redacted\": scheme must be "
+                              "http or https"),
                     HasSubstr("headers[\"X-Api-Key\"]: header value contains"),
                     HasSubstr("headers[\"Host\"]: header name is reserved")));
 }
@@ -607,6 +609,91 @@ TEST(LoadConfigFileTest, InvalidFileIsRefusedWhole) {
   EXPECT_THAT(std::string(config.status().message()),
               AllOf(HasSubstr(invalid), HasSubstr("destinations[1].sources: no sources"),
                     HasSubstr("destinations[1].urls: no URLs")));
+}
+
+// Write keys travel in HTTP Basic auth: 1..128 characters of A-Z a-z 0-9 . _ ~ + / = -; the
+// error names the position and the rule, never the key.
+TEST(ValidateConfigTest, WriteKeyCharactersAndLength) {
+  auto config_with_key = [](const std::string& key) {
+    Config config;
+    auto* source = config.add_sources();
+    source->set_id("web");
+    source->add_write_keys(key);
+    return config;
+  };
+  for (const std::string& good : {std::string("wk_live_123"), std::string("a.b~c+d/e=f-g"),
+                                  std::string(128, 'k')}) {
+    EXPECT_TRUE(ValidateConfig(config_with_key(good)).ok()) << good;
+  }
+  for (const std::string& bad :
+       {std::string("wk:colon"), std::string("wk\x04" "ctl"), std::string("wk\xc3\xa9"),
+        std::string("wk key"), std::string("wk@x"), std::string(129, 'k')}) {
+    const absl::Status status = ValidateConfig(config_with_key(bad));
+    ASSERT_FALSE(status.ok()) << bad;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("sources[0].write_keys[0]: write key"));
+    if (bad.size() < 100) {
+      EXPECT_THAT(std::string(status.message()), Not(HasSubstr(bad)));
+    }
+  }
+  EXPECT_THAT(std::string(ValidateConfig(config_with_key(std::string(129, 'k'))).message()),
+              HasSubstr("at most 128"));
+}
+
+// Idempotency-Key is set by hookrelay on every request: a static header of that name (any case)
+// is refused like Content-Type.
+TEST(ValidateConfigTest, IdempotencyKeyIsReserved) {
+  Config config;
+  auto* source = config.add_sources();
+  source->set_id("web");
+  source->add_write_keys("wk");
+  Destination* d = config.add_destinations();
+  d->set_id("d");
+  d->set_type("webhooks");
+  d->add_sources("web");
+  d->add_urls()->set_url("https://h.example/x");
+  auto* h = d->mutable_urls(0)->add_headers();
+  h->set_name("idempotency-KEY");
+  h->set_value("x");
+  const absl::Status status = ValidateConfig(config);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("headers[\"idempotency-KEY\"]: header name is reserved"));
+}
+
+// shared_secret_file: the loader reads the secret from the file (a mounted Secret), so it never
+// sits in the config file; a missing file, or both fields, are refused naming the field.
+TEST(LoadConfigFileTest, SharedSecretFromFile) {
+  const std::string secret_path = TempPath("orders-hook.secret");
+  WriteFile(secret_path, "s3cr3t-from-file\n");
+  const std::string yaml = absl::StrCat(R"yaml(
+sources:
+  - {id: web, name: Web, kind: web, write_keys: [wk_live_123]}
+destinations:
+  - id: orders-hook
+    type: webhooks
+    sources: [web]
+    enabled: true
+    shared_secret_file: )yaml", secret_path, R"yaml(
+    urls:
+      - url: https://hooks.example.com/segment
+)yaml");
+  const std::string path = TempPath("secret-file.yaml");
+  WriteFile(path, yaml);
+  absl::StatusOr<Config> config = LoadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->destinations(0).shared_secret(), "s3cr3t-from-file");
+  EXPECT_TRUE(config->destinations(0).shared_secret_file().empty());
+
+  WriteFile(path, absl::StrReplaceAll(yaml, {{secret_path, TempPath("missing.secret")}}));
+  absl::StatusOr<Config> missing = LoadConfigFile(path);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("destinations[0].shared_secret_file: secret file"));
+
+  WriteFile(path, absl::StrReplaceAll(yaml, {{"    urls:", "    shared_secret: inline\n    urls:"}}));
+  absl::StatusOr<Config> both = LoadConfigFile(path);
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(std::string(both.status().message()), HasSubstr("not both"));
+  EXPECT_THAT(std::string(both.status().message()), Not(HasSubstr("inline")));
 }
 
 }  // namespace

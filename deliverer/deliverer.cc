@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/config.h"
+#include "common/config_validate.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/redact.h"

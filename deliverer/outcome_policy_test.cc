@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/clock.h"
-#include "common/config.h"
+#include "common/config_validate.h"
 
 namespace hookrelay::deliverer {
 namespace {
