@@ -286,6 +286,11 @@ void Dispatcher::Unregister(Stream* stream) {
 
 bool Dispatcher::WakeOrStopping() const { return wake_ || stopping_; }
 
+int64_t Dispatcher::passes() const {
+  absl::MutexLock lock(&mu_);
+  return passes_;
+}
+
 int Dispatcher::stream_count() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(streams_.size());
@@ -296,10 +301,13 @@ void Dispatcher::Run() {
   while (true) {
     std::vector<std::shared_ptr<Stream>> streams;
     {
+      // The next scheduled job's due time or the next poll (expired leases), in the clock's
+      // time: with a manual clock, moving it is what wakes the loop.
+      const absl::Time next_poll = std::min(clock_.Now() + options_.poll_interval, store_.NextDue());
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(this, &Dispatcher::WakeOrStopping),
-                           options_.poll_interval);
+      clock_.AwaitWithDeadline(mu_, absl::Condition(this, &Dispatcher::WakeOrStopping), next_poll);
       wake_ = false;
+      ++passes_;
       if (stopping_) return;
       streams.reserve(streams_.size());
       for (Stream* s : streams_) streams.push_back(s->self_ptr());
@@ -422,6 +430,7 @@ void Dispatcher::Shutdown() {
   // Let outcomes of jobs already sent arrive (reads continue; nothing new is sent).
   const absl::Time deadline = absl::Now() + options_.drain_timeout;
   for (const auto& s : streams) {
+    // Real time: the outcomes travel over the network from deliverers.
     while (s->held() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   }
   for (const auto& s : streams) {

@@ -13,7 +13,9 @@
 // enabled again.
 //
 // One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs), by
-// credits and outcomes, and every Options::poll_interval (due retries, expired leases).
+// credits and outcomes, every Options::poll_interval of the clock's time (expired leases), and
+// when the next scheduled job is due. It waits on the injected clock, so a ManualClock's Advance
+// wakes it.
 //
 // Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
 // sent, then ends every stream with UNAVAILABLE and waits (up to 10 s) until every stream is done,
@@ -82,6 +84,9 @@ class Dispatcher {
 
   // Streams currently open.
   int stream_count() const;
+  // Dispatch passes started so far (each after a wake, a due job or a poll). Tests wait for it
+  // to grow to know the loop has looked at the store after they moved a manual clock.
+  int64_t passes() const;
 
  private:
   class Stream;
@@ -117,6 +122,7 @@ class Dispatcher {
 
   mutable absl::Mutex mu_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);

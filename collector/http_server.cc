@@ -381,7 +381,7 @@ void HttpServer::Shutdown() {
   // must not hold shutdown forever).
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (impl_->state.in_flight.load() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
+    absl::SleepFor(absl::Milliseconds(2));  // Real time: answers being written to sockets.
   }
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();

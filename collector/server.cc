@@ -295,6 +295,10 @@ void Server::Shutdown() {
 
 JobStore* Server::job_store() { return impl_->store.get(); }
 
+int64_t Server::dispatch_passes() const {
+  return impl_->dispatcher ? impl_->dispatcher->passes() : 0;
+}
+
 int Server::grpc_port() const { return impl_->grpc_port; }
 int Server::http_port() const { return impl_->http_server ? impl_->http_server->port() : 0; }
 int Server::metrics_port() const { return impl_->metrics_port; }

@@ -3,6 +3,7 @@
 #ifndef HOOKRELAY_COLLECTOR_SERVER_H_
 #define HOOKRELAY_COLLECTOR_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,8 @@ class Server {
 
   // The job store (after Start, until Shutdown): for tests and tools in the same process.
   JobStore* job_store();
+  // Dispatch passes so far (Dispatcher::passes), for tests that move a manual clock.
+  int64_t dispatch_passes() const;
 
   int grpc_port() const;
   int http_port() const;

@@ -10,6 +10,12 @@ class RealClock : public Clock {
 
 }  // namespace
 
+bool Clock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
+                              absl::Time deadline) const {
+  // The real clock is absl's own time base.
+  return mu.AwaitWithDeadline(cond, deadline);
+}
+
 Clock& Clock::Real() {
   static RealClock* const clock = new RealClock();
   return *clock;
@@ -18,6 +24,15 @@ Clock& Clock::Real() {
 absl::Time ManualClock::Now() const {
   absl::MutexLock lock(&mu_);
   return now_;
+}
+
+bool ManualClock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
+                                    absl::Time deadline) const {
+  while (!cond.Eval()) {
+    if (Now() >= deadline) return false;
+    mu.AwaitWithTimeout(cond, absl::Milliseconds(1));
+  }
+  return true;
 }
 
 void ManualClock::Advance(absl::Duration d) {

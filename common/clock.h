@@ -15,6 +15,12 @@ class Clock {
   virtual ~Clock() = default;
   virtual absl::Time Now() const = 0;
 
+  // Waits until `cond` holds or this clock reaches `deadline`, and returns whether `cond` holds:
+  // absl::Mutex::AwaitWithDeadline in this clock's time, so that timers wait on the clock (a
+  // ManualClock's Advance wakes them) instead of on real time. REQUIRES: `mu` held.
+  virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
+                                 absl::Time deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // The process-wide real clock. Never destroyed.
   static Clock& Real();
 };
@@ -25,6 +31,11 @@ class ManualClock : public Clock {
   explicit ManualClock(absl::Time start = absl::FromUnixSeconds(1700000000)) : now_(start) {}
 
   absl::Time Now() const override;
+  // Returns as soon as `cond` holds or Advance/Set has moved the clock to `deadline`, whatever
+  // real time passes meanwhile. (It looks at the clock every millisecond of real time: absl's
+  // Mutex re-evaluates conditions only when the mutex is released, not when the clock moves.)
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond,
+                         absl::Time deadline) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Advance(absl::Duration d);
   void Set(absl::Time t);
 

@@ -417,7 +417,7 @@ void Deliverer::Shutdown() {
     int64_t held = 0;
     for (auto& link : links_) held += link->held();
     if (held <= 0) break;
-    absl::SleepFor(absl::Milliseconds(10));
+    absl::SleepFor(absl::Milliseconds(10));  // Real time: receivers and collectors answering.
   }
   for (auto& link : links_) link->Stop(/*now=*/absl::Now() >= deadline);
 }

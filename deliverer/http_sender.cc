@@ -263,7 +263,8 @@ class HttpSender::Worker {
         static common::LogRateLimiter* const limiter = new common::LogRateLimiter(1.0, 1);
         common::LogRateLimited(*limiter, common::LogLevel::kError, "curl_multi_poll failed",
                                {{"error", curl_multi_strerror(rc)}});
-        absl::SleepFor(absl::Milliseconds(10));  // do not spin on a persistent failure
+        // Real time (I/O): do not spin on a persistent failure.
+        absl::SleepFor(absl::Milliseconds(10));
       }
     }
     // Shutting down: in-flight transfers first, then whatever is (or gets) queued.

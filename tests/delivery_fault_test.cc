@@ -52,7 +52,7 @@ bool WaitDelivered(const WebhookReceiver& r, const std::set<std::string>& want) 
       }
     }
     if (all) return true;
-    absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(absl::Milliseconds(50));  // Polls a real receiver fed by child processes.
   }
   return false;
 }
@@ -80,7 +80,7 @@ bool WaitStoreEmpty(int metrics_port) {
         JobsGauge(metrics_port, "scheduled") == 0 && JobsGauge(metrics_port, "dead") == 0) {
       return true;
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(100));  // Polls a child process's /metrics.
   }
   return false;
 }

@@ -56,13 +56,33 @@ bool InProcessPipeline::WaitForCounts(
   const absl::Time deadline = absl::Now() + kPipelineWait;
   while (absl::Now() < deadline) {
     if (pred(store().Counts())) return true;
-    absl::SleepFor(absl::Milliseconds(2));
+    absl::SleepFor(absl::Milliseconds(2));  // Polls the store; its changes come over sockets.
   }
   const collector::JobCounts c = store().Counts();
   fprintf(stderr, "WaitForCounts timed out: ready=%lld scheduled=%lld leased=%lld dead=%lld\n",
           static_cast<long long>(c.ready), static_cast<long long>(c.scheduled),
           static_cast<long long>(c.leased), static_cast<long long>(c.dead));
   return false;
+}
+
+bool InProcessPipeline::AdvanceAndWaitForDispatch(absl::Duration d) {
+  collector::Server& server = collector_.server();
+  auto wait_past = [&server](int64_t passes) {
+    const absl::Time deadline = absl::Now() + kPipelineWait;
+    while (server.dispatch_passes() <= passes) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(1));  // Polls a counter of another thread.
+    }
+    return true;
+  };
+  // The first pass after the move may have begun just before it; the one after that, woken by
+  // a second (tiny) move, began after it.
+  const int64_t before = server.dispatch_passes();
+  clock().Advance(d);
+  if (!wait_past(before)) return false;
+  const int64_t after = server.dispatch_passes();
+  clock().Advance(absl::Milliseconds(100));
+  return wait_past(after);
 }
 
 bool InProcessPipeline::WaitSettled() {

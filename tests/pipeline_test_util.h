@@ -51,6 +51,9 @@ class InProcessPipeline {
 
   // Waits (real time, up to kPipelineWait) until `pred` holds for the store's counts.
   bool WaitForCounts(const std::function<bool(const collector::JobCounts&)>& pred);
+  // Advances the manual clock by `d` and returns once the dispatcher has made a whole pass that
+  // began after the move (so whatever became due was looked at). False on timeout.
+  bool AdvanceAndWaitForDispatch(absl::Duration d);
   // Waits until nothing is ready or leased (every job settled: delivered, scheduled or dead).
   bool WaitSettled();
   // Moves the clock to the store's next due time when it is in the future. False when nothing
