@@ -32,31 +32,6 @@ using receiver::WebhookReceiver;
 
 constexpr absl::Duration kDeliveryWait = absl::Seconds(90);
 
-// The distinct messageIds the receiver has seen.
-std::set<std::string> DeliveredIds(const WebhookReceiver& r) {
-  std::set<std::string> ids;
-  for (const ReceivedRequest& req : r.Requests()) ids.insert(JsonStr(req.body, "/messageId"));
-  return ids;
-}
-
-// Waits until every id in `want` was delivered.
-bool WaitDelivered(const WebhookReceiver& r, const std::set<std::string>& want) {
-  const absl::Time deadline = absl::Now() + kDeliveryWait;
-  while (absl::Now() < deadline) {
-    const std::set<std::string> have = DeliveredIds(r);
-    bool all = true;
-    for (const std::string& id : want) {
-      if (!have.count(id)) {
-        all = false;
-        break;
-      }
-    }
-    if (all) return true;
-    absl::SleepFor(absl::Milliseconds(50));  // Polls a real receiver fed by child processes.
-  }
-  return false;
-}
-
 // hookrelay_jobs{state="..."} from the collector's /metrics, or -1.
 double JobsGauge(int metrics_port, const std::string& state) {
   absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(metrics_port);
@@ -152,7 +127,7 @@ TEST_F(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
 
   auto second = StartDelivererProcess({grpc_port});
   ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked, kDeliveryWait))
       << DeliveredIds(*receiver_).size() << " of " << acked.size();
   EXPECT_TRUE(WaitStoreEmpty((*collector)->IntField("metrics_port")));
   ExpectCleanExit(**second);
@@ -183,7 +158,7 @@ TEST_F(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
       config_path_, data_dir_, {absl::StrCat("--grpc_address=127.0.0.1:", grpc_port)});
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   ASSERT_EQ((*restarted)->IntField("grpc_port"), grpc_port);
-  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked, kDeliveryWait))
       << DeliveredIds(*receiver_).size() << " of " << acked.size();
   EXPECT_TRUE(WaitStoreEmpty((*restarted)->IntField("metrics_port")));
   ExpectCleanExit(**deliverer);

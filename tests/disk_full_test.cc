@@ -63,24 +63,6 @@ bool Fill(const std::string& path, int64_t bytes) {
   return ok;
 }
 
-std::set<std::string> DeliveredIds(const WebhookReceiver& r) {
-  std::set<std::string> ids;
-  for (const ReceivedRequest& req : r.Requests()) ids.insert(JsonStr(req.body, "/messageId"));
-  return ids;
-}
-
-bool WaitDelivered(const WebhookReceiver& r, const std::set<std::string>& want) {
-  const absl::Time deadline = absl::Now() + kWait;
-  while (absl::Now() < deadline) {
-    const std::set<std::string> have = DeliveredIds(r);
-    bool all = true;
-    for (const std::string& id : want) all = all && have.count(id) > 0;
-    if (all) return true;
-    absl::SleepFor(absl::Milliseconds(50));  // Polls a real receiver: real I/O.
-  }
-  return false;
-}
-
 // A batch of 20 tracks with `pad` bytes of properties each; ids prefix-b-i.
 std::string Batch(const std::string& prefix, int b, size_t pad, std::vector<std::string>* ids) {
   std::string body = R"({"batch":[)";
@@ -261,7 +243,7 @@ TEST_F(DiskFullTest, RefusesWhileFullDeliversStoredAndRecoversWithoutRestart) {
   // 4. What was stored is delivered while ingest is refused.
   auto deliverer = StartDelivererProcess({grpc_port});
   ASSERT_TRUE(deliverer.ok()) << deliverer.status();
-  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked, kWait))
       << DeliveredIds(*receiver_).size() << " of " << acked.size();
   EXPECT_EQ(HttpStatus(http_port, "/healthz"), 503) << "space came back by itself?";
 
@@ -297,7 +279,7 @@ TEST_F(DiskFullTest, RefusesWhileFullDeliversStoredAndRecoversWithoutRestart) {
   const HttpResponse after = PostUntilRefused(http2, "after", 5, 100, &acked);
   EXPECT_EQ(after.status, 0) << after.body;
   EXPECT_TRUE(GrpcIngestOne(grpc_port).ok());
-  EXPECT_TRUE(WaitDelivered(*receiver_, acked))
+  EXPECT_TRUE(WaitDelivered(*receiver_, acked, kWait))
       << DeliveredIds(*receiver_).size() << " of " << acked.size();
 
   ASSERT_TRUE((*deliverer)->Signal(SIGTERM));

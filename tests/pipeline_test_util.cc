@@ -158,4 +158,25 @@ destinations:
   return yaml;
 }
 
+std::set<std::string> DeliveredIds(const receiver::WebhookReceiver& r) {
+  std::set<std::string> ids;
+  for (const receiver::ReceivedRequest& req : r.Requests()) {
+    ids.insert(JsonStr(req.body, "/messageId"));
+  }
+  return ids;
+}
+
+bool WaitDelivered(const receiver::WebhookReceiver& r, const std::set<std::string>& want,
+                   absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const std::set<std::string> have = DeliveredIds(r);
+    bool all = true;
+    for (const std::string& id : want) all = all && have.count(id) > 0;
+    if (all) return true;
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));  // Polls a real receiver.
+  }
+}
+
 }  // namespace hookrelay::test

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include "deliverer/http_sender.h"
 #include "prometheus/registry.h"
 #include "tests/collector_test_util.h"
+#include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
 
@@ -68,6 +70,12 @@ class InProcessPipeline {
   std::unique_ptr<deliverer::HttpSender> sender_;
   std::unique_ptr<deliverer::Deliverer> deliverer_;
 };
+
+// The distinct messageIds the receiver has been sent.
+std::set<std::string> DeliveredIds(const receiver::WebhookReceiver& r);
+// Waits up to `timeout` until every id of `want` was delivered to `r`.
+bool WaitDelivered(const receiver::WebhookReceiver& r, const std::set<std::string>& want,
+                   absl::Duration timeout);
 
 // Lowercase hex HMAC-SHA1, computed here with OpenSSL's EVP interface (independently of
 // deliverer/signer.cc) to check X-Signature.
