@@ -111,6 +111,13 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::InternalError(message);
 }
 
+// A copy of `s` that shares no heap state with it. An error Status is refcounted inside Debian's
+// uninstrumented Abseil, so TSan cannot see the ordering when copies of one are dropped on
+// different threads (the store's and the callers'); each thread gets its own instead.
+absl::Status Unshared(const absl::Status& s) {
+  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
+}
+
 // The label of hookrelay_store_errors_total{kind} for a failed write.
 std::string_view ErrorKind(const rocksdb::Status& s) {
   if (s.IsNoSpace()) return "no_space";
@@ -783,10 +790,10 @@ void RocksDbJobStore::WriteLoop() {
       to_write_.pop_front();
     }
     if (group->status.ok() && group->depends_on_previous && !previous.ok()) {
-      group->status = previous;
+      group->status = Unshared(previous);
     }
     WriteGroup(*group);
-    previous = group->status;
+    previous = Unshared(group->status);
     absl::MutexLock lock(&pipe_mu_);
     --unwritten_;
     written_.push_back(std::move(group));
@@ -855,7 +862,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       if (group.status.ok()) {
         std::move(op.done)(std::move(group.results[o]));
       } else {
-        std::move(op.done)(group.status);
+        std::move(op.done)(Unshared(group.status));
       }
     } else if (op.kind == Kind::kBarrier) {
       op.notify->Notify();
