@@ -298,14 +298,17 @@ int Dispatcher::stream_count() const {
 
 void Dispatcher::Run() {
   size_t next = 0;  // round-robin start
+  absl::Time pass_start = clock_.Now();
   while (true) {
     std::vector<std::shared_ptr<Stream>> streams;
     {
       // The next scheduled job's due time or the next poll (expired leases), in the clock's
-      // time: with a manual clock, moving it is what wakes the loop.
-      const absl::Time next_poll = std::min(clock_.Now() + options_.poll_interval, store_.NextDue());
+      // time: with a manual clock, moving it is what wakes the loop. The poll counts from when
+      // the previous pass began, so a clock moved during a pass wakes the next one at once.
+      const absl::Time next_poll = std::min(pass_start + options_.poll_interval, store_.NextDue());
       absl::MutexLock lock(&mu_);
       clock_.AwaitWithDeadline(mu_, absl::Condition(this, &Dispatcher::WakeOrStopping), next_poll);
+      pass_start = clock_.Now();
       wake_ = false;
       ++passes_;
       if (stopping_) return;
