@@ -84,8 +84,9 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
         collector_(std::move(collector)) {}
 
   void Start(hookrelay::v1::Collector::Stub& stub, const std::string& deliverer_id,
-             uint32_t credits) {
+             uint32_t credits, const std::string& admin_token) {
     self_ = shared_from_this();
+    if (!admin_token.empty()) context_.AddMetadata("authorization", "Bearer " + admin_token);
     stub.async()->Subscribe(&context_, this);
     AddHold();
     {
@@ -348,7 +349,7 @@ class Deliverer::Link {
       call->Start(*stub_, deliverer_.options_.deliverer_id.empty()
                               ? DefaultDelivererId()
                               : deliverer_.options_.deliverer_id,
-                  deliverer_.options_.credits);
+                  deliverer_.options_.credits, deliverer_.options_.admin_token);
       // Wait for the call to end; a stop request is handled by Stop() on the caller's thread.
       call->WaitDone(absl::InfiniteDuration());
       const grpc::Status status = call->status();

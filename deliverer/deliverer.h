@@ -51,6 +51,9 @@ class Deliverer {
     absl::Duration reconnect_max_backoff = absl::Seconds(10);
     // Shutdown waits this long for jobs in flight (longer than the largest destination timeout).
     absl::Duration drain_timeout = absl::Seconds(15);
+    // Sent as `authorization: Bearer <admin_token>` on every Subscribe stream when non-empty
+    // (collectors that require the admin token for Subscribe).
+    std::string admin_token;
   };
 
   // References must outlive the Deliverer; `metrics` may be null. Destroy `sender` after

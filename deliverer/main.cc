@@ -1,7 +1,6 @@
 // hookrelay deliverer: flags → HttpSender + Deliverer; SIGTERM/SIGINT drain and exit 0.
 #include <signal.h>
 
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,10 +12,14 @@
 #include "absl/strings/strip.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
+#include "common/process_metrics.h"
+#include "common/secret_file.h"
 #include "deliverer/deliverer.h"
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/http_sender.h"
-#include "prometheus/exposer.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, collector, "127.0.0.1:50051",
@@ -30,6 +33,8 @@ ABSL_FLAG(int32_t, sender_threads, 1, "HTTP sender threads (each with its own co
 ABSL_FLAG(int32_t, max_host_connections, 64, "connections per receiver host per sender thread");
 ABSL_FLAG(std::string, ca_file, "",
           "extra PEM CA certificates to trust besides the system store (private PKI)");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "a file holding the collectors' admin token (a mounted Secret), sent on Subscribe");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(15),
           "on SIGTERM, how long to wait for jobs in flight");
 
@@ -37,6 +42,26 @@ namespace {
 
 using hookrelay::common::LogError;
 using hookrelay::common::LogInfo;
+
+// hookrelay_deliverer_collectors_connected, read from the deliverer at scrape time.
+class ConnectedCollectable : public prometheus::Collectable {
+ public:
+  explicit ConnectedCollectable(const hookrelay::deliverer::Deliverer& deliverer)
+      : deliverer_(deliverer) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily family;
+    family.name = "hookrelay_deliverer_collectors_connected";
+    family.help = "Collector streams currently open.";
+    family.type = prometheus::MetricType::Gauge;
+    prometheus::ClientMetric metric;
+    metric.gauge.value = deliverer_.connected_streams();
+    family.metric.push_back(std::move(metric));
+    return {std::move(family)};
+  }
+
+ private:
+  const hookrelay::deliverer::Deliverer& deliverer_;
+};
 
 }  // namespace
 
@@ -74,17 +99,16 @@ int main(int argc, char** argv) {
   options.deliverer_id = absl::GetFlag(FLAGS_deliverer_id);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
 
-  auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(absl::GetFlag(FLAGS_metrics_address));
-  } catch (const std::exception& e) {
-    LogError("cannot listen on the metrics address",
-             {{"metrics_address", absl::GetFlag(FLAGS_metrics_address)}, {"error", e.what()}});
-    return 1;
+  if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
+    absl::StatusOr<std::string> token = hookrelay::common::ReadSecretFile(file);
+    if (!token.ok()) {
+      LogError("cannot read --admin_token_file", {{"error", token.status().message()}});
+      return 2;
+    }
+    options.admin_token = *std::move(token);
   }
-  exposer->RegisterCollectable(registry);
-  const auto ports = exposer->GetListeningPorts();
+
+  auto registry = std::make_shared<prometheus::Registry>();
   hookrelay::deliverer::DeliveryMetrics metrics(*registry);
 
   hookrelay::deliverer::HttpSender::Options sender_options;
@@ -104,9 +128,26 @@ int main(int argc, char** argv) {
     LogError("deliverer failed to start", {{"error", st.message()}});
     return 2;
   }
+  // /metrics, /healthz (alive) and /readyz (a collector stream is open) on --metrics_address.
+  hookrelay::common::MetricsServer::Options metrics_options;
+  metrics_options.address = absl::GetFlag(FLAGS_metrics_address);
+  metrics_options.ready = [&deliverer]() -> absl::Status {
+    if (deliverer.connected_streams() > 0) return absl::OkStatus();
+    return absl::UnavailableError("no collector stream open");
+  };
+  hookrelay::common::MetricsServer metrics_server(metrics_options);
+  metrics_server.Add(registry);
+  metrics_server.Add(std::make_shared<hookrelay::common::ProcessMetrics>());
+  metrics_server.Add(std::make_shared<ConnectedCollectable>(deliverer));
+  if (absl::Status st = metrics_server.Start(); !st.ok()) {
+    LogError("cannot listen on the metrics address", {{"error", st.message()}});
+    deliverer.Shutdown();
+    sender->reset();
+    return 1;
+  }
   LogInfo("deliverer running",
           {{"collectors", absl::GetFlag(FLAGS_collector)},
-           {"metrics_port", ports.empty() ? 0 : ports.front()},
+           {"metrics_port", metrics_server.port()},
            {"metrics_address", absl::GetFlag(FLAGS_metrics_address)},
            {"allow_private_networks", sender_options.allow_private_networks},
            {"credits", credits},
@@ -118,8 +159,8 @@ int main(int argc, char** argv) {
   LogInfo("signal received; draining", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
                                         {"jobs_in_flight", deliverer.jobs_in_flight()}});
   deliverer.Shutdown();
+  metrics_server.Shutdown();  // Its collectables read the deliverer.
   sender->reset();
-  exposer.reset();
   LogInfo("deliverer stopped", {});
   return 0;
 }

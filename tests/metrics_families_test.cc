@@ -9,6 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
@@ -73,6 +75,60 @@ TEST(MetricsFamiliesTest, CollectorExportsEveryFamilyFromStart) {
   ExpectCollectorSeriesAtZero(Scrape((*second)->IntField("metrics_port")));
   ASSERT_TRUE((*second)->Signal(SIGTERM));
   (*second)->Wait();
+}
+
+int Probe(int port, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(port);
+  if (!c.ok()) return -1;
+  absl::StatusOr<HttpResponse> r = (*c)->Request("GET", path, "", {});
+  return r.ok() ? r->status : -1;
+}
+
+// The deliverer's metrics port: its families (process metrics and the connected-collectors gauge
+// included) from start-up, /healthz alive, /readyz 200 only while a collector stream is open;
+// it reads its admin token from a file.
+TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
+  const std::string dir = MakeTempDir("deliverer-probes");
+  const std::string config = dir + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, TestConfigYaml()).ok());
+  const std::string token = dir + "/admin-token";
+  ASSERT_TRUE(WriteFile(token, "t0ken\n").ok());
+  auto collector = StartCollectorProcess(config, dir + "/data");
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  auto deliverer = StartDelivererProcess({(*collector)->IntField("grpc_port")},
+                                         {absl::StrCat("--admin_token_file=", token)});
+  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
+  const int port = (*deliverer)->IntField("metrics_port");
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(Probe(port, "/healthz"), 200);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Probe(port, "/readyz") != 200 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // The stream connects over a real socket.
+  }
+  EXPECT_EQ(Probe(port, "/readyz"), 200);
+  const std::string metrics = Scrape(port);
+  for (const char* series : {"\nhookrelay_deliverer_collectors_connected 1\n",
+                             "\nhookrelay_delivery_jobs_in_flight 0\n",
+                             "\nhookrelay_delivery_in_flight_requests 0\n",
+                             "\nprocess_cpu_seconds_total ", "\nprocess_resident_memory_bytes "}) {
+    EXPECT_TRUE(absl::StrContains(metrics, series)) << "missing: " << series << "\n" << metrics;
+  }
+
+  // Without a collector it stays alive but is not ready.
+  ASSERT_TRUE((*collector)->Signal(SIGKILL));
+  (*collector)->Wait();
+  const absl::Time unready_deadline = absl::Now() + absl::Seconds(30);
+  while (Probe(port, "/readyz") != 503 && absl::Now() < unready_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // Waits for the stream to break.
+  }
+  EXPECT_EQ(Probe(port, "/readyz"), 503);
+  EXPECT_EQ(Probe(port, "/healthz"), 200);
+  ASSERT_TRUE((*deliverer)->Signal(SIGTERM));
+  EXPECT_EQ((*deliverer)->Wait(), 0);
+
+  // An unreadable token file is refused at start, naming the flag.
+  auto refused = StartDelivererProcess({1}, {"--admin_token_file=" + dir + "/missing"});
+  EXPECT_FALSE(refused.ok());
 }
 
 }  // namespace
