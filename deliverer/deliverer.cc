@@ -92,6 +92,9 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     {
       absl::MutexLock lock(&mu_);
       writing_ = true;
+      // From here Pump may start operations: a drain or close requested before (Shutdown
+      // racing the stream's start) is sent after the Hello.
+      started_ = true;
     }
     write_.mutable_hello()->set_deliverer_id(deliverer_id);
     write_.mutable_hello()->set_credits(credits);
@@ -203,7 +206,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     enum class Op { kNone, kWrite, kWritesDone, kRemoveHold } op = Op::kNone;
     {
       absl::MutexLock lock(&mu_);
-      if (writing_ || hold_removed_) return;
+      if (!started_ || writing_ || hold_removed_) return;
       if (broken_) {
         hold_removed_ = true;
         op = Op::kRemoveHold;
@@ -261,6 +264,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
   mutable absl::Mutex mu_;
   hookrelay::v1::OutcomeBatch pending_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // Start() ran: operations may be started
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool drain_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -400,38 +404,175 @@ absl::Status Deliverer::Start() {
     if (address.empty()) {
       return absl::InvalidArgumentError("--collector: empty address in the list");
     }
+    absl::StatusOr<CollectorTarget> target = ParseCollectorTarget(address);
+    if (!target.ok()) return target.status();
+    targets_.push_back(*std::move(target));
   }
   started_ = true;
-  for (const std::string& address : options_.collectors) {
-    links_.push_back(std::make_unique<Link>(*this, address));
+  bool any_dynamic = false;
+  {
+    absl::MutexLock lock(&links_mu_);
+    for (const CollectorTarget& t : targets_) {
+      if (t.dynamic) {
+        any_dynamic = true;
+        continue;
+      }
+      const std::string endpoint = absl::StrCat(
+          t.host.find(':') != std::string::npos ? absl::StrCat("[", t.host, "]") : t.host, ":",
+          t.port);
+      if (links_.count(endpoint) > 0) continue;
+      auto link = std::make_unique<Link>(*this, endpoint);
+      link->Start();
+      links_.emplace(endpoint, std::move(link));
+    }
   }
-  for (auto& link : links_) link->Start();
+  if (any_dynamic) {
+    Reconcile();
+    resolver_thread_ = std::thread([this] { ResolveLoop(); });
+  }
   return absl::OkStatus();
+}
+
+bool Deliverer::Reconcile() {
+  bool all_resolved = true;
+  std::map<std::string, std::vector<std::string>> fresh;
+  for (const CollectorTarget& t : targets_) {
+    if (!t.dynamic) continue;
+    absl::StatusOr<std::vector<std::string>> endpoints =
+        options_.resolver ? options_.resolver(t.host, t.port) : ResolveWithSystem(t.host, t.port);
+    if (!endpoints.ok()) {
+      all_resolved = false;
+      common::LogWarning("cannot resolve collector address; keeping the last known collectors",
+                         {{"collector", t.spec}, {"error", endpoints.status().message()}});
+      continue;
+    }
+    fresh[t.spec] = *std::move(endpoints);
+  }
+
+  absl::MutexLock lock(&links_mu_);
+  if (stopping_) return all_resolved;
+  for (auto& [spec, endpoints] : fresh) resolved_[spec] = std::move(endpoints);
+  // Wanted: every static endpoint and every endpoint of the last good resolutions.
+  std::map<std::string, const CollectorTarget*> wanted;
+  for (const CollectorTarget& t : targets_) {
+    if (t.dynamic) {
+      for (const std::string& e : resolved_[t.spec]) wanted.emplace(e, &t);
+    } else {
+      wanted.emplace(absl::StrCat(t.host.find(':') != std::string::npos
+                                      ? absl::StrCat("[", t.host, "]")
+                                      : t.host,
+                                  ":", t.port),
+                     &t);
+    }
+  }
+  for (auto it = links_.begin(); it != links_.end();) {
+    if (wanted.count(it->first) > 0) {
+      ++it;
+      continue;
+    }
+    common::LogInfo("collector gone from DNS; draining its stream", {{"endpoint", it->first}});
+    it->second->BeginStop();
+    retired_.emplace_back(absl::Now() + options_.drain_timeout, std::move(it->second));
+    it = links_.erase(it);
+  }
+  for (const auto& [endpoint, target] : wanted) {
+    if (links_.count(endpoint) > 0) continue;
+    if (target->dynamic) {
+      common::LogInfo("collector found; subscribing",
+                      {{"endpoint", endpoint}, {"collector", target->spec}});
+    }
+    auto link = std::make_unique<Link>(*this, endpoint);
+    link->Start();
+    links_.emplace(endpoint, std::move(link));
+  }
+  return all_resolved;
+}
+
+void Deliverer::ReapRetired(bool all) {
+  std::vector<std::unique_ptr<Link>> done;
+  {
+    absl::MutexLock lock(&links_mu_);
+    const absl::Time now = absl::Now();
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      if (all || it->second->held() <= 0 || now >= it->first) {
+        done.push_back(std::move(it->second));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Outside the lock: Stop joins the link's thread.
+  for (auto& link : done) link->Stop(/*now=*/true);
+}
+
+void Deliverer::ResolveLoop() {
+  // A failed resolution is retried sooner than the regular interval.
+  const absl::Duration retry = std::min(options_.resolve_interval, absl::Seconds(2));
+  bool last_ok = true;
+  absl::Time next_resolve = absl::Now() + options_.resolve_interval;
+  while (true) {
+    {
+      absl::MutexLock lock(&links_mu_);
+      // Wake at least every 100 ms while links drain, so they are stopped soon after.
+      const absl::Time wake =
+          retired_.empty() ? next_resolve : std::min(next_resolve, absl::Now() + absl::Milliseconds(100));
+      links_mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
+      if (stopping_) return;
+    }
+    ReapRetired(/*all=*/false);
+    if (absl::Now() >= next_resolve) {
+      last_ok = Reconcile();
+      next_resolve = absl::Now() + (last_ok ? options_.resolve_interval : retry);
+    }
+  }
 }
 
 void Deliverer::Shutdown() {
   if (shut_down_ || !started_) return;
   shut_down_ = true;
-  for (auto& link : links_) link->BeginStop();
+  {
+    absl::MutexLock lock(&links_mu_);
+    stopping_ = true;
+  }
+  if (resolver_thread_.joinable()) resolver_thread_.join();
+  // From here on links_ and retired_ change no more.
+  std::vector<Link*> all;
+  {
+    absl::MutexLock lock(&links_mu_);
+    for (auto& [endpoint, link] : links_) all.push_back(link.get());
+    for (auto& [deadline, link] : retired_) all.push_back(link.get());
+  }
+  for (Link* link : all) link->BeginStop();
   const absl::Time deadline = absl::Now() + options_.drain_timeout;
   while (absl::Now() < deadline) {
     int64_t held = 0;
-    for (auto& link : links_) held += link->held();
+    for (Link* link : all) held += link->held();
     if (held <= 0) break;
     absl::SleepFor(absl::Milliseconds(10));  // Real time: receivers and collectors answering.
   }
-  for (auto& link : links_) link->Stop(/*now=*/absl::Now() >= deadline);
+  for (Link* link : all) link->Stop(/*now=*/absl::Now() >= deadline);
 }
 
 int Deliverer::connected_streams() const {
+  absl::MutexLock lock(&links_mu_);
   int n = 0;
-  for (const auto& link : links_) n += link->connected() ? 1 : 0;
+  for (const auto& [endpoint, link] : links_) n += link->connected() ? 1 : 0;
   return n;
 }
 
+std::vector<std::string> Deliverer::endpoints() const {
+  absl::MutexLock lock(&links_mu_);
+  std::vector<std::string> out;
+  for (const auto& [endpoint, link] : links_) out.push_back(endpoint);
+  return out;
+}
+
 int64_t Deliverer::jobs_in_flight() const {
+  absl::MutexLock lock(&links_mu_);
   int64_t n = 0;
-  for (const auto& link : links_) n += link->held();
+  for (const auto& [endpoint, link] : links_) n += link->held();
+  for (const auto& [deadline, link] : retired_) n += link->held();
   return n;
 }
 

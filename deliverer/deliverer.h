@@ -25,13 +25,17 @@
 #define HOOKRELAY_DELIVERER_DELIVERER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "deliverer/collector_targets.h"
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/http_sender.h"
 #include "hookrelay/v1/collector.pb.h"
@@ -41,8 +45,13 @@ namespace hookrelay::deliverer {
 class Deliverer {
  public:
   struct Options {
-    // Collector gRPC addresses (host:port); at least one.
+    // Collector gRPC addresses, at least one: `host:port` (one stream) or `dns:///host:port`
+    // (one stream per address the name resolves to, re-resolved every resolve_interval; see
+    // collector_targets.h).
     std::vector<std::string> collectors;
+    absl::Duration resolve_interval = absl::Seconds(30);
+    // Resolves dns:/// targets; empty = ResolveWithSystem. Tests inject their own.
+    CollectorResolver resolver;
     // Shown in the collectors' logs. Empty = hostname-pid.
     std::string deliverer_id;
     // Jobs held per collector stream at most.
@@ -66,14 +75,18 @@ class Deliverer {
   Deliverer(const Deliverer&) = delete;
   Deliverer& operator=(const Deliverer&) = delete;
 
-  // Opens the streams (in the background; unreachable collectors are retried). InvalidArgument
-  // when no collector is given.
+  // Opens the streams (in the background; unreachable collectors are retried) after a first
+  // resolution of dns:/// targets (a failure is logged and retried, never fatal).
+  // InvalidArgument when no collector is given or an address is malformed.
   absl::Status Start();
   // Drains and closes every stream. Idempotent.
   void Shutdown();
 
   // Streams currently open (Hello sent, not yet ended).
   int connected_streams() const;
+  // The endpoints subscribed to (static ones and the current resolution of dns:/// targets),
+  // sorted.
+  std::vector<std::string> endpoints() const;
   // Jobs received and not yet settled, over all streams.
   int64_t jobs_in_flight() const;
 
@@ -89,11 +102,27 @@ class Deliverer {
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
 
+  // Resolves every dns:/// target and reconciles links_ with the result (new endpoints get a
+  // link; gone ones drain and stop). Returns false when a target could not be resolved.
+  bool Reconcile();
+  // Stops retiring links whose jobs are settled (or all of them with `all`).
+  void ReapRetired(bool all);
+  void ResolveLoop();
+
   const Options options_;
   HttpSender& sender_;
   const common::Clock& clock_;
   DeliveryMetrics* const metrics_;
-  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<CollectorTarget> targets_;
+  std::thread resolver_thread_;
+
+  mutable absl::Mutex links_mu_;
+  // By endpoint. A link moves to retired_ when its endpoint leaves DNS: it drains there.
+  std::map<std::string, std::unique_ptr<Link>> links_ ABSL_GUARDED_BY(links_mu_);
+  std::vector<std::pair<absl::Time, std::unique_ptr<Link>>> retired_ ABSL_GUARDED_BY(links_mu_);
+  // Last good resolution per dynamic target (kept while resolution fails).
+  std::map<std::string, std::vector<std::string>> resolved_ ABSL_GUARDED_BY(links_mu_);
+  bool stopping_ ABSL_GUARDED_BY(links_mu_) = false;
   bool started_ = false;
   bool shut_down_ = false;
 };

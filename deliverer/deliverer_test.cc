@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,7 +54,27 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
     }
     absl::MutexLock lock(&mu_);
     stream_ = nullptr;
+    ++streams_ended_;
     return grpc::Status::OK;
+  }
+
+  // Waits until a deliverer has said hello on an open stream.
+  bool WaitHello() {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stream_ != nullptr && hello_credits_ > 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&ready), kWait);
+  }
+  // Waits until a stream has ended (the deliverer closed it).
+  bool WaitStreamEnded() {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_ended_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&ended), kWait);
+  }
+  bool stream_open() {
+    absl::MutexLock lock(&mu_);
+    return stream_ != nullptr;
   }
 
   // Sends `deliveries` as one response once the deliverer has said hello.
@@ -94,6 +116,7 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
       nullptr;
   uint32_t hello_credits_ ABSL_GUARDED_BY(mu_) = 0;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  int streams_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int outcome_messages_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Outcome> outcomes_ ABSL_GUARDED_BY(mu_);
 };
@@ -215,6 +238,160 @@ TEST_F(DelivererTest, ShutdownDrainsAndReportsJobsInFlight) {
   const std::vector<Outcome> outcomes = collector_.WaitOutcomes(2);
   ASSERT_EQ(outcomes.size(), 2u);
   for (const Outcome& o : outcomes) EXPECT_EQ(o.kind(), Outcome::DELIVERED);
+}
+
+// A collector serving on 127.0.0.1 with its own port, for the resolver tests.
+struct ServedCollector {
+  ServedCollector() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~ServedCollector() {
+    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port); }
+  FakeCollector service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+// What a test's DNS answers, changed while the deliverer runs.
+class FakeDns {
+ public:
+  void Set(absl::StatusOr<std::vector<std::string>> answer) {
+    absl::MutexLock lock(&mu_);
+    answer_ = std::move(answer);
+  }
+  CollectorResolver Resolver() {
+    return [this](const std::string& host, const std::string& port)
+               -> absl::StatusOr<std::vector<std::string>> {
+      absl::MutexLock lock(&mu_);
+      ++queries_;
+      last_host_ = host;
+      return answer_;
+    };
+  }
+  int queries() {
+    absl::MutexLock lock(&mu_);
+    return queries_;
+  }
+  std::string last_host() {
+    absl::MutexLock lock(&mu_);
+    return last_host_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::StatusOr<std::vector<std::string>> answer_ ABSL_GUARDED_BY(mu_) =
+      absl::NotFoundError("not set");
+  int queries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_host_ ABSL_GUARDED_BY(mu_);
+};
+
+bool WaitFor(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return done();
+}
+
+// dns:///name:port follows the name: a stream per address, a new address subscribed to at the
+// next resolution, a gone one drained (Credit.drain) and closed, a failed resolution keeping
+// what is known.
+TEST(DelivererResolverTest, FollowsTheAddressesOfADnsTarget) {
+  ServedCollector a;
+  ServedCollector b;
+  ASSERT_NE(a.server, nullptr);
+  ASSERT_NE(b.server, nullptr);
+  FakeDns dns;
+  dns.Set(std::vector<std::string>{a.endpoint()});
+
+  HttpSender::Options sender_options;
+  sender_options.allow_private_networks = true;
+  auto sender = HttpSender::Create(sender_options);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  common::ManualClock clock;
+  Deliverer::Options options;
+  options.collectors = {"dns:///hookrelay-collector-headless:50051"};
+  options.resolve_interval = absl::Milliseconds(50);
+  options.resolver = dns.Resolver();
+  options.drain_timeout = absl::Seconds(5);
+  auto deliverer = std::make_unique<Deliverer>(options, **sender, clock, nullptr);
+  ASSERT_TRUE(deliverer->Start().ok());
+
+  // First resolution happens in Start().
+  EXPECT_EQ(deliverer->endpoints(), std::vector<std::string>{a.endpoint()});
+  EXPECT_EQ(dns.last_host(), "hookrelay-collector-headless");
+  ASSERT_TRUE(a.service.WaitHello());
+  ASSERT_TRUE(WaitFor([&] { return deliverer->connected_streams() == 1; }));
+
+  // A second pod appears.
+  std::vector<std::string> both{a.endpoint(), b.endpoint()};
+  std::sort(both.begin(), both.end());
+  dns.Set(both);
+  ASSERT_TRUE(b.service.WaitHello());
+  EXPECT_EQ(deliverer->endpoints(), both);
+  ASSERT_TRUE(WaitFor([&] { return deliverer->connected_streams() == 2; }));
+
+  // DNS fails: nothing is dropped.
+  dns.Set(absl::UnavailableError("server failure"));
+  const int before = dns.queries();
+  ASSERT_TRUE(WaitFor([&] { return dns.queries() >= before + 2; }));
+  EXPECT_EQ(deliverer->endpoints(), both);
+  EXPECT_EQ(deliverer->connected_streams(), 2);
+
+  // The first pod goes: its stream is drained and closed; the other stays.
+  dns.Set(std::vector<std::string>{b.endpoint()});
+  EXPECT_TRUE(a.service.WaitDrained());
+  EXPECT_TRUE(a.service.WaitStreamEnded());
+  EXPECT_EQ(deliverer->endpoints(), std::vector<std::string>{b.endpoint()});
+  ASSERT_TRUE(WaitFor([&] { return deliverer->connected_streams() == 1; }));
+  EXPECT_TRUE(b.service.stream_open());
+
+  deliverer->Shutdown();
+  EXPECT_TRUE(b.service.WaitDrained());
+  sender->reset();
+  deliverer.reset();
+}
+
+// A static address next to a dns target that resolves to the same endpoint gets one stream.
+TEST(DelivererResolverTest, StaticAndResolvedEndpointsAreNotDoubled) {
+  ServedCollector a;
+  ASSERT_NE(a.server, nullptr);
+  FakeDns dns;
+  dns.Set(std::vector<std::string>{a.endpoint()});
+  HttpSender::Options sender_options;
+  auto sender = HttpSender::Create(sender_options);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  common::ManualClock clock;
+  Deliverer::Options options;
+  options.collectors = {a.endpoint(), "dns:///collectors:50051"};
+  options.resolve_interval = absl::Milliseconds(50);
+  options.resolver = dns.Resolver();
+  auto deliverer = std::make_unique<Deliverer>(options, **sender, clock, nullptr);
+  ASSERT_TRUE(deliverer->Start().ok());
+  EXPECT_EQ(deliverer->endpoints(), std::vector<std::string>{a.endpoint()});
+  ASSERT_TRUE(WaitFor([&] { return deliverer->connected_streams() == 1; }));
+  deliverer->Shutdown();
+  sender->reset();
+  deliverer.reset();
+}
+
+TEST(DelivererResolverTest, MalformedAddressIsRefusedAtStart) {
+  HttpSender::Options sender_options;
+  auto sender = HttpSender::Create(sender_options);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  common::ManualClock clock;
+  Deliverer::Options options;
+  options.collectors = {"dns:///collectors"};
+  Deliverer deliverer(options, **sender, clock, nullptr);
+  const absl::Status st = deliverer.Start();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("has no port"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -23,7 +23,11 @@
 #include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, collector, "127.0.0.1:50051",
-          "collector gRPC addresses, comma separated (host:port,host:port)");
+          "collector gRPC addresses, comma separated: host:port (one collector) or "
+          "dns:///host:port (every address the name resolves to, re-resolved every "
+          "--collector_resolve_interval; a Kubernetes headless Service)");
+ABSL_FLAG(absl::Duration, collector_resolve_interval, absl::Seconds(30),
+          "how often dns:/// collector addresses are resolved again");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9465", "Prometheus /metrics address");
 ABSL_FLAG(bool, allow_private_networks, false,
           "permit receivers on loopback, private, link-local and metadata addresses");
@@ -98,6 +102,12 @@ int main(int argc, char** argv) {
   options.credits = static_cast<uint32_t>(credits);
   options.deliverer_id = absl::GetFlag(FLAGS_deliverer_id);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  options.resolve_interval = absl::GetFlag(FLAGS_collector_resolve_interval);
+  if (options.resolve_interval < absl::Seconds(1)) {
+    LogError("--collector_resolve_interval must be at least 1s",
+             {{"collector_resolve_interval", absl::FormatDuration(options.resolve_interval)}});
+    return 2;
+  }
 
   if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
     absl::StatusOr<std::string> token = hookrelay::common::ReadSecretFile(file);

@@ -18,6 +18,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev curl
   # fuzzing (tools/fuzz.sh): clang and its libFuzzer / sanitizer runtimes
   clang-14 libclang-rt-14-dev
+  # deploy and observe (tools/build-images.sh, tests/deploy, tests/observe): image assembly,
+  # Prometheus and promtool, a Python venv for the offline Kubernetes schema validator
+  umoci prometheus python3-venv
 )
 # The Go client library needs a Go toolchain; Debian's is used only when none is installed.
 command -v go >/dev/null 2>&1 || packages+=(golang-go)
