@@ -82,30 +82,42 @@ class Dispatcher::Stream final
     --lifeline->open;
   }
 
-  // Dispatcher thread: reserves the write slot when the stream can take jobs now. Returns how
-  // many jobs it may be sent (0: none, nothing reserved).
-  size_t Reserve(size_t max_batch) {
+  // Dispatcher thread: reserves the write slot when the stream can take jobs now or has not
+  // been told `routing`'s destinations yet (which are then put in the response). Returns false
+  // when nothing is reserved; otherwise *want is how many jobs it may be sent (maybe 0).
+  bool Reserve(size_t max_batch, const std::shared_ptr<const Routing>& routing, size_t* want) {
     absl::MutexLock lock(&mu_);
-    if (!hello_ || finish_requested_ || writing_ || credits_ <= 0) return 0;
+    const bool announce = announced_ != routing;
+    if (!hello_ || finish_requested_ || writing_ || (credits_ <= 0 && !announce)) return false;
     writing_ = true;
     response_.clear_deliveries();
-    return static_cast<size_t>(std::min<int64_t>(credits_, static_cast<int64_t>(max_batch)));
+    response_.clear_destinations();
+    if (announce) {
+      announced_ = routing;
+      auto& ids = *response_.mutable_destinations()->mutable_ids();
+      for (const auto& d : routing->config().destinations()) ids.Add()->assign(d.id());
+    }
+    *want = credits_ <= 0 ? 0
+                          : static_cast<size_t>(
+                                std::min<int64_t>(credits_, static_cast<int64_t>(max_batch)));
+    return true;
   }
   // The reserved response, to fill between Reserve and Send.
   SubscribeResponse& response() { return response_; }
   // Sends the reserved response (or releases the slot when it is empty).
   void Send() {
     const int64_t n = response_.deliveries_size();
+    const bool empty = n == 0 && !response_.has_destinations();
     {
       absl::MutexLock lock(&mu_);
-      if (n == 0) {
+      if (empty) {
         writing_ = false;
       } else {
         credits_ -= n;
         held_ += n;
       }
     }
-    if (n == 0) {
+    if (empty) {
       MaybeFinish();
       return;
     }
@@ -210,6 +222,8 @@ class Dispatcher::Stream final
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  // The routing whose destination ids this stream was last sent.
+  std::shared_ptr<const Routing> announced_ ABSL_GUARDED_BY(mu_);
   SubscribeResponse response_;
 };
 
@@ -333,17 +347,21 @@ void Dispatcher::Run() {
 }
 
 size_t Dispatcher::FillStream(Stream& stream) {
-  const size_t want = stream.Reserve(options_.max_batch);
-  if (want == 0) return 0;
+  const std::shared_ptr<const Routing> routing = routing_.Get();
+  size_t want = 0;
+  if (!stream.Reserve(options_.max_batch, routing, &want)) return 0;
+  if (want == 0) {
+    stream.Send();  // the destination ids alone
+    return 0;
+  }
   absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(want, options_.lease_duration);
   if (!leased.ok()) {
     static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
     common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
                            {{"error", leased.status().ToString()}});
-    stream.Send();  // releases the slot
+    stream.Send();  // releases the slot (or sends the destination ids)
     return 0;
   }
-  const std::shared_ptr<const Routing> routing = routing_.Get();
   SubscribeResponse& response = stream.response();
   for (LeasedJob& lj : *leased) {
     const hookrelay::v1::Destination* destination =

@@ -181,6 +181,8 @@ class Stream {
     }
     return out;
   }
+  // The next response, whatever it carries.
+  bool ReadResponse(SubscribeResponse* response) { return rw_->Read(response); }
   void Write(const SubscribeRequest& request) { EXPECT_TRUE(rw_->Write(request)); }
   void Settle(const Delivery& d, Outcome::Kind kind, uint64_t lease) {
     SubscribeRequest request;
@@ -292,6 +294,38 @@ TEST_F(DispatcherTest, DisabledDestinationIsDeadLetteredAtDispatch) {
   EXPECT_EQ((*dead)[0].dead_reason(), "destination off disabled");
   EXPECT_EQ(Counter("hookrelay_dispatch_undeliverable_total", "", ""), 1);
   EXPECT_EQ(Counter("hookrelay_dispatch_jobs_sent_total", "", ""), 0);
+  stream.Close();
+}
+
+// A new stream is told the configured destination ids (even without jobs), and told again after
+// the configuration changes, so the deliverer can export their metrics at 0.
+TEST_F(DispatcherTest, StreamsAreToldTheDestinationIds) {
+  Stream stream(*stub_, 10);
+  SubscribeResponse response;
+  ASSERT_TRUE(stream.ReadResponse(&response));
+  ASSERT_TRUE(response.has_destinations());
+  EXPECT_EQ(response.deliveries_size(), 0);
+  EXPECT_EQ(std::vector<std::string>(response.destinations().ids().begin(),
+                                     response.destinations().ids().end()),
+            (std::vector<std::string>{"hook", "off"}));
+
+  auto config = common::ParseConfigYaml(absl::StrCat(
+      kConfig,
+      R"(  - {id: new, type: webhooks, sources: [web], enabled: true, urls: [{url: "https://h.example/c"}]})",
+      "\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  dispatcher_->Notify();
+  ASSERT_TRUE(stream.ReadResponse(&response));
+  ASSERT_TRUE(response.has_destinations());
+  EXPECT_EQ(std::vector<std::string>(response.destinations().ids().begin(),
+                                     response.destinations().ids().end()),
+            (std::vector<std::string>{"hook", "off", "new"}));
+
+  // Jobs that follow carry no announcement: nothing changed.
+  Append(1, "hook");
+  std::vector<Delivery> jobs = stream.Read(1);
+  ASSERT_EQ(jobs.size(), 1u);
   stream.Close();
 }
 

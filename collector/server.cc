@@ -250,6 +250,7 @@ absl::Status Server::Reload() {
   const std::string summary = Summary(*config);
   s.metrics->DeclareSources(SourceIds(*config));
   s.routing->Set(std::make_shared<const Routing>(*std::move(config)));
+  if (s.dispatcher) s.dispatcher->Notify();  // streams learn the new destination ids
   common::LogInfo("config reloaded", {{"path", s.options.config_path}, {"summary", summary}});
   return absl::OkStatus();
 }

@@ -109,6 +109,10 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
       return;
     }
     received_any_.store(true, std::memory_order_relaxed);
+    if (read_.has_destinations() && deliverer_.metrics_ != nullptr) {
+      deliverer_.metrics_->DeclareDestinations(
+          {read_.destinations().ids().begin(), read_.destinations().ids().end()});
+    }
     const int n = read_.deliveries_size();
     {
       absl::MutexLock lock(&mu_);

@@ -104,6 +104,15 @@ prometheus::Counter& DeliveryMetrics::Child(prometheus::Family<prometheus::Count
   return *it->second;
 }
 
+void DeliveryMetrics::DeclareDestinations(const std::vector<std::string>& ids) {
+  for (const std::string& id : ids) {
+    for (DecisionKind kind : {DecisionKind::kDelivered, DecisionKind::kRetry, DecisionKind::kDead}) {
+      Child(attempts_, "outcome", id, OutcomeLabel(kind));
+    }
+    Child(retries_, "", id, "");
+  }
+}
+
 void DeliveryMetrics::CountAttempt(std::string_view destination, DecisionKind outcome) {
   Child(attempts_, "outcome", destination, OutcomeLabel(outcome)).Increment();
   if (outcome == DecisionKind::kRetry) Child(retries_, "", destination, "").Increment();

@@ -16,6 +16,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,6 +34,10 @@ class DeliveryMetrics {
  public:
   explicit DeliveryMetrics(prometheus::Registry& registry);
 
+  // Exports hookrelay_delivery_attempts_total{destination, outcome} for every outcome, and
+  // hookrelay_delivery_retries_total{destination}, at 0 for destinations not seen yet (the
+  // collectors announce their destinations on Subscribe), so rate() sees the first increment.
+  void DeclareDestinations(const std::vector<std::string>& ids);
   void CountAttempt(std::string_view destination, DecisionKind outcome);
   void CountRequest(std::string_view destination, const UrlResult& result, double seconds);
   void ObserveEndToEnd(double seconds) { end_to_end_.Observe(seconds); }

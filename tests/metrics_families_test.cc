@@ -85,7 +85,8 @@ int Probe(int port, const std::string& path) {
 }
 
 // The deliverer's metrics port: its families (process metrics and the connected-collectors gauge
-// included) from start-up, /healthz alive, /readyz 200 only while a collector stream is open;
+// included) from start-up, every destination × outcome at 0 once a collector announced its
+// destinations, /healthz alive, /readyz 200 only while a collector stream is open;
 // it reads its admin token from a file.
 TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
   const std::string dir = MakeTempDir("deliverer-probes");
@@ -106,7 +107,25 @@ TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
     absl::SleepFor(absl::Milliseconds(20));  // The stream connects over a real socket.
   }
   EXPECT_EQ(Probe(port, "/readyz"), 200);
-  const std::string metrics = Scrape(port);
+  // The collector announces its destinations on the stream: each destination × outcome at 0.
+  std::vector<std::string> zero;
+  for (const char* destination : {"hook-web", "hook-fan", "hook-off"}) {
+    for (const char* outcome : {"delivered", "retry", "dead"}) {
+      zero.push_back(absl::StrCat("\nhookrelay_delivery_attempts_total{destination=\"",
+                                  destination, "\",outcome=\"", outcome, "\"} 0\n"));
+    }
+    zero.push_back(absl::StrCat("\nhookrelay_delivery_retries_total{destination=\"", destination,
+                                "\"} 0\n"));
+  }
+  std::string metrics = Scrape(port);
+  const absl::Time announce_deadline = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(metrics, zero.back()) && absl::Now() < announce_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    metrics = Scrape(port);
+  }
+  for (const std::string& series : zero) {
+    EXPECT_TRUE(absl::StrContains(metrics, series)) << "missing: " << series << "\n" << metrics;
+  }
   for (const char* series : {"\nhookrelay_deliverer_collectors_connected 1\n",
                              "\nhookrelay_delivery_jobs_in_flight 0\n",
                              "\nhookrelay_delivery_in_flight_requests 0\n",
