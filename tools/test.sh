@@ -64,6 +64,24 @@ if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# Dashboard and alert rules: promtool check/test rules, the dashboard's structure and PromQL, the
+# PrometheusRule kept identical to the rule file.
+if [ -d tests/observe ] && [ -z "${config[*]}" ]; then
+  echo "== Dashboard and alert rules (tests/observe/static_checks.sh)"
+  if tests/observe/static_checks.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+  echo "== Dashboard and alerts against a live Prometheus (tests/observe/live_test.py)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if HOOKRELAY_BIN_DIR="$bin_dir" timeout 600 python3 tests/observe/live_test.py; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then
