@@ -8,6 +8,8 @@
 #include <system_error>
 #include <utility>
 
+#include <grpcpp/health_check_service_interface.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "collector/job_store.h"
@@ -32,6 +34,7 @@ absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::str
   ASSIGN_OR_RETURN(server->store_, RocksDbJobStore::Open(options));
   server->service_ = std::make_unique<AdminService>(*server->store_, std::move(admin_token));
 
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
@@ -51,6 +54,10 @@ AdminTestServer::~AdminTestServer() {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
+}
+
+void AdminTestServer::SetServing(const std::string& service, bool serving) {
+  server_->GetHealthCheckService()->SetServingStatus(service, serving);
 }
 
 std::string AdminTestServer::DeadReason(const std::string& destination) {

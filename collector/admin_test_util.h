@@ -44,6 +44,9 @@ class AdminTestServer {
   // The dead_reason MakeDeadLetters gives a job of `destination`.
   static std::string DeadReason(const std::string& destination);
 
+  // The server's gRPC health service (grpc.health.v1.Health): `service` serving or not.
+  void SetServing(const std::string& service, bool serving);
+
   std::string address() const;  // "127.0.0.1:<port>"
   std::unique_ptr<hookrelay::v1::Admin::Stub> NewStub() const;
   RocksDbJobStore& store() { return *store_; }

@@ -29,6 +29,7 @@
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 #include "hookrelay/v1/job.pb.h"
 
@@ -41,6 +42,7 @@ Usage:
   hookrelayctl [global flags] dead-letters list [--destination=ID] [--from=TIME] [--to=TIME]
                                                 [--limit=N] [--json]
   hookrelayctl [global flags] dead-letters replay (--all | --destination=ID [--from=TIME] [--to=TIME])
+  hookrelayctl [global flags] health [--service=NAME]
 
 Global flags:
   --collector=HOST:PORT  the collector's gRPC address (default 127.0.0.1:50051)
@@ -60,6 +62,10 @@ dead-letters replay: makes dead letters ready for delivery again, with a fresh r
   --destination=ID       only this destination's, optionally only those that died in
                          [--from, --to)
 
+health: asks the collector's gRPC health service (grpc.health.v1.Health/Check) and prints
+  SERVING or NOT_SERVING; exit 0 only when serving.
+  --service=NAME         a service's status, e.g. hookrelay.v1.Collector (default "": the server)
+
 Exit status: 0 done, 1 the collector refused or could not be reached, 2 usage error.
 )";
 
@@ -78,10 +84,11 @@ using FlagNames = std::span<const std::string_view>;
 // Flags that take no value (`--json`, or `--json=false`).
 constexpr std::string_view kBoolFlags[] = {"help", "json", "all"};
 constexpr std::string_view kValueFlags[] = {"collector", "token", "timeout", "destination",
-                                            "from",      "to",    "limit"};
+                                            "from",      "to",    "limit",   "service"};
 constexpr std::string_view kGlobalFlags[] = {"help", "collector", "token", "timeout"};
 constexpr std::string_view kListFlags[] = {"destination", "from", "to", "limit", "json"};
 constexpr std::string_view kReplayFlags[] = {"all", "destination", "from", "to"};
+constexpr std::string_view kHealthFlags[] = {"service"};
 
 bool Contains(FlagNames names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -420,6 +427,26 @@ int Replay(const CommandLine& cl, std::string_view env_token, std::ostream& out,
   return kExitOk;
 }
 
+int Health(const CommandLine& cl, std::string_view env_token, std::ostream& out,
+           std::ostream& err, std::optional<UsageError>* usage) {
+  if ((*usage = CheckScope(cl, "health", kHealthFlags))) return kExitUsage;
+  Connection conn;
+  if ((*usage = Connect(cl, env_token, &conn))) return kExitUsage;
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(conn.collector, grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckRequest request;
+  if (auto it = cl.flags.find("service"); it != cl.flags.end()) request.set_service(it->second);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::ClientContext context;
+  conn.Prepare(context);
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return RpcFailed(err, "checking the health of", conn, status);
+  out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+  out.flush();
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
+                                                                              : kExitFailure;
+}
+
 }  // namespace
 
 int Run(const std::vector<std::string>& args, std::string_view env_token, std::ostream& out,
@@ -438,6 +465,12 @@ int Run(const std::vector<std::string>& args, std::string_view env_token, std::o
     } else if (pos[0] == "help") {
       out << kUsage;
       return kExitOk;
+    } else if (pos[0] == "health") {
+      if (pos.size() > 1) {
+        usage = UsageError{absl::StrCat("unexpected argument \"", pos[1], "\"")};
+      } else {
+        code = Health(cl, env_token, out, err, &usage);
+      }
     } else if (pos[0] != "dead-letters") {
       usage = UsageError{absl::StrCat("unknown command \"", pos[0], "\"")};
     } else if (pos.size() == 1) {

@@ -361,6 +361,29 @@ TEST_F(HookrelayctlTest, AdminToken) {
 }
 
 // Usage errors exit 2 with the usage text on stderr and send nothing; --help exits 0.
+// `health` asks grpc.health.v1.Health: exit 0 only when serving; an unknown service is an error.
+TEST_F(HookrelayctlTest, Health) {
+  StartServer();
+  server_->SetServing("hookrelay.v1.Admin", true);
+  Result r = Ctl({"health"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "SERVING\n");
+  r = Ctl({"health", "--service=hookrelay.v1.Admin"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "SERVING\n");
+  server_->SetServing("hookrelay.v1.Admin", false);
+  r = Ctl({"health", "--service=hookrelay.v1.Admin"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "NOT_SERVING\n");
+  r = Ctl({"health", "--service=no.such.Service"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r;
+  r = Ctl({"health", "extra"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  r = Ctl({"health", "--limit=3"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+}
+
 TEST_F(HookrelayctlTest, UsageErrorsExit2) {
   StartServer();
   ASSERT_THAT(MakeDeadLetters({"d1"}), SizeIs(1));
