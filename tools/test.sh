@@ -82,6 +82,17 @@ if [ -d tests/observe ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# Images and manifests: tools/build-images.sh, every kustomization rendered and validated offline,
+# the demo overlay's pods started from the images as a kubelet would (tests/deploy/deploy_test.py).
+if [ -d tests/deploy ] && [ -z "${config[*]}" ]; then
+  echo "== Images and Kubernetes manifests (tests/deploy/run.sh)"
+  if timeout 900 tests/deploy/run.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then
