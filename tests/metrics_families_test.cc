@@ -84,30 +84,16 @@ int Probe(int port, const std::string& path) {
   return r.ok() ? r->status : -1;
 }
 
-// The deliverer's metrics port: its families (process metrics and the connected-collectors gauge
-// included) from start-up, every destination × outcome at 0 once a collector announced its
-// destinations, /healthz alive, /readyz 200 only while a collector stream is open;
-// it reads its admin token from a file.
-TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
-  const std::string dir = MakeTempDir("deliverer-probes");
-  const std::string config = dir + "/config.yaml";
-  ASSERT_TRUE(WriteFile(config, TestConfigYaml()).ok());
-  const std::string token = dir + "/admin-token";
-  ASSERT_TRUE(WriteFile(token, "t0ken\n").ok());
-  auto collector = StartCollectorProcess(config, dir + "/data");
-  ASSERT_TRUE(collector.ok()) << collector.status();
-  auto deliverer = StartDelivererProcess({(*collector)->IntField("grpc_port")},
-                                         {absl::StrCat("--admin_token_file=", token)});
-  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
-  const int port = (*deliverer)->IntField("metrics_port");
-  ASSERT_GT(port, 0);
+// A deliverer's families once it is subscribed: alive and ready, every destination the
+// collector announced × outcome at 0 (the test config's destinations), the histograms, gauges
+// and process metrics.
+void ExpectDelivererFamiliesAtZero(int port) {
   EXPECT_EQ(Probe(port, "/healthz"), 200);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (Probe(port, "/readyz") != 200 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));  // The stream connects over a real socket.
   }
   EXPECT_EQ(Probe(port, "/readyz"), 200);
-  // The collector announces its destinations on the stream: each destination × outcome at 0.
   std::vector<std::string> zero;
   for (const char* destination : {"hook-web", "hook-fan", "hook-off"}) {
     for (const char* outcome : {"delivered", "retry", "dead"}) {
@@ -129,9 +115,41 @@ TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
   for (const char* series : {"\nhookrelay_deliverer_collectors_connected 1\n",
                              "\nhookrelay_delivery_jobs_in_flight 0\n",
                              "\nhookrelay_delivery_in_flight_requests 0\n",
+                             "\nhookrelay_delivery_attempt_duration_seconds_count 0\n",
+                             "\nhookrelay_delivery_end_to_end_seconds_count 0\n",
                              "\nprocess_cpu_seconds_total ", "\nprocess_resident_memory_bytes "}) {
     EXPECT_TRUE(absl::StrContains(metrics, series)) << "missing: " << series << "\n" << metrics;
   }
+}
+
+// The deliverer's metrics port: its families (process metrics and the connected-collectors gauge
+// included) from start-up, every destination × outcome at 0 once a collector announced its
+// destinations, /healthz alive, /readyz 200 only while a collector stream is open;
+// it reads its admin token from a file. The same after a kill -9 and restart.
+TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
+  const std::string dir = MakeTempDir("deliverer-probes");
+  const std::string config = dir + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, TestConfigYaml()).ok());
+  const std::string token = dir + "/admin-token";
+  ASSERT_TRUE(WriteFile(token, "t0ken\n").ok());
+  auto collector = StartCollectorProcess(config, dir + "/data");
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  auto deliverer = StartDelivererProcess({(*collector)->IntField("grpc_port")},
+                                         {absl::StrCat("--admin_token_file=", token)});
+  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
+  int port = (*deliverer)->IntField("metrics_port");
+  ASSERT_GT(port, 0);
+  ExpectDelivererFamiliesAtZero(port);
+
+  // A deliverer restarted after kill -9 exports them all again.
+  ASSERT_TRUE((*deliverer)->Signal(SIGKILL));
+  (*deliverer)->Wait();
+  deliverer = StartDelivererProcess({(*collector)->IntField("grpc_port")},
+                                    {absl::StrCat("--admin_token_file=", token)});
+  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
+  port = (*deliverer)->IntField("metrics_port");
+  ASSERT_GT(port, 0);
+  ExpectDelivererFamiliesAtZero(port);
 
   // Without a collector it stays alive but is not ready.
   ASSERT_TRUE((*collector)->Signal(SIGKILL));
