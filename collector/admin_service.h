@@ -1,80 +1,90 @@
 // gRPC adapter for hookrelay.v1.Admin (proto/hookrelay/v1/admin.proto): authenticates the
-// operator, validates and converts requests into JobStore calls, converts the answers and
-// statuses back. No business logic here; the job store does the work.
+// caller (AdminAuth) and runs the operation in AdminCore, which the JSON-over-HTTP adapter
+// (admin_http.h) shares. No business logic here.
 //
-// Authentication: with a non-empty admin token, every call must carry the metadata entry
-// `authorization: Bearer <token>` ("Bearer" in any case); the token is compared in constant time
-// and a missing or different one is UNAUTHENTICATED. With an empty token there is NO
-// authentication: anyone who reaches the port can list events and replay dead letters, so the
-// port must then only be reachable by operators (loopback, a private network). The token travels
-// in the clear unless the port is behind TLS.
+// Threading: the operations block gRPC's callback thread while they run (a synced store write
+// per change, up to 10 s for TestDestination): acceptable for rare operator calls; nothing on the
+// ingest or delivery path runs here. Thread-safe.
 //
-// Threading: ListDeadLetters and ReplayDeadLetters run on gRPC's callback thread and block it
-// while the store works: JobStore::ListDead and Replay first wait for every store write queued
-// before them (one group commit, milliseconds), and Replay writes with fsync. That is acceptable
-// for rare operator calls; nothing on the ingest or delivery path runs here. Thread-safe: calls
-// may run concurrently.
-//
-// Registration: construct it before the server and register it like any callback service,
-//   AdminService admin(store, admin_token);
-//   builder.RegisterService(&admin);
-// The store must outlive the service, and the service must outlive the grpc::Server.
+// Registration: AdminService admin(core, auth); builder.RegisterService(&admin); the core and the
+// auth must outlive the service, and the service the grpc::Server.
 #ifndef HOOKRELAY_COLLECTOR_ADMIN_SERVICE_H_
 #define HOOKRELAY_COLLECTOR_ADMIN_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-#include "absl/status/statusor.h"
-#include "collector/job_store.h"
+#include "collector/admin_auth.h"
+#include "collector/admin_core.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 
 namespace hookrelay::collector {
 
 class AdminService final : public hookrelay::v1::Admin::CallbackService {
  public:
-  // ListDeadLettersRequest.page_size: the default (when 0) and the largest accepted.
-  static constexpr int32_t kDefaultPageSize = 100;
-  static constexpr int32_t kMaxPageSize = 1000;
-
-  // `store` must outlive the service. `admin_token` empty = no authentication (see above).
-  AdminService(JobStore& store, std::string admin_token);
+  AdminService(AdminCore& core, const AdminAuth& auth) : core_(core), auth_(auth) {}
 
   AdminService(const AdminService&) = delete;
   AdminService& operator=(const AdminService&) = delete;
 
-  grpc::ServerUnaryReactor* ListDeadLetters(
-      grpc::CallbackServerContext* context,
-      const hookrelay::v1::ListDeadLettersRequest* request,
-      hookrelay::v1::ListDeadLettersResponse* response) override;
-
-  grpc::ServerUnaryReactor* ReplayDeadLetters(
-      grpc::CallbackServerContext* context,
-      const hookrelay::v1::ReplayDeadLettersRequest* request,
-      hookrelay::v1::ReplayDeadLettersResponse* response) override;
+  grpc::ServerUnaryReactor* GetCatalog(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::GetCatalogRequest* request,
+                                      hookrelay::v1::Catalog* response) override;
+  grpc::ServerUnaryReactor* ListSources(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::ListSourcesRequest* request,
+                                      hookrelay::v1::ListSourcesResponse* response) override;
+  grpc::ServerUnaryReactor* GetSource(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::GetSourceRequest* request,
+                                      hookrelay::v1::SourceResource* response) override;
+  grpc::ServerUnaryReactor* CreateSource(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::CreateSourceRequest* request,
+                                      hookrelay::v1::SourceResource* response) override;
+  grpc::ServerUnaryReactor* UpdateSource(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::UpdateSourceRequest* request,
+                                      hookrelay::v1::SourceResource* response) override;
+  grpc::ServerUnaryReactor* DeleteSource(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::DeleteSourceRequest* request,
+                                      hookrelay::v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* CreateWriteKey(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::CreateWriteKeyRequest* request,
+                                      hookrelay::v1::CreateWriteKeyResponse* response) override;
+  grpc::ServerUnaryReactor* RevokeWriteKey(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::RevokeWriteKeyRequest* request,
+                                      hookrelay::v1::SourceResource* response) override;
+  grpc::ServerUnaryReactor* ListDestinations(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::ListDestinationsRequest* request,
+                                      hookrelay::v1::ListDestinationsResponse* response) override;
+  grpc::ServerUnaryReactor* GetDestination(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::GetDestinationRequest* request,
+                                      hookrelay::v1::DestinationResource* response) override;
+  grpc::ServerUnaryReactor* CreateDestination(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::CreateDestinationRequest* request,
+                                      hookrelay::v1::DestinationResource* response) override;
+  grpc::ServerUnaryReactor* UpdateDestination(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::UpdateDestinationRequest* request,
+                                      hookrelay::v1::DestinationResource* response) override;
+  grpc::ServerUnaryReactor* DeleteDestination(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::DeleteDestinationRequest* request,
+                                      hookrelay::v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* TestDestination(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::TestDestinationRequest* request,
+                                      hookrelay::v1::TestDestinationResponse* response) override;
+  grpc::ServerUnaryReactor* ListDeadLetters(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::ListDeadLettersRequest* request,
+                                      hookrelay::v1::ListDeadLettersResponse* response) override;
+  grpc::ServerUnaryReactor* ReplayDeadLetters(grpc::CallbackServerContext* context,
+                                      const hookrelay::v1::ReplayDeadLettersRequest* request,
+                                      hookrelay::v1::ReplayDeadLettersResponse* response) override;
 
  private:
-  // OK, or UNAUTHENTICATED when a token is configured and the call does not carry it.
-  grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, const Request* request,
+                                Response* response,
+                                absl::Status (AdminCore::*method)(const std::string&,
+                                                                  const Request&, Response*));
 
-  JobStore& store_;
-  const std::string admin_token_;
+  AdminCore& core_;
+  const AdminAuth& auth_;
 };
-
-namespace internal {
-
-// The page token after job `last_id`, and back. Decoding fails (INVALID_ARGUMENT) for a string
-// EncodePageToken did not make.
-std::string EncodePageToken(uint64_t last_id);
-absl::StatusOr<uint64_t> DecodePageToken(std::string_view token);
-
-// Compares in time that depends only on `expected.size()`, not on where the inputs differ.
-bool ConstantTimeEquals(std::string_view given, std::string_view expected);
-
-}  // namespace internal
 
 }  // namespace hookrelay::collector
 

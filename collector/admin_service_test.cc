@@ -3,6 +3,8 @@
 // checks, and the admin token.
 #include "collector/admin_service.h"
 
+#include "collector/admin_auth.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -256,13 +258,13 @@ TEST_F(AdminServiceTest, InvalidListArguments) {
   too_big.set_page_size(1001);
   grpc::Status status = List(too_big, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(status);
-  EXPECT_THAT(status.error_message(), AllOf(HasSubstr("page_size"), HasSubstr("1000")));
+  EXPECT_THAT(status.error_message(), AllOf(HasSubstr("pageSize"), HasSubstr("1000")));
 
   ListDeadLettersRequest negative;
   negative.set_page_size(-1);
   status = List(negative, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(status);
-  EXPECT_THAT(status.error_message(), HasSubstr("page_size"));
+  EXPECT_THAT(status.error_message(), HasSubstr("pageSize"));
 
   ListDeadLettersRequest max;
   max.set_page_size(1000);
@@ -276,7 +278,7 @@ TEST_F(AdminServiceTest, InvalidListArguments) {
     bad_token.set_page_token(token);
     status = List(bad_token, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << token;
-    EXPECT_THAT(status.error_message(), HasSubstr("page_token")) << token;
+    EXPECT_THAT(status.error_message(), HasSubstr("pageToken")) << token;
   }
 
   const absl::Time t = server_->clock().Now();
@@ -342,7 +344,7 @@ TEST_F(AdminServiceTest, ReplayEverythingNeedsAll) {
   ReplayDeadLettersResponse response;
   grpc::Status status = Replay(ReplayDeadLettersRequest(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << Describe(status);
-  EXPECT_EQ(status.error_message(), "replaying every dead letter needs all=true");
+  EXPECT_EQ(status.error_message(), "all: replaying every dead letter needs all=true");
 
   ReplayDeadLettersRequest all_and_filter;
   all_and_filter.set_all(true);
@@ -430,13 +432,13 @@ TEST(AdminServiceInternalTest, PageTokenRoundTrip) {
 
 // Equal strings compare equal; any difference, including length, does not.
 TEST(AdminServiceInternalTest, ConstantTimeEquals) {
-  EXPECT_TRUE(internal::ConstantTimeEquals("secret", "secret"));
-  EXPECT_TRUE(internal::ConstantTimeEquals("", ""));
-  EXPECT_FALSE(internal::ConstantTimeEquals("secreT", "secret"));
-  EXPECT_FALSE(internal::ConstantTimeEquals("secre", "secret"));
-  EXPECT_FALSE(internal::ConstantTimeEquals("secret0", "secret"));
-  EXPECT_FALSE(internal::ConstantTimeEquals("", "secret"));
-  EXPECT_FALSE(internal::ConstantTimeEquals("secret", ""));
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_FALSE(ConstantTimeEquals("secreT", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secre", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret0", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", ""));
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::str
   options.path = server->dir_;
   options.clock = &server->clock_;
   ASSIGN_OR_RETURN(server->store_, RocksDbJobStore::Open(options));
-  server->service_ = std::make_unique<AdminService>(*server->store_, std::move(admin_token));
+  server->auth_ = std::make_unique<AdminAuth>(std::move(admin_token));
+  server->core_ = std::make_unique<AdminCore>(*server->store_, nullptr, server->clock_);
+  server->service_ = std::make_unique<AdminService>(*server->core_, *server->auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -49,6 +51,8 @@ AdminTestServer::~AdminTestServer() {
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   server_.reset();
   service_.reset();
+  core_.reset();
+  auth_.reset();
   store_.reset();
   if (!dir_.empty()) {
     std::error_code ignored;

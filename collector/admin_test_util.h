@@ -58,6 +58,8 @@ class AdminTestServer {
   common::ManualClock clock_;
   std::string dir_;
   std::unique_ptr<RocksDbJobStore> store_;
+  std::unique_ptr<AdminAuth> auth_;
+  std::unique_ptr<AdminCore> core_;
   std::unique_ptr<AdminService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

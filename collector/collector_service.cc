@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "collector/proto_event_parser.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 #include "common/strings.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -48,6 +49,24 @@ grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
   details.set_message(message);
   details.add_details()->PackFrom(bad_request);
   return grpc::Status(code, message, details.SerializeAsString());
+}
+
+grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
+CollectorService::Subscribe(grpc::CallbackServerContext* context) {
+  if (subscribe_auth_ == nullptr) return dispatcher_.NewStream(context);
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find("authorization");
+  const absl::string_view authorization =
+      it == metadata.end() ? absl::string_view()
+                           : absl::string_view(it->second.data(), it->second.size());
+  absl::StatusOr<std::string> who = subscribe_auth_->Check(authorization, context->peer());
+  if (!who.ok()) {
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+    common::LogRateLimited(*limiter, common::LogLevel::kWarning, "Subscribe refused",
+                           {{"peer", context->peer()}, {"error", who.status().message()}});
+    return dispatcher_.NewStream(context, common::ToGrpcStatus(who.status()));
+  }
+  return dispatcher_.NewStream(context);
 }
 
 grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* context,

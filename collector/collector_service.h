@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "collector/admin_auth.h"
+#include "collector/admin_errors.h"
 #include "collector/dispatcher.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
@@ -23,9 +25,13 @@ class CollectorService final
     : public hookrelay::v1::Collector::WithRawCallbackMethod_Ingest<
           hookrelay::v1::Collector::CallbackService> {
  public:
-  // References must outlive the service; `metrics` may be null.
-  CollectorService(Ingestor& ingestor, Dispatcher& dispatcher, IngestMetrics* metrics)
-      : ingestor_(ingestor), dispatcher_(dispatcher), metrics_(metrics) {}
+  // References must outlive the service; `metrics` may be null. `subscribe_auth` (may be null:
+  // open) decides who may Subscribe: the jobs carry destination secrets, so the admin surface's
+  // rule applies (AdminAuth).
+  CollectorService(Ingestor& ingestor, Dispatcher& dispatcher, IngestMetrics* metrics,
+                   const AdminAuth* subscribe_auth = nullptr)
+      : ingestor_(ingestor), dispatcher_(dispatcher), metrics_(metrics),
+        subscribe_auth_(subscribe_auth) {}
 
   // A serialized hookrelay.v1.IngestRequest in, a serialized IngestResponse out.
   grpc::ServerUnaryReactor* Ingest(grpc::CallbackServerContext* context,
@@ -33,24 +39,18 @@ class CollectorService final
                                    grpc::ByteBuffer* response) override;
 
   grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
-  Subscribe(grpc::CallbackServerContext* context) override {
-    return dispatcher_.NewStream(context);
-  }
+  Subscribe(grpc::CallbackServerContext* context) override;
 
  private:
   Ingestor& ingestor_;
   Dispatcher& dispatcher_;
   IngestMetrics* const metrics_;
+  const AdminAuth* const subscribe_auth_;
 };
 
 // The write key of a call: `x-write-key`, or the user of `authorization: Basic base64(key:)`.
 std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context);
 
-// One field violation of a google.rpc.BadRequest.
-struct FieldViolation {
-  std::string field;
-  std::string description;
-};
 // A gRPC status whose details (grpc-status-details-bin) are a google.rpc.Status with the same
 // code and message and one google.rpc.BadRequest listing `violations`.
 grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,

@@ -269,18 +269,22 @@ void Dispatcher::Notify() {
 }
 
 grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse>* Dispatcher::NewStream(
-    grpc::CallbackServerContext* context) {
+    grpc::CallbackServerContext* context, grpc::Status refuse) {
   auto owned = std::make_shared<Stream>(*this, context);
   Stream* stream = owned.get();
   stream->SetSelf(std::move(owned));  // the reactor owns itself until OnDone
-  bool refused;
+  bool stopping;
   {
     absl::MutexLock lock(&mu_);
-    refused = stopping_;
-    if (!refused) streams_.insert(stream);
+    stopping = stopping_;
+    if (!stopping && refuse.ok()) streams_.insert(stream);
   }
-  if (refused) {
+  if (stopping) {
     stream->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
+    return stream;
+  }
+  if (!refuse.ok()) {
+    stream->RequestFinish(std::move(refuse));
     return stream;
   }
   if (metrics_.streams) metrics_.streams->Increment();
@@ -366,7 +370,17 @@ size_t Dispatcher::FillStream(Stream& stream) {
   for (LeasedJob& lj : *leased) {
     const hookrelay::v1::Destination* destination =
         routing->FindDestination(lj.job.destination_id());
-    if (destination == nullptr || !destination->enabled()) {
+    if (lj.job.test() && destination == nullptr) {
+      // A test of a destination deleted meanwhile: its outcome is "dead", the job goes.
+      Outcome gone;
+      gone.set_job_id(lj.job.id());
+      gone.set_kind(Outcome::DEAD);
+      gone.set_reason(absl::StrCat("destination ", lj.job.destination_id(), " no longer configured"));
+      (void)store_.Complete(lj.job.id(), lj.lease);
+      if (options_.on_test_outcome) options_.on_test_outcome(lj.job.message_id(), gone);
+      continue;
+    }
+    if (destination == nullptr || (!destination->enabled() && !lj.job.test())) {
       hookrelay::v1::Attempt attempt;
       attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
       const std::string reason =
@@ -379,6 +393,12 @@ size_t Dispatcher::FillStream(Stream& stream) {
       }
       if (metrics_.undeliverable) metrics_.undeliverable->Increment();
       continue;
+    }
+    {
+      absl::MutexLock lock(&stats_mu_);
+      in_flight_[lj.job.id()] =
+          InFlight{lj.job.destination_id(), lj.job.test(),
+                   lj.job.test() ? lj.job.message_id() : std::string()};
     }
     hookrelay::v1::Delivery* delivery = response.add_deliveries();
     *delivery->mutable_job() = std::move(lj.job);
@@ -393,7 +413,79 @@ size_t Dispatcher::FillStream(Stream& stream) {
   return leased->size() == want && want == options_.max_batch ? options_.max_batch : sent;
 }
 
+namespace {
+
+// "HTTP 503 from host" / "timeout from host" for the first failed URL of an attempt.
+std::string AttemptError(const hookrelay::v1::Attempt& attempt) {
+  for (const auto& u : attempt.urls()) {
+    if (u.error().empty() && u.status() >= 200 && u.status() <= 299) continue;
+    std::string_view host = u.url();
+    if (size_t scheme = host.find("://"); scheme != std::string_view::npos) {
+      host.remove_prefix(scheme + 3);
+    }
+    host = host.substr(0, host.find_first_of("/?#"));
+    if (size_t at = host.rfind('@'); at != std::string_view::npos) host.remove_prefix(at + 1);
+    return absl::StrCat(u.error().empty() ? absl::StrCat("HTTP ", u.status()) : u.error(),
+                        " from ", common::ToAbsl(host));
+  }
+  return "";
+}
+
+}  // namespace
+
+Dispatcher::DestinationStats Dispatcher::Stats(const std::string& destination_id) const {
+  absl::MutexLock lock(&stats_mu_);
+  auto it = stats_.find(destination_id);
+  return it == stats_.end() ? DestinationStats{} : it->second;
+}
+
 void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer_id) {
+  InFlight job;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    auto it = in_flight_.find(outcome.job_id());
+    if (it != in_flight_.end()) {
+      job = std::move(it->second);
+      in_flight_.erase(it);
+    }
+  }
+  if (job.test) {
+    // Test jobs end with their first outcome.
+    absl::Status st = store_.Complete(outcome.job_id(), outcome.lease());
+    if (!st.ok() && !absl::IsNotFound(st) && !absl::IsFailedPrecondition(st)) {
+      common::LogWarning("removing a test job failed",
+                         {{"job_id", outcome.job_id()}, {"error", st.ToString()}});
+    }
+    if (options_.on_test_outcome) options_.on_test_outcome(job.message_id, outcome);
+    return;
+  }
+  if (!job.destination_id.empty()) {
+    absl::MutexLock lock(&stats_mu_);
+    DestinationStats& stats = stats_[job.destination_id];
+    switch (outcome.kind()) {
+      case Outcome::DELIVERED:
+        ++stats.delivered;
+        break;
+      case Outcome::RETRY:
+        ++stats.retried;
+        break;
+      case Outcome::DEAD:
+        ++stats.dead;
+        break;
+      default:
+        break;
+    }
+    if (outcome.kind() != Outcome::DELIVERED) {
+      std::string error = AttemptError(outcome.attempt());
+      if (error.empty()) error = outcome.reason();
+      if (!error.empty()) {
+        stats.last_error = std::move(error);
+        stats.last_error_at = outcome.attempt().at_unix_ms() > 0
+                                  ? absl::FromUnixMillis(outcome.attempt().at_unix_ms())
+                                  : clock_.Now();
+      }
+    }
+  }
   absl::Status st;
   prometheus::Counter* counter = nullptr;
   switch (outcome.kind()) {

@@ -27,10 +27,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -61,6 +64,20 @@ class Dispatcher {
     absl::Duration poll_interval = absl::Milliseconds(20);
     // Shutdown waits this long for outcomes of jobs already sent.
     absl::Duration drain_timeout = absl::Seconds(5);
+    // The outcome of a test job (Job.test, Admin.TestDestination), on a gRPC thread. The job is
+    // removed whatever the outcome: test jobs are never retried nor dead-lettered.
+    std::function<void(const std::string& message_id, const hookrelay::v1::Outcome& outcome)>
+        on_test_outcome;
+  };
+
+  // Outcomes of a destination's jobs reported to this collector since it started, and the last
+  // failed attempt (for the admin API's destination stats).
+  struct DestinationStats {
+    int64_t delivered = 0;
+    int64_t retried = 0;
+    int64_t dead = 0;
+    std::string last_error;  // "HTTP 503 from host" / "timeout from host"
+    absl::Time last_error_at = absl::InfinitePast();
   };
 
   // References must outlive the dispatcher. `registry` may be null.
@@ -75,12 +92,15 @@ class Dispatcher {
   void Start();
   // New jobs may be ready: wake the dispatch thread. Cheap; any thread.
   void Notify();
-  // The reactor for a new Subscribe call (gRPC owns it; it deletes itself when done).
+  // The reactor for a new Subscribe call (gRPC owns it; it deletes itself when done). With a
+  // `refuse` status other than OK the call ends at once with it (e.g. UNAUTHENTICATED).
   grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
-  NewStream(grpc::CallbackServerContext* context);
+  NewStream(grpc::CallbackServerContext* context, grpc::Status refuse = grpc::Status::OK);
   // Drains and ends every stream, then joins the thread. New streams are refused from then on.
   // Idempotent.
   void Shutdown();
+
+  DestinationStats Stats(const std::string& destination_id) const;
 
   // Streams currently open.
   int stream_count() const;
@@ -127,6 +147,16 @@ class Dispatcher {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<Lifeline> lifeline_ = std::make_shared<Lifeline>();
+
+  // Jobs sent and not yet settled: their destination, and whether they are test jobs.
+  struct InFlight {
+    std::string destination_id;
+    bool test = false;
+    std::string message_id;  // test jobs only
+  };
+  mutable absl::Mutex stats_mu_;
+  absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(stats_mu_);
+  absl::flat_hash_map<std::string, DestinationStats> stats_ ABSL_GUARDED_BY(stats_mu_);
   std::thread thread_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,6 +105,12 @@ class JobStore {
   // safe to show to callers) until the store has recovered by itself: appends fail meanwhile,
   // leases and reads keep working. Cheap; any thread.
   virtual absl::Status WriteHealth() const = 0;
+
+  // The configuration managed at run time (admin API, SPEC §9) lives with the jobs, in the
+  // engine in use: the bytes last saved, or nullopt before the first save. SaveConfig is durable
+  // when it returns OK (fsync / replicated).
+  virtual absl::StatusOr<std::optional<std::string>> LoadConfig() = 0;
+  virtual absl::Status SaveConfig(std::string_view bytes) = 0;
 
   virtual JobCounts Counts() = 0;
   // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).

@@ -12,18 +12,24 @@
 #include "common/log.h"
 #include "common/secret_file.h"
 
-ABSL_FLAG(std::string, config, "", "YAML file with sources and destinations; reloaded on SIGHUP");
+ABSL_FLAG(std::string, config, "",
+          "YAML file with sources and destinations, reloaded on SIGHUP: a declarative bootstrap, "
+          "read-only through the admin API; without it the collector is set up through the "
+          "admin API alone");
 ABSL_FLAG(std::string, data_dir, "./data", "embedded job store directory");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",
           "gRPC address (Ingest, Subscribe, Admin, health, reflection); port 0 picks a free port");
 ABSL_FLAG(std::string, http_address, "0.0.0.0:8080", "HTTP tracking API address (/v1/*)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464", "Prometheus /metrics address");
+ABSL_FLAG(std::string, admin_http_address, "127.0.0.1:8081",
+          "admin API as JSON over HTTP (/admin/v1/...) and the web console (/); empty = off");
 ABSL_FLAG(int, http_threads, 2, "HTTP I/O threads");
 ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
           "how long a deliverer holds a job before it is handed out again");
 ABSL_FLAG(std::string, admin_token, "",
-          "when set, Admin calls must carry 'authorization: Bearer <token>' (also read from "
-          "$HOOKRELAY_ADMIN_TOKEN); prefer --admin_token_file");
+          "when set, the admin API, the console and Subscribe need 'authorization: Bearer "
+          "<token>' (also read from $HOOKRELAY_ADMIN_TOKEN); without a token they answer only on "
+          "loopback; prefer --admin_token_file");
 ABSL_FLAG(std::string, admin_token_file, "",
           "a file holding the admin token (e.g. a mounted Kubernetes Secret); trailing "
           "whitespace is ignored");
@@ -47,6 +53,7 @@ int main(int argc, char** argv) {
   options.grpc_address = absl::GetFlag(FLAGS_grpc_address);
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.admin_http_address = absl::GetFlag(FLAGS_admin_http_address);
   options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.lease_duration = absl::GetFlag(FLAGS_lease_duration);
   options.admin_token = absl::GetFlag(FLAGS_admin_token);

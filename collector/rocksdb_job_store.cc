@@ -54,6 +54,7 @@ constexpr char kDedupCf[] = "dedup";
 constexpr char kDeadCf[] = "dead";
 constexpr char kNextIdKey[] = "next_id";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
+constexpr char kConfigKey[] = "config";
 // Written (synced) by the recovery thread to prove the store can write again.
 constexpr char kProbeKey[] = "write_probe";
 
@@ -431,6 +432,28 @@ absl::Status RocksDbJobStore::OpenDb() {
   jobs_cf_ = handles_[1];
   dedup_cf_ = handles_[2];
   dead_cf_ = handles_[3];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> RocksDbJobStore::LoadConfig() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kConfigKey, &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  RETURN_IF_ERROR(FromRocks(s, "reading the stored configuration"));
+  return std::optional<std::string>(std::move(value));
+}
+
+absl::Status RocksDbJobStore::SaveConfig(std::string_view bytes) {
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  const rocksdb::Status s =
+      db_->Put(sync, meta_cf_, kConfigKey, rocksdb::Slice(bytes.data(), bytes.size()));
+  if (!s.ok()) {
+    if (metrics_.store_errors != nullptr) {
+      metrics_.store_errors->Add({{"kind", std::string(ErrorKind(s))}}).Increment();
+    }
+    return Unshared(FromRocks(s, "writing the configuration"));
+  }
   return absl::OkStatus();
 }
 

@@ -124,6 +124,8 @@ class RocksDbJobStore final : public JobStore {
                                    const std::vector<std::string>& source_ids) override;
   // Jobs whose Retry/Bury is between its lease check and its in-memory update count as leased.
   absl::Status WriteHealth() const override;
+  absl::StatusOr<std::optional<std::string>> LoadConfig() override;
+  absl::Status SaveConfig(std::string_view bytes) override;
   JobCounts Counts() override;
   absl::Time NextDue() override;
 

@@ -9,10 +9,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/admin_service.h"
 #include "collector/collector_service.h"
+#include "collector/admin_auth.h"
+#include "collector/admin_core.h"
+#include "collector/admin_http.h"
+#include "collector/config_manager.h"
+#include "collector/console_files.h"
 #include "collector/dispatcher.h"
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
@@ -104,7 +110,11 @@ struct Server::Impl {
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<CollectorService> service;
+  std::unique_ptr<ConfigManager> config;
+  std::unique_ptr<AdminAuth> auth;
+  std::unique_ptr<AdminCore> admin_core;
   std::unique_ptr<AdminService> admin;
+  std::unique_ptr<AdminHttpServer> admin_http;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpServer> http_server;
   int grpc_port = 0;
@@ -136,13 +146,7 @@ Server::~Server() { Shutdown(); }
 
 absl::Status Server::Start() {
   Impl& s = *impl_;
-  if (s.options.config_path.empty()) {
-    return absl::InvalidArgumentError("--config is required: a YAML file with sources and destinations");
-  }
-  absl::StatusOr<hookrelay::v1::Config> config = common::LoadConfigFile(s.options.config_path);
-  if (!config.ok()) return config.status();
-  common::LogInfo("config loaded", {{"path", s.options.config_path}, {"summary", Summary(*config)}});
-  s.routing = std::make_unique<RoutingHolder>(std::make_shared<const Routing>(*std::move(config)));
+  s.routing = std::make_unique<RoutingHolder>(std::make_shared<const Routing>(hookrelay::v1::Config()));
 
   s.registry = std::make_shared<prometheus::Registry>();
   common::MetricsServer::Options metrics_options;
@@ -160,7 +164,6 @@ absl::Status Server::Start() {
   if (absl::Status st = s.exposer->Start(); !st.ok()) return st;
   s.metrics_port = s.exposer->port();
   s.metrics = std::make_unique<IngestMetrics>(*s.registry);
-  s.metrics->DeclareSources(SourceIds(s.routing->Get()->config()));
 
   RocksDbJobStore::Options store_options;
   store_options.path = s.options.data_dir;
@@ -185,27 +188,49 @@ absl::Status Server::Start() {
                                        {"scheduled", counts.scheduled},
                                        {"dead", counts.dead}});
 
+  // The configuration: the file's objects plus those stored through the admin API. Each new
+  // snapshot reaches ingest (routing, metrics) and the Subscribe streams (destination ids).
+  s.config = std::make_unique<ConfigManager>(
+      *s.store, s.options.config_path,
+      [&s](const std::shared_ptr<const ConfigManager::Snapshot>& snapshot) {
+        s.metrics->DeclareSources(SourceIds(snapshot->merged));
+        s.routing->Set(std::make_shared<const Routing>(snapshot->merged));
+        if (s.dispatcher) s.dispatcher->Notify();
+        common::LogInfo("configuration in effect", {{"summary", Summary(snapshot->merged)},
+                                                    {"version", snapshot->version}});
+      });
+  if (absl::Status st = s.config->Start(); !st.ok()) return st;
+  s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
+  s.admin_core = std::make_unique<AdminCore>(*s.store, s.config.get(), *s.options.clock);
+
   Dispatcher::Options dispatcher_options;
   dispatcher_options.lease_duration = s.options.lease_duration;
+  dispatcher_options.on_test_outcome = [core = s.admin_core.get()](
+                                           const std::string& message_id,
+                                           const hookrelay::v1::Outcome& outcome) {
+    core->OnTestOutcome(message_id, outcome);
+  };
   s.dispatcher = std::make_unique<Dispatcher>(dispatcher_options, *s.store, *s.routing,
                                               *s.options.clock, s.registry.get());
   s.dispatcher->Start();
+  s.admin_core->SetDispatcher(s.dispatcher.get());
   Ingestor::Options ingestor_options;
   ingestor_options.on_stored = [d = s.dispatcher.get()] { d->Notify(); };
   s.ingestor = std::make_unique<Ingestor>(ingestor_options, *s.routing, *s.store,
                                           *s.options.clock, s.metrics.get());
-  s.service = std::make_unique<CollectorService>(*s.ingestor, *s.dispatcher, s.metrics.get());
+  s.service = std::make_unique<CollectorService>(*s.ingestor, *s.dispatcher, s.metrics.get(),
+                                                 s.auth.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(s.options.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port);
   builder.RegisterService(s.service.get());
-  s.admin = std::make_unique<AdminService>(*s.store, s.options.admin_token);
+  s.admin = std::make_unique<AdminService>(*s.admin_core, *s.auth);
   builder.RegisterService(s.admin.get());
   if (s.options.admin_token.empty()) {
-    common::LogWarning("admin API without a token: anyone who reaches the gRPC port can list and "
-                       "replay dead letters; set --admin_token or keep the port private",
+    common::LogWarning("no admin token: the admin API, the console and Subscribe answer only on "
+                       "loopback; set --admin_token_file to serve them to other hosts",
                        {{"grpc_address", s.options.grpc_address}});
   }
   // 2,500 events of up to 32 KB each, with room for protobuf framing.
@@ -228,10 +253,25 @@ absl::Status Server::Start() {
   s.http_server = std::make_unique<HttpServer>(http_options, *s.ingestor, s.metrics.get());
   if (absl::Status st = s.http_server->Start(); !st.ok()) return st;
 
+  if (!s.options.admin_http_address.empty()) {
+    AdminHttpServer::Options admin_http_options;
+    admin_http_options.address = s.options.admin_http_address;
+    for (const EmbeddedFile& f : ConsoleFiles()) {
+      std::string type = "application/octet-stream";
+      if (absl::EndsWith(f.name, ".html")) type = "text/html; charset=utf-8";
+      if (absl::EndsWith(f.name, ".js")) type = "text/javascript; charset=utf-8";
+      if (absl::EndsWith(f.name, ".css")) type = "text/css; charset=utf-8";
+      admin_http_options.files[f.name] = {type, f.bytes};
+    }
+    s.admin_http = std::make_unique<AdminHttpServer>(admin_http_options, *s.admin_core, *s.auth);
+    if (absl::Status st = s.admin_http->Start(); !st.ok()) return st;
+  }
+
   common::LogInfo("collector serving",
                   {{"grpc_port", s.grpc_port},
                    {"http_port", s.http_server->port()},
                    {"metrics_port", s.metrics_port},
+                   {"admin_http_port", s.admin_http ? s.admin_http->port() : 0},
                    {"grpc_address", s.options.grpc_address},
                    {"http_address", s.options.http_address},
                    {"metrics_address", s.options.metrics_address}});
@@ -241,17 +281,17 @@ absl::Status Server::Start() {
 absl::Status Server::Reload() {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.reload_mu);
-  absl::StatusOr<hookrelay::v1::Config> config = common::LoadConfigFile(s.options.config_path);
-  if (!config.ok()) {
-    common::LogError("config reload refused; keeping the running config",
-                     {{"path", s.options.config_path}, {"error", config.status().message()}});
-    return config.status();
+  if (s.config == nullptr) return absl::FailedPreconditionError("not started");
+  if (s.options.config_path.empty()) {
+    common::LogInfo("reload: no config file (--config); nothing to read", {});
+    return absl::OkStatus();
   }
-  const std::string summary = Summary(*config);
-  s.metrics->DeclareSources(SourceIds(*config));
-  s.routing->Set(std::make_shared<const Routing>(*std::move(config)));
-  if (s.dispatcher) s.dispatcher->Notify();  // streams learn the new destination ids
-  common::LogInfo("config reloaded", {{"path", s.options.config_path}, {"summary", summary}});
+  if (absl::Status st = s.config->ReloadFile(); !st.ok()) {
+    common::LogError("config reload refused; keeping the running config",
+                     {{"path", s.options.config_path}, {"error", st.message()}});
+    return st;
+  }
+  common::LogInfo("config reloaded", {{"path", s.options.config_path}});
   return absl::OkStatus();
 }
 
@@ -266,6 +306,7 @@ void Server::Shutdown() {
   }
   s.PublishHealth();
   if (s.http_server) s.http_server->StopAccepting();
+  if (s.admin_http) s.admin_http->Shutdown();
   if (s.ingestor) {
     s.ingestor->BeginShutdown();
     s.ingestor->WaitIdle();
@@ -282,7 +323,11 @@ void Server::Shutdown() {
   s.grpc_server.reset();
   s.service.reset();
   s.admin.reset();
+  s.admin_http.reset();
+  if (s.admin_core) s.admin_core->SetDispatcher(nullptr);
   s.dispatcher.reset();
+  s.admin_core.reset();
+  s.config.reset();
   s.job_counts.reset();
   // The store first: closing it joins its threads, which may still be returning from an Ingestor
   // callback; only then is the Ingestor unused.
@@ -303,5 +348,8 @@ int64_t Server::dispatch_passes() const {
 int Server::grpc_port() const { return impl_->grpc_port; }
 int Server::http_port() const { return impl_->http_server ? impl_->http_server->port() : 0; }
 int Server::metrics_port() const { return impl_->metrics_port; }
+int Server::admin_http_port() const {
+  return impl_->admin_http ? impl_->admin_http->port() : 0;
+}
 
 }  // namespace hookrelay::collector

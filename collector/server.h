@@ -17,17 +17,21 @@ namespace hookrelay::collector {
 class Server {
  public:
   struct Options {
-    // YAML config (sources, destinations). Required.
+    // YAML config (sources, destinations): a declarative bootstrap, read-only through the admin
+    // API. Empty = none: the collector starts with what the admin API stored (SPEC §9).
     std::string config_path;
     std::string data_dir = "./data";
     std::string grpc_address = "0.0.0.0:50051";
     std::string http_address = "0.0.0.0:8080";
     std::string metrics_address = "0.0.0.0:9464";
+    // The admin API as JSON over HTTP and the console; "" = not served.
+    std::string admin_http_address = "127.0.0.1:8081";
     int http_threads = 2;
     absl::Duration dedup_window = absl::Hours(24);
     // How long a deliverer holds a job before it is handed out again (Dispatcher::Options).
     absl::Duration lease_duration = absl::Seconds(90);
-    // When non-empty, Admin calls must carry `authorization: Bearer <admin_token>`.
+    // When non-empty, Admin calls, the admin HTTP API and Subscribe must carry
+    // `authorization: Bearer <admin_token>`; when empty they answer only on loopback.
     std::string admin_token;
     // Not owned; must outlive the server. Defaults to the real clock.
     common::Clock* clock = nullptr;
@@ -39,7 +43,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Loads the config, opens the store, binds every address. Logs the bound addresses.
+  // Opens the store, loads the config (stored + file), binds every address. Logs the bound
+  // addresses.
   absl::Status Start();
   // Re-reads the config file; on any error the running config stays and the error is returned
   // (and logged).
@@ -55,6 +60,7 @@ class Server {
   int grpc_port() const;
   int http_port() const;
   int metrics_port() const;
+  int admin_http_port() const;
 
  private:
   struct Impl;

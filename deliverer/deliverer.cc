@@ -68,6 +68,7 @@ struct Deliverer::JobState {
   absl::Time started;
   std::vector<UrlResult> results;
   std::vector<std::string> details;  // error_detail per URL
+  std::vector<absl::Duration> durations;  // per URL
   std::atomic<size_t> remaining{0};
 };
 
@@ -619,6 +620,7 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
 
   job->results.resize(url_count);
   job->details.resize(url_count);
+  job->durations.resize(url_count);
   job->remaining.store(url_count, std::memory_order_relaxed);
   const absl::Duration timeout = absl::Milliseconds(job->options.timeout_ms());
   std::shared_ptr<const std::string> shared_body = std::move(body);
@@ -640,9 +642,12 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
 void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
   if (metrics_) {
     metrics_->RequestFinished();
-    metrics_->CountRequest(job->delivery.destination().id(), result.result,
-                           absl::ToDoubleSeconds(result.duration));
+    if (!job->delivery.job().test()) {
+      metrics_->CountRequest(job->delivery.destination().id(), result.result,
+                             absl::ToDoubleSeconds(result.duration));
+    }
   }
+  job->durations[index] = result.duration;
   job->results[index] = std::move(result.result);
   job->details[index] = std::move(result.error_detail);
   if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
@@ -665,6 +670,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
     hookrelay::v1::UrlAttempt* u = attempt->add_urls();
     // Attempts are shown to people (dead letters, the CLI): no credentials from the URL.
     u->set_url(common::RedactUrl(r.url));
+    u->set_latency_ms(absl::ToInt64Milliseconds(job->durations[i]));
     if (r.error == TransportError::kNone) {
       u->set_status(r.status);
     } else {
@@ -680,7 +686,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
     outcome.set_reason(decision.reason);
   }
 
-  if (metrics_) {
+  if (metrics_ && !j.test()) {
     metrics_->CountAttempt(destination.id(), decision.kind);
     if (decision.kind == DecisionKind::kDelivered && j.received_at_unix_ms() > 0) {
       metrics_->ObserveEndToEnd(

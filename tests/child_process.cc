@@ -161,6 +161,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartCollectorProcess(
       "--grpc_address=127.0.0.1:0",
       "--http_address=127.0.0.1:0",
       "--metrics_address=127.0.0.1:0",
+      "--admin_http_address=127.0.0.1:0",
   };
   for (std::string& a : extra_args) args.push_back(std::move(a));
   absl::StatusOr<std::unique_ptr<ChildProcess>> p =

@@ -349,6 +349,7 @@ InProcessCollector::InProcessCollector(std::string_view name, std::string config
   options.grpc_address = "127.0.0.1:0";
   options.http_address = "127.0.0.1:0";
   options.metrics_address = "127.0.0.1:0";
+  options.admin_http_address = "127.0.0.1:0";
   options.clock = &clock_;
   server_ = std::make_unique<collector::Server>(options);
 }

@@ -151,7 +151,8 @@ destinations:
 
 	collector := start(t, filepath.Join(binDir, "collector/collector"),
 		"--config="+configPath, "--data_dir="+filepath.Join(dir, "data"),
-		"--grpc_address=127.0.0.1:0", "--http_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0")
+		"--grpc_address=127.0.0.1:0", "--http_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
+		"--admin_http_address=127.0.0.1:0")
 	serving := collector.waitFor(t, "collector serving")
 	httpPort := int(serving["http_port"].(float64))
 	grpcPort := int(serving["grpc_port"].(float64))

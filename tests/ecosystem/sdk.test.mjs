@@ -86,6 +86,7 @@ destinations:
   const collector = await startProcess('collector/collector', [
     `--config=${config}`, `--data_dir=${path.join(dir, 'data')}`, '--grpc_address=127.0.0.1:0',
     '--http_address=127.0.0.1:0', '--metrics_address=127.0.0.1:0',
+    '--admin_http_address=127.0.0.1:0',
   ], 'collector serving');
   collectorHttp = `http://127.0.0.1:${collector.http_port}`;
   await startProcess('deliverer/deliverer', [

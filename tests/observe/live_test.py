@@ -223,7 +223,8 @@ destinations:
         collector = Process("collector", [
             os.path.join(bin_dir, "collector/collector"), f"--config={config}",
             f"--data_dir={work}/data", "--grpc_address=127.0.0.1:0",
-            "--http_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0"], work)
+            "--http_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
+            "--admin_http_address=127.0.0.1:0"], work)
         processes.append(collector)
         grpc_port = collector.field("grpc_port")
         http_port = collector.field("http_port")

@@ -258,6 +258,7 @@ destinations:
 EOF
   "$TMP/collector" --config="$TMP/$name/config.yaml" --data_dir="$TMP/$name/data" \
     --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+    --admin_http_address=127.0.0.1:0 \
     >"$TMP/$name.collector.log" 2>&1 &
   COLLECTOR_PID=$!; PIDS+=("$COLLECTOR_PID")
   local serving

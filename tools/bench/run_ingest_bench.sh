@@ -81,6 +81,7 @@ cp "${INGEST_LOAD:?}" "$TMP/ingest_load"
 # --- collector ---------------------------------------------------------------------------------
 "$TMP/collector" --config="$WORKSPACE/$CONFIG" --data_dir="$TMP/data" \
   --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+    --admin_http_address=127.0.0.1:0 \
   >"$TMP/collector.log" 2>&1 &
 COLLECTOR_PID=$!
 for _ in $(seq 1 100); do

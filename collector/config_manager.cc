@@ -1,0 +1,243 @@
+#include "collector/config_manager.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "collector/admin_errors.h"
+#include "common/config.h"
+#include "common/config_validate.h"
+#include "common/log.h"
+#include "hookrelay/v1/admin.pb.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::Config;
+
+// file objects, then API objects whose ids the file does not use.
+Config Merge(const Config& file, const Config& api, absl::flat_hash_set<std::string>* file_sources,
+             absl::flat_hash_set<std::string>* file_destinations) {
+  Config merged = file;
+  for (const auto& s : file.sources()) file_sources->insert(s.id());
+  for (const auto& d : file.destinations()) file_destinations->insert(d.id());
+  for (const auto& s : api.sources()) {
+    if (!file_sources->contains(s.id())) *merged.add_sources() = s;
+  }
+  for (const auto& d : api.destinations()) {
+    if (!file_destinations->contains(d.id())) *merged.add_destinations() = d;
+  }
+  return merged;
+}
+
+void LogShadowed(const Config& api, const absl::flat_hash_set<std::string>& file_sources,
+                 const absl::flat_hash_set<std::string>& file_destinations,
+                 const std::string& path) {
+  for (const auto& s : api.sources()) {
+    if (file_sources.contains(s.id())) {
+      common::LogWarning("a source of the config file replaces the one made through the API",
+                         {{"source", s.id()}, {"path", path}});
+    }
+  }
+  for (const auto& d : api.destinations()) {
+    if (file_destinations.contains(d.id())) {
+      common::LogWarning("a destination of the config file replaces the one made through the API",
+                         {{"destination", d.id()}, {"path", path}});
+    }
+  }
+}
+
+}  // namespace
+
+std::string JsonFieldPath(absl::string_view path) {
+  std::string out;
+  out.reserve(path.size());
+  bool upper = false;
+  bool in_quotes = false;
+  for (char c : path) {
+    if (c == '"') in_quotes = !in_quotes;
+    if (!in_quotes && c == '_') {
+      upper = true;
+      continue;
+    }
+    out.push_back(upper ? absl::ascii_toupper(static_cast<unsigned char>(c)) : c);
+    upper = false;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ParseValidationErrors(absl::string_view message) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (absl::string_view item : absl::StrSplit(message, "; ")) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) continue;
+    // "path: problem" or "path \"value\": problem"; a path has no spaces outside quotes.
+    size_t end = 0;
+    bool in_quotes = false;
+    for (; end < item.size(); ++end) {
+      const char c = item[end];
+      if (c == '"') in_quotes = !in_quotes;
+      if (!in_quotes && (c == ' ' || c == ':')) break;
+    }
+    absl::string_view path = item.substr(0, end);
+    absl::string_view rest = absl::StripLeadingAsciiWhitespace(item.substr(end));
+    absl::ConsumePrefix(&rest, ":");
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    out.emplace_back(std::string(path), std::string(rest));
+  }
+  return out;
+}
+
+const hookrelay::v1::Source* ConfigManager::Snapshot::FindSource(const std::string& id) const {
+  for (const auto& s : merged.sources()) {
+    if (s.id() == id) return &s;
+  }
+  return nullptr;
+}
+
+const hookrelay::v1::Destination* ConfigManager::Snapshot::FindDestination(
+    const std::string& id) const {
+  for (const auto& d : merged.destinations()) {
+    if (d.id() == id) return &d;
+  }
+  return nullptr;
+}
+
+std::string ConfigManager::Snapshot::SourceManagedBy(const std::string& id) const {
+  return file_sources.contains(id) ? absl::StrCat("file:", file_path) : "api";
+}
+
+std::string ConfigManager::Snapshot::DestinationManagedBy(const std::string& id) const {
+  return file_destinations.contains(id) ? absl::StrCat("file:", file_path) : "api";
+}
+
+ConfigManager::ConfigManager(JobStore& store, std::string file_path, Publish publish)
+    : store_(store), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
+
+absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
+    Config api, uint64_t version, const Focus* focus) const {
+  auto snapshot = std::make_shared<Snapshot>();
+  snapshot->version = version;
+  snapshot->file_path = file_path_;
+  snapshot->merged = Merge(file_, api, &snapshot->file_sources, &snapshot->file_destinations);
+  snapshot->api = std::move(api);
+  absl::Status valid = common::ValidateConfig(snapshot->merged);
+  if (valid.ok()) return snapshot;
+  if (focus == nullptr) return valid;
+  // The focus object's index in the merged config: its errors are reported relative to it.
+  std::string prefix;
+  if (focus->kind == Focus::Kind::kSource) {
+    for (int i = 0; i < snapshot->merged.sources_size(); ++i) {
+      if (snapshot->merged.sources(i).id() == focus->id) prefix = absl::StrCat("sources[", i, "]");
+    }
+  } else {
+    for (int i = 0; i < snapshot->merged.destinations_size(); ++i) {
+      if (snapshot->merged.destinations(i).id() == focus->id) {
+        prefix = absl::StrCat("destinations[", i, "]");
+      }
+    }
+  }
+  std::vector<FieldViolation> violations;
+  std::vector<std::string> texts;
+  for (auto& [path, problem] : ParseValidationErrors(valid.message())) {
+    absl::string_view field = path;
+    if (!prefix.empty() && absl::ConsumePrefix(&field, prefix)) {
+      absl::ConsumePrefix(&field, ".");
+    }
+    std::string json_field = JsonFieldPath(field);
+    texts.push_back(json_field.empty() ? problem : absl::StrCat(json_field, ": ", problem));
+    violations.push_back({std::move(json_field), std::move(problem)});
+  }
+  return WithViolations(absl::StatusCode::kInvalidArgument, absl::StrJoin(texts, "; "),
+                        violations);
+}
+
+absl::Status ConfigManager::Start() {
+  absl::MutexLock lock(&mu_);
+  if (!file_path_.empty()) {
+    absl::StatusOr<Config> file = common::LoadConfigFile(file_path_);
+    if (!file.ok()) return file.status();
+    file_ = *std::move(file);
+  }
+  hookrelay::v1::StoredConfig stored;
+  absl::StatusOr<std::optional<std::string>> bytes = store_.LoadConfig();
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->has_value() && !stored.ParseFromString(**bytes)) {
+    return absl::DataLossError("the stored configuration cannot be parsed");
+  }
+  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot =
+      Build(stored.config(), stored.version(), nullptr);
+  if (!snapshot.ok()) {
+    return absl::Status(snapshot.status().code(),
+                        absl::StrCat("the configuration (file ",
+                                     file_path_.empty() ? "none" : file_path_,
+                                     ", plus objects made through the admin API) is invalid: ",
+                                     snapshot.status().message()));
+  }
+  LogShadowed((*snapshot)->api, (*snapshot)->file_sources, (*snapshot)->file_destinations,
+              file_path_);
+  current_ = *std::move(snapshot);
+  common::LogInfo("configuration loaded",
+                  {{"file", file_path_},
+                   {"file_sources", file_.sources_size()},
+                   {"file_destinations", file_.destinations_size()},
+                   {"api_sources", current_->api.sources_size()},
+                   {"api_destinations", current_->api.destinations_size()},
+                   {"version", current_->version}});
+  publish_(current_);
+  return absl::OkStatus();
+}
+
+absl::Status ConfigManager::ReloadFile() {
+  absl::MutexLock lock(&mu_);
+  if (file_path_.empty()) return absl::OkStatus();
+  absl::StatusOr<Config> file = common::LoadConfigFile(file_path_);
+  if (!file.ok()) return file.status();
+  Config previous = std::move(file_);
+  file_ = *std::move(file);
+  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot =
+      Build(current_->api, current_->version, nullptr);
+  if (!snapshot.ok()) {
+    file_ = std::move(previous);
+    return snapshot.status();
+  }
+  LogShadowed((*snapshot)->api, (*snapshot)->file_sources, (*snapshot)->file_destinations,
+              file_path_);
+  current_ = *std::move(snapshot);
+  publish_(current_);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const ConfigManager::Snapshot> ConfigManager::Get() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return current_;
+}
+
+absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Apply(
+    const Audit& audit, const Focus& focus, absl::FunctionRef<absl::Status(Config& api)> mutate) {
+  absl::MutexLock lock(&mu_);
+  Config api = current_->api;
+  if (absl::Status st = mutate(api); !st.ok()) return st;
+  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot = Build(std::move(api), current_->version + 1, &focus);
+  if (!snapshot.ok()) return snapshot.status();
+  hookrelay::v1::StoredConfig stored;
+  stored.set_version((*snapshot)->version);
+  *stored.mutable_config() = (*snapshot)->api;
+  if (absl::Status st = store_.SaveConfig(stored.SerializeAsString()); !st.ok()) {
+    return absl::UnavailableError(absl::StrCat("the change could not be stored: ", st.message()));
+  }
+  current_ = *std::move(snapshot);
+  common::LogInfo("admin change", {{"who", audit.who},
+                                   {"action", audit.action},
+                                   {"object", audit.object},
+                                   {"fields", absl::StrJoin(audit.fields, ",")},
+                                   {"version", current_->version}});
+  publish_(current_);
+  return current_;
+}
+
+}  // namespace hookrelay::collector
