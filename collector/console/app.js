@@ -55,19 +55,47 @@
         }
       });
     }
-    for (var i = 2; i < arguments.length; i++) append(el, arguments[i]);
+    for (var i = 2; i < arguments.length; i++) appendOne(el, arguments[i]);
     return el;
   }
 
-  function append(el, child) {
+  // append(el, child, ...): strings become text nodes; arrays are flattened; null is skipped.
+  function append(el) {
+    for (var i = 1; i < arguments.length; i++) appendOne(el, arguments[i]);
+  }
+
+  function appendOne(el, child) {
     if (child === undefined || child === null || child === false) return;
     if (Array.isArray(child)) {
-      child.forEach(function (c) { append(el, c); });
+      child.forEach(function (c) { appendOne(el, c); });
     } else if (child instanceof Node) {
       el.appendChild(child);
     } else {
       el.appendChild(document.createTextNode(String(child)));
     }
+  }
+
+  // A check that shows a hint on blur must not move the button being clicked: blur comes with
+  // pointerdown, and a line appearing above the button would make the pointerup miss it. So the
+  // check waits until the pointer is released (and the click delivered).
+  var pointerDown = false;
+  document.addEventListener('pointerdown', function () { pointerDown = true; }, true);
+  document.addEventListener('pointerup', function () { pointerDown = false; }, true);
+  document.addEventListener('pointercancel', function () { pointerDown = false; }, true);
+  function afterPointer(fn) {
+    if (!pointerDown) {
+      fn();
+      return;
+    }
+    var done = false;
+    function run() {
+      if (done) return;
+      done = true;
+      setTimeout(fn, 0);
+    }
+    document.addEventListener('pointerup', run, {once: true});
+    document.addEventListener('pointercancel', run, {once: true});
+    setTimeout(run, 2000);
   }
 
   function clear(el) {
@@ -84,11 +112,15 @@
     return isFinite(n) ? n : 0;
   }
 
+  // Local time as YYYY-MM-DD HH:MM:SS (unambiguous in every locale); the UTC ISO form goes in
+  // the title of <time> elements.
   function formatTime(value) {
     if (!value) return '';
     var d = typeof value === 'number' ? new Date(value) : new Date(String(value));
     if (isNaN(d.getTime())) return String(value);
-    return d.toLocaleString();
+    function p(n) { return (n < 10 ? '0' : '') + n; }
+    return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + ' ' +
+      p(d.getHours()) + ':' + p(d.getMinutes()) + ':' + p(d.getSeconds());
   }
 
   function isoTime(value) {
@@ -115,8 +147,10 @@
   // Status messages (one aria-live region for the whole page)
 
   var statusTimer = null;
+  var statusSetAt = 0;
   function announce(text, kind) {
     var status = document.getElementById('status');
+    statusSetAt = Date.now();
     status.className = 'status' + (kind ? ' status-' + kind : '');
     status.textContent = text;
     if (statusTimer) clearTimeout(statusTimer);
@@ -401,6 +435,8 @@
     });
     document.title = (name === 'setup' && arg ? 'Edit destination ' + arg : titles[name]) +
       ' · hookrelay console';
+    // A message older than this navigation belongs to the previous page.
+    if (Date.now() - statusSetAt > 1000) announce('');
     var main = document.getElementById('main');
     var view = h('div', {class: 'view view-' + name});
     clear(main);
@@ -667,7 +703,7 @@
           row.headersEl, row.headersErr.el,
           h('div', {class: 'actions-inline'}, row.addHeaderBtn, row.headerNote)),
         h('div', {class: 'row-actions'}, row.removeBtn));
-      row.urlInput.addEventListener('blur', function () { checkUrl(row); });
+      row.urlInput.addEventListener('blur', function () { afterPointer(function () { checkUrl(row); }); });
       row.addHeaderBtn.addEventListener('click', function () {
         if (row.headers.length >= limits().maxHeaders) return;
         var hr = addHeader(row, null);
@@ -706,7 +742,9 @@
         text: 'Remove'});
       hr.el = h('div', {class: 'header-row'}, hr.nameField.wrap, hr.valueField.wrap,
         h('div', {class: 'field field-button'}, hr.removeBtn));
-      hr.nameInput.addEventListener('blur', function () { checkHeaders(row); });
+      hr.nameInput.addEventListener('blur', function () {
+        afterPointer(function () { checkHeaders(row); });
+      });
       hr.removeBtn.addEventListener('click', function () {
         var i = row.headers.indexOf(hr);
         row.headers.splice(i, 1);
@@ -825,10 +863,12 @@
     var idField = field('Destination id', idInput, '1 to 64 characters: letters, digits, _ and -. ' +
       'Leave it empty to get a generated id.');
     idInput.addEventListener('blur', function () {
-      if (idField.source() === 'server' || idInput.readOnly) return;
-      var v = idInput.value.trim();
-      idField.setError(v && !ID_RE.test(v) ? 'Use 1 to 64 characters: letters, digits, _ and -.' :
-        '', 'client');
+      afterPointer(function () {
+        if (idField.source() === 'server' || idInput.readOnly) return;
+        var v = idInput.value.trim();
+        idField.setError(v && !ID_RE.test(v) ? 'Use 1 to 64 characters: letters, digits, _ and -.' :
+          '', 'client');
+      });
     });
     var enabled = switchInput('destination-enabled', 'Enabled', existing ? !!existing.enabled : false);
     var enabledErr = h('p', {class: 'field-error', id: 'destination-enabled-error', hidden: true});
@@ -1090,9 +1130,13 @@
         (e.violations || []).forEach(function (v) {
           if (!place(v)) unmatched.push((v.field ? v.field + ': ' : '') + (v.description || ''));
         });
-        var allPlaced = e.violations.length > 0 && unmatched.length === 0;
+        var placed = e.violations.length - unmatched.length;
+        var marked = placed ? (placed === 1 ? 'One field is' : placed + ' fields are') +
+          ' marked below.' : '';
         formError.show('The collector refused the destination',
-          allPlaced ? 'Correct the fields marked below.' : e.message + codeSuffix(e), unmatched);
+          unmatched.length || !placed ? e.message + codeSuffix(e) + (marked ? ' ' + marked : '') :
+            'Correct the fields marked below: ' + marked.charAt(0).toLowerCase() + marked.slice(1),
+          unmatched);
         announce('The collector refused the destination.', 'error');
         formError.el.focus();
       });
@@ -1262,10 +1306,9 @@
           reveal.setAttribute('aria-pressed', revealed ? 'true' : 'false');
         });
         var revoke = null;
-        if (!file) {
+        if (!file && keys.length > 1) {
           revoke = h('button', {type: 'button', class: 'button-small button-danger revoke-key',
-            text: 'Revoke', disabled: keys.length <= 1,
-            title: keys.length <= 1 ? 'A source keeps at least one write key' : null});
+            text: 'Revoke', 'aria-label': 'Revoke write key ' + maskKey(key) + ' of ' + src.id});
           revoke.addEventListener('click', function () { revokeKey(src, key); });
         }
         return h('li', {dataset: {keySuffix: key.slice(-4)}}, code, ' ', reveal, ' ',
@@ -1482,7 +1525,7 @@
     var apply = h('button', {type: 'submit', class: 'button-primary', id: 'dl-apply',
       text: 'Apply filter'});
     var replay = h('button', {type: 'button', class: 'button-danger', id: 'dl-replay',
-      text: 'Replay'});
+      text: 'Replay matching…'});
     var filterForm = h('form', {class: 'card filter', id: 'dead-letters-filter', novalidate: true,
       'aria-label': 'Filter dead letters'},
       h('div', {class: 'field-row'}, field('Destination', destSel, null).wrap,

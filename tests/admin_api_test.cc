@@ -1,0 +1,432 @@
+// The setup flow at run time (SPEC §9, docs/ADMIN_API.md) against the real binaries: a collector
+// started with no --config, a deliverer, real receivers on 127.0.0.1. Through the JSON API:
+// source + write key + destination → a delivered, signed event; limits refused naming the field
+// and the limit with nothing changed; a revoked key refused at once; a disabled destination
+// receives nothing; a changed URL takes effect for the next event; all of it survives a restart.
+// Plus: the test event, authentication (token, loopback), file objects read-only, gRPC errors with
+// BadRequest details, secrets absent from reads and logs.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "deliverer/signer.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+#include "gtest/gtest.h"
+#include "hookrelay/v1/admin.grpc.pb.h"
+#include "hookrelay/v1/collector.grpc.pb.h"
+#include "tests/child_process.h"
+#include "tests/collector_test_util.h"
+#include "tools/receiver/webhook_receiver.h"
+
+namespace hookrelay::test {
+namespace {
+
+using receiver::WebhookReceiver;
+
+constexpr char kToken[] = "adm1n-t0ken-for-tests";
+constexpr char kSecret[] = "sh4red-s3cret-value";
+
+// The admin HTTP API of one collector process.
+class Admin {
+ public:
+  Admin(int port, std::string token) : port_(port), token_(std::move(token)) {}
+
+  HttpResponse Call(std::string_view method, std::string_view target, std::string_view body = "",
+                    std::optional<std::string> token = std::nullopt) {
+    absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(port_);
+    if (!c.ok()) {
+      ADD_FAILURE() << c.status();
+      return {};
+    }
+    HttpHeaders headers;
+    const std::string t = token.value_or(token_);
+    if (!t.empty()) headers.emplace_back("Authorization", absl::StrCat("Bearer ", t));
+    if (!body.empty()) headers.emplace_back("Content-Type", "application/json");
+    absl::StatusOr<HttpResponse> r = (*c)->Request(method, target, body, headers);
+    if (!r.ok()) {
+      ADD_FAILURE() << method << " " << target << ": " << r.status();
+      return {};
+    }
+    return *std::move(r);
+  }
+
+ private:
+  const int port_;
+  const std::string token_;
+};
+
+std::string DestinationJson(const std::string& id, const std::string& url, bool enabled) {
+  return absl::StrCat(R"({"id":")", id, R"(","type":"webhooks","sources":["shop"],"enabled":)",
+                      enabled ? "true" : "false", R"(,"sharedSecret":")", kSecret,
+                      R"(","urls":[{"url":")", url, R"(","headers":{"X-Api-Key":"k1"}}]})");
+}
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("admin-api");
+    token_file_ = dir_ + "/admin-token";
+    ASSERT_TRUE(WriteFile(token_file_, absl::StrCat(kToken, "\n")).ok());
+    auto a = WebhookReceiver::Start(WebhookReceiver::Options{});
+    ASSERT_TRUE(a.ok()) << a.status();
+    receiver_a_ = *std::move(a);
+    auto b = WebhookReceiver::Start(WebhookReceiver::Options{});
+    ASSERT_TRUE(b.ok()) << b.status();
+    receiver_b_ = *std::move(b);
+  }
+
+  void StartCollector(const std::string& config = "") {
+    auto c = StartCollectorProcess(config, dir_ + "/data",
+                                   {absl::StrCat("--admin_token_file=", token_file_)});
+    ASSERT_TRUE(c.ok()) << c.status();
+    collector_ = *std::move(c);
+    admin_ = std::make_unique<Admin>(collector_->IntField("admin_http_port"), kToken);
+    ASSERT_GT(collector_->IntField("admin_http_port"), 0);
+  }
+
+  void StartDeliverer() {
+    auto d = StartDelivererProcess({collector_->IntField("grpc_port")},
+                                   {absl::StrCat("--admin_token_file=", token_file_)});
+    ASSERT_TRUE(d.ok()) << d.status();
+    deliverer_ = *std::move(d);
+  }
+
+  void StopAll() {
+    if (deliverer_) {
+      deliverer_->Signal(SIGTERM);
+      EXPECT_EQ(deliverer_->Wait(), 0);
+      deliverer_.reset();
+    }
+    if (collector_) {
+      collector_->Signal(SIGTERM);
+      EXPECT_EQ(collector_->Wait(), 0);
+    }
+  }
+
+  void TearDown() override { StopAll(); }
+
+  absl::StatusOr<HttpResponse> Track(const std::string& write_key, const std::string& message_id) {
+    return HttpPost(collector_->IntField("http_port"), "/v1/track",
+                    absl::StrCat(R"({"userId":"u1","event":"Ordered","messageId":")", message_id,
+                                 R"("})"),
+                    write_key);
+  }
+
+  // Waits until `receiver` got a request whose body has `message_id`; returns it.
+  std::optional<receiver::ReceivedRequest> WaitFor(WebhookReceiver& receiver,
+                                                   const std::string& message_id) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      for (const auto& r : receiver.Requests()) {
+        if (absl::StrContains(r.body, message_id)) return r;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return std::nullopt;
+  }
+
+  std::string dir_;
+  std::string token_file_;
+  std::unique_ptr<WebhookReceiver> receiver_a_;
+  std::unique_ptr<WebhookReceiver> receiver_b_;
+  std::unique_ptr<ChildProcess> collector_;
+  std::unique_ptr<ChildProcess> deliverer_;
+  std::unique_ptr<Admin> admin_;
+};
+
+TEST_F(AdminApiTest, SetupFlowFromAnEmptyCollector) {
+  StartCollector();
+  StartDeliverer();
+
+  // Catalog.
+  HttpResponse r = admin_->Call("GET", "/admin/v1/catalog");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/destinationTypes/0/name"), "Webhooks");
+  EXPECT_EQ(JsonAt(r.body, "/destinationTypes/0/maxUrls"), "5");
+
+  // A source; its write key is generated.
+  r = admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  EXPECT_EQ(key.size(), 35u) << r.body;  // wk_ + 32
+  EXPECT_EQ(JsonStr(r.body, "/managedBy"), "api");
+  r = admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Again","kind":"web"})");
+  EXPECT_EQ(r.status, 409) << r.body;
+
+  // A destination, enabled, with a header and a shared secret.
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   DestinationJson("orders", receiver_a_->Url(), true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/sharedSecretSet"), "true");
+  EXPECT_FALSE(absl::StrContains(r.body, kSecret)) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/enabled"), "true");
+
+  // An event is delivered, signed, with the static header.
+  absl::StatusOr<HttpResponse> t = Track(key, "flow-1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->status, 200) << t->body;
+  std::optional<receiver::ReceivedRequest> got = WaitFor(*receiver_a_, "flow-1");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->Header("X-Signature"), deliverer::XSignature(kSecret, got->body));
+  EXPECT_EQ(got->Header("X-Api-Key"), "k1");
+
+  // The test event: each URL's status and latency; not an ingested event.
+  r = admin_->Call("POST", "/admin/v1/destinations/orders:test", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/outcome"), "delivered") << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/results/0/status"), "200") << r.body;
+  EXPECT_NE(JsonAt(r.body, "/results/0/latencyMs"), "<missing>") << r.body;
+  const std::string test_id = JsonStr(r.body, "/messageId");
+  std::optional<receiver::ReceivedRequest> test_request = WaitFor(*receiver_a_, test_id);
+  ASSERT_TRUE(test_request.has_value());
+  EXPECT_EQ(test_request->Header("X-Signature"),
+            deliverer::XSignature(kSecret, test_request->body));
+
+  // Stats count the delivery.
+  r = admin_->Call("GET", "/admin/v1/destinations/orders");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/stats/delivered"), "1") << r.body;
+
+  // A changed URL takes effect for the next event.
+  r = admin_->Call("PATCH", "/admin/v1/destinations/orders",
+                   absl::StrCat(R"({"urls":[{"url":")", receiver_b_->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/sharedSecretSet"), "true");  // untouched by the PATCH
+  t = Track(key, "flow-2");
+  ASSERT_TRUE(t.ok() && t->status == 200);
+  got = WaitFor(*receiver_b_, "flow-2");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->Header("X-Signature"), deliverer::XSignature(kSecret, got->body));
+
+  // Disabled: nothing more arrives (the event is accepted, no job is made).
+  r = admin_->Call("PATCH", "/admin/v1/destinations/orders", R"({"enabled":false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/enabled"), "false");
+  const int64_t before = receiver_b_->request_count();
+  t = Track(key, "flow-3");
+  ASSERT_TRUE(t.ok() && t->status == 200);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(receiver_b_->request_count(), before);
+
+  // Rotate: a new key works, the revoked one is refused at once.
+  r = admin_->Call("POST", "/admin/v1/sources/shop/write-keys", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key2 = JsonStr(r.body, "/writeKey");
+  r = admin_->Call("DELETE", absl::StrCat("/admin/v1/sources/shop/write-keys/", key));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const absl::Time revoked = absl::Now();
+  t = Track(key, "flow-4");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->status, 401) << t->body;
+  EXPECT_LT(absl::Now() - revoked, absl::Seconds(1));
+  t = Track(key2, "flow-5");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->status, 200) << t->body;
+  // The last key cannot be revoked.
+  r = admin_->Call("DELETE", absl::StrCat("/admin/v1/sources/shop/write-keys/", key2));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/error/code"), "FAILED_PRECONDITION");
+
+  // Enabled again, then a restart: everything is still there.
+  r = admin_->Call("PATCH", "/admin/v1/destinations/orders", R"({"enabled":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  // Every change was audited; secrets never reached the log.
+  EXPECT_TRUE(collector_->WaitForMsg("admin change", 7));
+  EXPECT_FALSE(absl::StrContains(collector_->Output(), kSecret));
+  EXPECT_FALSE(absl::StrContains(collector_->Output(), kToken));
+  EXPECT_FALSE(absl::StrContains(collector_->Output(), key2));
+  StopAll();
+  StartCollector();
+  StartDeliverer();
+  r = admin_->Call("GET", "/admin/v1/sources/shop");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/writeKeys"), absl::StrCat(R"([")", key2, R"("])"));
+  r = admin_->Call("GET", "/admin/v1/destinations/orders");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/urls/0/url"), receiver_b_->Url());
+  t = Track(key2, "flow-6");
+  ASSERT_TRUE(t.ok() && t->status == 200);
+  got = WaitFor(*receiver_b_, "flow-6");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->Header("X-Signature"), deliverer::XSignature(kSecret, got->body));
+  t = Track(key, "flow-7");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->status, 401);
+  EXPECT_FALSE(absl::StrContains(collector_->Output(), kSecret));
+}
+
+// Every limit violation names the field and the limit; nothing is stored.
+TEST_F(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
+  StartCollector();
+  HttpResponse r =
+      admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"web"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   DestinationJson("orders", receiver_a_->Url(), true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string before = admin_->Call("GET", "/admin/v1/destinations/orders").body;
+
+  struct Case {
+    std::string body;
+    std::string field;
+    std::string words;
+  };
+  std::string six = R"({"urls":[)";
+  for (int i = 0; i < 6; ++i) {
+    absl::StrAppend(&six, i ? "," : "", R"({"url":"https://h)", i, R"(.example/x"})");
+  }
+  absl::StrAppend(&six, "]}");
+  std::string six_headers = R"({"urls":[{"url":"https://h.example/x","headers":{)";
+  for (int i = 0; i < 6; ++i) absl::StrAppend(&six_headers, i ? "," : "", "\"X-H", i, "\":\"v\"");
+  absl::StrAppend(&six_headers, "}}]}");
+  const std::vector<Case> cases = {
+      {six, "urls", "at most 5"},
+      {six_headers, "urls[0].headers", "at most 5"},
+      {R"({"urls":[{"url":"https://h.example/x","headers":{"Content-Type":"x"}}]})",
+       "urls[0].headers[\"Content-Type\"]", "reserved"},
+      {R"({"urls":[{"url":"ftp://h.example/x"}]})", "urls[0].url", "http"},
+      {R"({"urls":[]})", "urls", "at least 1"},
+      {R"({"sources":["nope"]})", "sources", "unknown source"},
+      {R"({"options":{"timeoutMs":999999}})", "options.timeoutMs", "60000"},
+  };
+  for (const Case& c : cases) {
+    r = admin_->Call("PATCH", "/admin/v1/destinations/orders", c.body);
+    EXPECT_EQ(r.status, 400) << c.body << " → " << r.body;
+    EXPECT_EQ(JsonStr(r.body, "/error/code"), "INVALID_ARGUMENT") << r.body;
+    EXPECT_EQ(JsonStr(r.body, "/error/fieldViolations/0/field"), c.field) << r.body;
+    EXPECT_TRUE(absl::StrContains(JsonStr(r.body, "/error/fieldViolations/0/description"), c.words))
+        << r.body;
+    EXPECT_EQ(admin_->Call("GET", "/admin/v1/destinations/orders").body, before);
+  }
+  // Creating with a bad id or an unknown JSON field.
+  r = admin_->Call("POST", "/admin/v1/sources", R"({"id":"bad id!","name":"x","kind":"web"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/error/fieldViolations/0/field"), "id") << r.body;
+  r = admin_->Call("POST", "/admin/v1/sources", R"({"id":"s2","kind":"tv"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/error/fieldViolations/0/field"), "kind") << r.body;
+  r = admin_->Call("POST", "/admin/v1/destinations", R"({"id":"d2","colour":"red"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = admin_->Call("GET", "/admin/v1/destinations/nope");
+  EXPECT_EQ(r.status, 404) << r.body;
+  r = admin_->Call("GET", "/admin/v1/sources");
+  EXPECT_EQ(JsonAt(r.body, "/sources/1"), "<missing>") << r.body;  // only "shop"
+}
+
+// Without the token: 401 for the admin API and Subscribe; the JSON API refuses cross-origin
+// requests and non-JSON bodies.
+TEST_F(AdminApiTest, AuthenticationForAdminAndSubscribe) {
+  StartCollector();
+  EXPECT_EQ(admin_->Call("GET", "/admin/v1/sources", "", std::string()).status, 401);
+  EXPECT_EQ(admin_->Call("GET", "/admin/v1/sources", "", std::string("wrong")).status, 401);
+  EXPECT_EQ(admin_->Call("GET", "/admin/v1/sources").status, 200);
+
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", collector_->IntField("grpc_port")),
+                                     grpc::InsecureChannelCredentials());
+  {
+    auto stub = hookrelay::v1::Collector::NewStub(channel);
+    grpc::ClientContext context;
+    auto stream = stub->Subscribe(&context);
+    hookrelay::v1::SubscribeRequest hello;
+    hello.mutable_hello()->set_credits(1);
+    stream->Write(hello);
+    hookrelay::v1::SubscribeResponse response;
+    EXPECT_FALSE(stream->Read(&response));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    auto stub = hookrelay::v1::Admin::NewStub(channel);
+    grpc::ClientContext context;
+    hookrelay::v1::ListSourcesResponse response;
+    EXPECT_EQ(stub->ListSources(&context, {}, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // gRPC Admin with the token: an invalid source answers INVALID_ARGUMENT with BadRequest.
+  {
+    auto stub = hookrelay::v1::Admin::NewStub(channel);
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
+    hookrelay::v1::CreateSourceRequest request;
+    request.mutable_source()->set_id("shop");
+    request.mutable_source()->set_kind("web");
+    request.mutable_source()->add_write_keys("bad key with spaces");
+    hookrelay::v1::SourceResource response;
+    grpc::Status st = stub->CreateSource(&context, request, &response);
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    google::rpc::Status details;
+    ASSERT_TRUE(details.ParseFromString(st.error_details()));
+    google::rpc::BadRequest bad_request;
+    ASSERT_EQ(details.details_size(), 1);
+    ASSERT_TRUE(details.details(0).UnpackTo(&bad_request));
+    ASSERT_EQ(bad_request.field_violations_size(), 1);
+    EXPECT_EQ(bad_request.field_violations(0).field(), "writeKeys[0]");
+  }
+
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c =
+      HttpConnection::Connect(collector_->IntField("admin_http_port"));
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<HttpResponse> r = (*c)->Request(
+      "POST", "/admin/v1/sources", R"({"id":"x","kind":"web"})",
+      {{"Authorization", absl::StrCat("Bearer ", kToken)},
+       {"Content-Type", "application/json"},
+       {"Origin", "https://evil.example"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 403) << r->body;
+  r = (*c)->Request("POST", "/admin/v1/sources", R"({"id":"x","kind":"web"})",
+                    {{"Authorization", absl::StrCat("Bearer ", kToken)},
+                     {"Content-Type", "text/plain"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 415) << r->body;
+  // The console is served with a strict CSP.
+  r = (*c)->Request("GET", "/", "", {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(absl::StrContains(r->Header("Content-Security-Policy"), "default-src 'self'"));
+  EXPECT_TRUE(absl::StrContains(r->Header("Content-Type"), "text/html"));
+}
+
+// Objects of the --config file are read-only through the API and marked as such; API objects
+// live beside them.
+TEST_F(AdminApiTest, FileObjectsAreReadOnly) {
+  const std::string config = dir_ + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, absl::StrCat(R"(sources:
+  - {id: web, name: Web, kind: web, write_keys: [wk_file_key]}
+destinations:
+  - id: file-hook
+    type: webhooks
+    sources: [web]
+    enabled: true
+    urls: [{url: ")", receiver_a_->Url(), R"("}]
+)")).ok());
+  StartCollector(config);
+  HttpResponse r = admin_->Call("GET", "/admin/v1/destinations/file-hook");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/managedBy"), absl::StrCat("file:", config));
+  r = admin_->Call("PATCH", "/admin/v1/destinations/file-hook", R"({"enabled":false})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/error/code"), "FAILED_PRECONDITION");
+  EXPECT_TRUE(absl::StrContains(JsonStr(r.body, "/error/message"), config)) << r.body;
+  r = admin_->Call("DELETE", "/admin/v1/sources/web");
+  EXPECT_EQ(r.status, 400) << r.body;
+  // An API destination on the file's source works.
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   absl::StrCat(R"({"id":"api-hook","sources":["web"],"enabled":true,"urls":[{"url":")",
+                                receiver_b_->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  StartDeliverer();
+  absl::StatusOr<HttpResponse> t = Track("wk_file_key", "file-1");
+  ASSERT_TRUE(t.ok() && t->status == 200);
+  EXPECT_TRUE(WaitFor(*receiver_a_, "file-1").has_value());
+  EXPECT_TRUE(WaitFor(*receiver_b_, "file-1").has_value());
+}
+
+}  // namespace
+}  // namespace hookrelay::test
