@@ -44,10 +44,16 @@ absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::str
   if (server->server_ == nullptr || server->port_ <= 0) {
     return absl::InternalError("the admin gRPC server did not start");
   }
+  AdminHttpServer::Options http_options;
+  http_options.address = "127.0.0.1:0";
+  server->http_ = std::make_unique<AdminHttpServer>(http_options, *server->core_, *server->auth_);
+  RETURN_IF_ERROR(server->http_->Start());
   return server;
 }
 
 AdminTestServer::~AdminTestServer() {
+  if (http_ != nullptr) http_->Shutdown();
+  http_.reset();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   server_.reset();
   service_.reset();
@@ -58,6 +64,10 @@ AdminTestServer::~AdminTestServer() {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
+}
+
+std::string AdminTestServer::http_url() const {
+  return absl::StrCat("http://127.0.0.1:", http_->port());
 }
 
 void AdminTestServer::SetServing(const std::string& service, bool serving) {

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collector/admin_http.h"
 #include "collector/admin_service.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"
@@ -48,6 +49,8 @@ class AdminTestServer {
   void SetServing(const std::string& service, bool serving);
 
   std::string address() const;  // "127.0.0.1:<port>"
+  // The admin JSON API over HTTP on the same core: "http://127.0.0.1:<port>".
+  std::string http_url() const;
   std::unique_ptr<hookrelay::v1::Admin::Stub> NewStub() const;
   RocksDbJobStore& store() { return *store_; }
   common::ManualClock& clock() { return clock_; }
@@ -61,6 +64,7 @@ class AdminTestServer {
   std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<AdminCore> core_;
   std::unique_ptr<AdminService> service_;
+  std::unique_ptr<AdminHttpServer> http_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int next_message_ = 0;

@@ -147,10 +147,10 @@
   // Status messages (one aria-live region for the whole page)
 
   var statusTimer = null;
-  var statusSetAt = 0;
-  function announce(text, kind) {
+  var carryStatus = false;  // keep the message over the next navigation (route clears it)
+  function announce(text, kind, carry) {
     var status = document.getElementById('status');
-    statusSetAt = Date.now();
+    carryStatus = !!carry;
     status.className = 'status' + (kind ? ' status-' + kind : '');
     status.textContent = text;
     if (statusTimer) clearTimeout(statusTimer);
@@ -184,12 +184,16 @@
     };
   }
 
+  // The server's message, and its field violations as a list (the message alone when it says
+  // the same as the list).
   function showApiError(box, e, title) {
     if (e.authFailure) return;
     var items = (e.violations || []).map(function (v) {
       return (v.field ? v.field + ': ' : '') + (v.description || '');
     });
-    box.show(title || 'The collector refused the request', e.message + codeSuffix(e), items);
+    var repeated = items.length && items.every(function (t) { return e.message.indexOf(t) >= 0; });
+    box.show(title || 'The collector refused the request', e.message + codeSuffix(e),
+      repeated ? [] : items);
   }
 
   function codeSuffix(e) {
@@ -435,8 +439,9 @@
     });
     document.title = (name === 'setup' && arg ? 'Edit destination ' + arg : titles[name]) +
       ' · hookrelay console';
-    // A message older than this navigation belongs to the previous page.
-    if (Date.now() - statusSetAt > 1000) announce('');
+    // A message belongs to the page it was said on, unless it announced this navigation.
+    if (!carryStatus) announce('');
+    carryStatus = false;
     var main = document.getElementById('main');
     var view = h('div', {class: 'view view-' + name});
     clear(main);
@@ -478,7 +483,7 @@
       api('GET', '/catalog', undefined, {noSignOut: true}).then(function () {
         var next = pendingRoute && pendingRoute !== '#/login' ? pendingRoute : '#/setup';
         pendingRoute = '';
-        announce('Signed in.', 'ok');
+        announce('Signed in.', 'ok', true);
         location.hash = next;
       }, function (e) {
         sessionStorage.removeItem(TOKEN_KEY);
@@ -934,9 +939,12 @@
         api('POST', '/destinations', body);
       call.then(function (saved) {
         jsonSend.disabled = false;
-        location.hash = '#/setup/' + enc(saved.id);
-        if (editing && editing.id === saved.id) route();
-        announce('Saved destination ' + saved.id + '.', 'ok');
+        announce('Saved destination ' + saved.id + '.', 'ok', true);
+        if (location.hash === '#/setup/' + enc(saved.id)) {
+          route();
+        } else {
+          location.hash = '#/setup/' + enc(saved.id);
+        }
       }, function (e) {
         jsonSend.disabled = false;
         if (e.authFailure) return;
@@ -1472,7 +1480,8 @@
         testSection.hidden = false;
         runTest(d.id, test, out, err);
       });
-      append(actions, edit, ' ', test);
+      append(actions, edit, test);
+      var actionsNote = null;
       if (!file) {
         var del = h('button', {type: 'button', class: 'button-small button-danger delete-destination',
           text: 'Delete', 'aria-label': 'Delete ' + d.id});
@@ -1485,9 +1494,9 @@
             showApiError(box, e, 'Could not delete ' + d.id);
           });
         });
-        append(actions, ' ', del);
+        append(actions, del);
       } else {
-        append(actions, h('p', {class: 'note', text: 'defined in ' + file}));
+        actionsNote = h('p', {class: 'note', text: 'defined in ' + file});
       }
       return h('tr', {dataset: {destinationId: d.id}, class: file ? 'read-only' : null},
         h('td', null, h('code', {text: d.id}),
@@ -1503,7 +1512,7 @@
         h('td', {class: 'cell-error'}, st.lastError ? [h('span', {text: st.lastError}), h('br'),
           h('small', {class: 'muted'}, timeEl(st.lastErrorAt))] : h('span', {class: 'muted',
           text: '—'})),
-        h('td', null, actions));
+        h('td', null, actions, actionsNote));
     }
 
     load();

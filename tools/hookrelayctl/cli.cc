@@ -3,10 +3,10 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <map>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,100 +14,114 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpcpp/grpcpp.h"
-#include "common/grpc_status.h"
 #include "common/json_element.h"
 #include "common/json_writer.h"
-#include "common/proto_time.h"
 #include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
-#include "google/protobuf/timestamp.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "hookrelay/v1/admin.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "hookrelay/v1/admin.pb.h"
 #include "hookrelay/v1/job.pb.h"
+#include "tools/hookrelayctl/admin_client.h"
 
 namespace hookrelay::hookrelayctl {
 
 const char kUsage[] =
-    R"(hookrelayctl: operate a hookrelay collector through its Admin gRPC API.
+    R"(hookrelayctl: set up and operate a hookrelay collector through its admin API.
 
-Usage:
-  hookrelayctl [global flags] dead-letters list [--destination=ID] [--from=TIME] [--to=TIME]
-                                                [--limit=N] [--json]
-  hookrelayctl [global flags] dead-letters replay (--all | --destination=ID [--from=TIME] [--to=TIME])
-  hookrelayctl [global flags] health [--service=NAME]
+Usage: hookrelayctl [global flags] COMMAND [flags]
+
+Commands:
+  catalog                                  destination types and their limits
+  sources list | get ID | delete ID
+  sources create --kind=web|mobile|server [--id=ID] [--name=NAME]
+  sources update ID [--name=NAME] [--kind=KIND]
+  sources write-keys create SOURCE         prints the new write key
+  sources write-keys revoke SOURCE KEY     ingest refuses the key from the next request on
+  destinations list | get ID | delete ID
+  destinations create --source=ID... --url=URL [--header="Name: value"]... [--url=...]...
+                      [--id=ID] [--shared-secret-file=FILE] [--enabled] [--timeout-ms=N]
+  destinations update ID [--source=ID...] [--url=URL [--header=...]...]...
+                      [--shared-secret-file=FILE | --no-shared-secret] [--enabled=true|false]
+                      [--timeout-ms=N]
+  destinations enable ID | disable ID
+  destinations test ID                     one sample event to this destination; each URL's answer
+  dead-letters list [--destination=ID] [--from=TIME] [--to=TIME] [--limit=N]
+  dead-letters replay (--all | --destination=ID [--from=TIME] [--to=TIME])
+  health [--service=NAME]                  the collector's gRPC health (uses --collector)
+
+  --url may be given up to 5 times; each --header belongs to the --url before it (up to 5 each).
+  A destination's shared secret is read from a file (never from the command line).
+  `update` sends only what is given: --url replaces every URL; --source replaces the sources.
 
 Global flags:
-  --collector=HOST:PORT  the collector's gRPC address (default 127.0.0.1:50051)
-  --token=TOKEN          the admin token, sent as "authorization: Bearer TOKEN"; defaults to
-                         $HOOKRELAY_ADMIN_TOKEN (prefer the variable: flags show in ps)
-  --timeout=DURATION     deadline of each call, e.g. 500ms, 10s, 1m (default 10s)
+  --admin-url=URL        the admin HTTP API (default $HOOKRELAY_ADMIN_URL, else
+                         http://127.0.0.1:8081)
+  --admin-token-file=F   a file holding the admin token (default $HOOKRELAY_ADMIN_TOKEN_FILE;
+                         $HOOKRELAY_ADMIN_TOKEN is used when neither is set)
+  -o, --output=FORMAT    table (default) or json (the API's JSON, one object per line)
+  --timeout=DURATION     limit of each call, e.g. 500ms, 30s (default 15s)
+  --collector=HOST:PORT  gRPC address, for health only (default 127.0.0.1:50051)
 
-dead-letters list: dead letters in job id order, as a table or JSON lines.
-  --destination=ID       only this destination's
-  --from=TIME            only those that died at or after TIME (RFC 3339, e.g. 2024-05-01T12:00:00Z)
-  --to=TIME              only those that died before TIME
-  --limit=N              print at most N (default 100), fetching as many pages as needed
-  --json                 one JSON object per line instead of a table
-
-dead-letters replay: makes dead letters ready for delivery again, with a fresh retry window.
-  --all                  every dead letter
-  --destination=ID       only this destination's, optionally only those that died in
-                         [--from, --to)
-
-health: asks the collector's gRPC health service (grpc.health.v1.Health/Check) and prints
-  SERVING or NOT_SERVING; exit 0 only when serving.
-  --service=NAME         a service's status, e.g. hookrelay.v1.Collector (default "": the server)
-
-Exit status: 0 done, 1 the collector refused or could not be reached, 2 usage error.
+TIME is RFC 3339, e.g. 2026-05-01T12:00:00Z.
+Exit status: 0 done, 1 the collector refused or could not be reached (its error, with the field
+and the limit, is printed), 2 usage error.
 )";
 
 namespace {
 
 using ::hookrelay::v1::Job;
 
-constexpr std::string_view kDefaultCollector = "127.0.0.1:50051";
-constexpr absl::Duration kDefaultTimeout = absl::Seconds(10);
 constexpr int64_t kDefaultLimit = 100;
-// The server's largest page.
 constexpr int64_t kMaxPageSize = 1000;
 
 using FlagNames = std::span<const std::string_view>;
 
-// Flags that take no value (`--json`, or `--json=false`).
-constexpr std::string_view kBoolFlags[] = {"help", "json", "all"};
-constexpr std::string_view kValueFlags[] = {"collector", "token", "timeout", "destination",
-                                            "from",      "to",    "limit",   "service"};
-constexpr std::string_view kGlobalFlags[] = {"help", "collector", "token", "timeout"};
-constexpr std::string_view kListFlags[] = {"destination", "from", "to", "limit", "json"};
-constexpr std::string_view kReplayFlags[] = {"all", "destination", "from", "to"};
-constexpr std::string_view kHealthFlags[] = {"service"};
+constexpr std::string_view kBoolFlags[] = {"help", "json", "all", "enabled", "no-shared-secret"};
+constexpr std::string_view kValueFlags[] = {
+    "admin-url", "admin-token-file", "output", "timeout", "collector", "token",
+    "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
+    "header", "shared-secret-file", "timeout-ms"};
+constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
+                                             "timeout", "token", "json"};
+// Flags that may repeat; their order relative to each other is kept.
+constexpr std::string_view kRepeatable[] = {"source", "url", "header"};
 
 bool Contains(FlagNames names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// A usage error: the message, printed with the usage text.
 struct UsageError {
   std::string message;
 };
 
 struct CommandLine {
   std::vector<std::string> positional;
-  // Flag name (without dashes) → value; "true"/"false" for the boolean ones. Last one wins.
-  std::map<std::string, std::string, std::less<>> flags;
+  std::map<std::string, std::string, std::less<>> flags;  // last value wins
+  std::vector<std::pair<std::string, std::string>> ordered;  // repeatable flags, in order
 
   bool Has(std::string_view name) const { return flags.find(name) != flags.end(); }
-  bool Bool(std::string_view name) const {
+  std::string Get(std::string_view name) const {
     auto it = flags.find(name);
-    return it != flags.end() && it->second == "true";
+    return it == flags.end() ? "" : it->second;
+  }
+  bool Bool(std::string_view name) const { return Get(name) == "true"; }
+  std::vector<std::string> All(std::string_view name) const {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : ordered) {
+      if (n == name) out.push_back(v);
+    }
+    return out;
   }
 };
 
@@ -130,6 +144,7 @@ std::optional<UsageError> Parse(const std::vector<std::string>& args, CommandLin
     }
     std::string name(body);
     if (name == "h") name = "help";
+    if (name == "o") name = "output";
     if (Contains(kBoolFlags, name)) {
       if (!value.has_value()) {
         value = "true";
@@ -145,12 +160,13 @@ std::optional<UsageError> Parse(const std::vector<std::string>& args, CommandLin
     } else {
       return UsageError{absl::StrCat("unknown flag ", arg.substr(0, arg.find('=')))};
     }
+    if (Contains(kRepeatable, name)) out->ordered.emplace_back(name, *value);
     out->flags[name] = *std::move(value);
   }
+  if (out->Bool("json")) out->flags["output"] = "json";
   return std::nullopt;
 }
 
-// Checks that every flag given belongs to the command (or is global).
 std::optional<UsageError> CheckScope(const CommandLine& cl, std::string_view command,
                                      FlagNames allowed) {
   for (const auto& [name, value] : cl.flags) {
@@ -161,78 +177,85 @@ std::optional<UsageError> CheckScope(const CommandLine& cl, std::string_view com
   return std::nullopt;
 }
 
-// `--<name>=TIME` when given: the time, or a usage error.
-std::optional<UsageError> ParseTime(const CommandLine& cl, std::string_view name,
-                                    std::optional<absl::Time>* out) {
-  auto it = cl.flags.find(name);
-  if (it == cl.flags.end()) return std::nullopt;
-  *out = common::ParseIso8601(it->second);
-  if (!out->has_value()) {
-    return UsageError{absl::StrCat("--", common::ToAbsl(name), ": \"", it->second,
-                                   "\" is not an RFC 3339 time such as 2024-05-01T12:00:00Z")};
+std::optional<UsageError> Positional(const CommandLine& cl, size_t first, size_t count,
+                                     std::string_view what) {
+  if (cl.positional.size() < first + count) {
+    return UsageError{absl::StrCat(common::ToAbsl(what), " needs ", count == 1 ? "an argument" :
+                                                                              "more arguments")};
+  }
+  if (cl.positional.size() > first + count) {
+    return UsageError{absl::StrCat("unexpected argument \"", cl.positional[first + count], "\"")};
   }
   return std::nullopt;
 }
 
-// The filter flags shared by list and replay.
-std::optional<UsageError> ParseFilter(const CommandLine& cl,
-                                      hookrelay::v1::DeadLetterFilter* filter) {
-  if (auto it = cl.flags.find("destination"); it != cl.flags.end()) {
-    if (it->second.empty()) return UsageError{"--destination needs a destination id"};
-    filter->set_destination_id(it->second);
+std::optional<std::string> ReadFileTrimmed(const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = absl::StrCat("cannot read ", path);
+    return std::nullopt;
   }
-  std::optional<absl::Time> from, to;
-  if (auto error = ParseTime(cl, "from", &from)) return error;
-  if (auto error = ParseTime(cl, "to", &to)) return error;
-  if (from.has_value() && to.has_value() && *to <= *from) {
-    return UsageError{"--to must be after --from (the range is [from, to))"};
-  }
-  if (from.has_value()) common::ToProtoTime(*from, filter->mutable_from());
-  if (to.has_value()) common::ToProtoTime(*to, filter->mutable_to());
-  return std::nullopt;
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
 }
 
-// Connection settings shared by every command.
-struct Connection {
-  std::string collector;
-  std::string token;
-  absl::Duration timeout;
-  std::unique_ptr<hookrelay::v1::Admin::Stub> stub;
-
-  void Prepare(grpc::ClientContext& context) const {
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
-  }
+// Settings shared by every admin call.
+struct Context {
+  std::optional<AdminClient> client;
+  bool json = false;
+  std::ostream* out;
+  std::ostream* err;
 };
 
-std::optional<UsageError> Connect(const CommandLine& cl, std::string_view env_token,
-                                  Connection* out) {
-  out->collector = std::string(kDefaultCollector);
-  if (auto it = cl.flags.find("collector"); it != cl.flags.end()) {
-    if (it->second.empty()) return UsageError{"--collector needs an address such as host:50051"};
-    out->collector = it->second;
+std::optional<UsageError> Connect(const CommandLine& cl, const Environment& env, Context* ctx) {
+  const std::string output = cl.Has("output") ? cl.Get("output") : "table";
+  if (output != "table" && output != "json") {
+    return UsageError{absl::StrCat("-o/--output: \"", output, "\" is not table or json")};
   }
-  out->token = std::string(env_token);
-  if (auto it = cl.flags.find("token"); it != cl.flags.end()) out->token = it->second;
-  out->timeout = kDefaultTimeout;
-  if (auto it = cl.flags.find("timeout"); it != cl.flags.end()) {
-    if (!absl::ParseDuration(it->second, &out->timeout) || out->timeout <= absl::ZeroDuration()) {
-      return UsageError{absl::StrCat("--timeout: \"", it->second,
+  ctx->json = output == "json";
+  std::string url = cl.Has("admin-url") ? cl.Get("admin-url")
+                    : !env.admin_url.empty() ? env.admin_url
+                                             : "http://127.0.0.1:8081";
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://")) {
+    return UsageError{absl::StrCat("--admin-url: \"", url, "\" is not an http:// or https:// URL")};
+  }
+  std::string token = env.admin_token;
+  const std::string token_file =
+      cl.Has("admin-token-file") ? cl.Get("admin-token-file") : env.admin_token_file;
+  if (!token_file.empty()) {
+    std::string error;
+    std::optional<std::string> t = ReadFileTrimmed(token_file, &error);
+    if (!t.has_value()) return UsageError{absl::StrCat("--admin-token-file: ", error)};
+    token = *t;
+  }
+  if (cl.Has("token")) token = cl.Get("token");
+  absl::Duration timeout = absl::Seconds(15);
+  if (cl.Has("timeout")) {
+    if (!absl::ParseDuration(cl.Get("timeout"), &timeout) || timeout <= absl::ZeroDuration()) {
+      return UsageError{absl::StrCat("--timeout: \"", cl.Get("timeout"),
                                      "\" is not a positive duration such as 10s or 1m")};
     }
   }
-  out->stub = hookrelay::v1::Admin::NewStub(
-      grpc::CreateChannel(out->collector, grpc::InsecureChannelCredentials()));
+  ctx->client.emplace(url, token, timeout);
   return std::nullopt;
 }
 
-// "hookrelayctl: <what> <collector>: <CODE>: <message>"
-int RpcFailed(std::ostream& err, std::string_view what, const Connection& conn,
-              const grpc::Status& status) {
-  const absl::Status s = common::FromGrpcStatus(status);
-  err << "hookrelayctl: " << what << " " << conn.collector << ": "
-      << absl::StatusCodeToString(s.code()) << ": " << s.message() << "\n";
+int Failed(const Context& ctx, std::string_view what, const ApiError& e) {
+  *ctx.err << "hookrelayctl: " << what << ": " << e.code << ": " << e.message << "\n";
+  for (const auto& [field, description] : e.violations) {
+    *ctx.err << "  " << (field.empty() ? "-" : field) << ": " << description << "\n";
+  }
   return kExitFailure;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
 }
 
 std::string TypeName(hookrelay::v1::EventType type) {
@@ -334,161 +357,665 @@ std::string JsonLine(const Job& job, simdjson::dom::parser& parser) {
   return out;
 }
 
-int List(const CommandLine& cl, std::string_view env_token, std::ostream& out, std::ostream& err,
-         std::optional<UsageError>* usage) {
-  hookrelay::v1::ListDeadLettersRequest request;
-  if ((*usage = CheckScope(cl, "dead-letters list", kListFlags))) return kExitUsage;
-  if ((*usage = ParseFilter(cl, request.mutable_filter()))) return kExitUsage;
-  int64_t limit = kDefaultLimit;
-  if (auto it = cl.flags.find("limit"); it != cl.flags.end()) {
-    if (!absl::SimpleAtoi(it->second, &limit) || limit < 1) {
-      *usage = UsageError{absl::StrCat("--limit: \"", it->second, "\" is not a number >= 1")};
-      return kExitUsage;
-    }
-  }
-  const bool json = cl.Bool("json");
-  Connection conn;
-  if ((*usage = Connect(cl, env_token, &conn))) return kExitUsage;
 
-  simdjson::dom::parser parser;
-  std::vector<std::vector<std::string>> rows = {
-      {"ID", "DESTINATION", "TYPE", "MESSAGE ID", "DIED", "ATTEMPTS", "REASON"}};
-  int64_t printed = 0;
-  bool more = false;
-  while (true) {
-    request.set_page_size(static_cast<int32_t>(std::min(limit - printed, kMaxPageSize)));
-    hookrelay::v1::ListDeadLettersResponse response;
-    grpc::ClientContext context;
-    conn.Prepare(context);
-    const grpc::Status status = conn.stub->ListDeadLetters(&context, request, &response);
-    if (!status.ok()) {
-      out.flush();  // JSON lines of earlier pages stay printed.
-      return RpcFailed(err, "listing dead letters at", conn, status);
+void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& kv) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [k, v] : kv) rows.push_back({k + ":", Cell(v)});
+  PrintTable(out, rows);
+}
+
+std::vector<std::pair<std::string, std::string>> SourceFields(
+    const hookrelay::v1::SourceResource& s) {
+  return {{"id", s.id()},
+          {"name", s.name()},
+          {"kind", s.kind()},
+          {"write keys", absl::StrJoin(s.write_keys(), ", ")},
+          {"managed by", s.managed_by()}};
+}
+
+std::string UrlsCell(const hookrelay::v1::DestinationResource& d) {
+  std::vector<std::string> urls;
+  for (const auto& u : d.urls()) {
+    std::string one = common::RedactUrl(u.url());
+    if (!u.headers().empty()) {
+      std::vector<std::string> names;
+      for (const auto& [name, value] : u.headers()) names.push_back(name);
+      std::sort(names.begin(), names.end());
+      absl::StrAppend(&one, " (headers: ", absl::StrJoin(names, ", "), ")");
     }
-    for (const Job& job : response.jobs()) {
-      if (json) {
-        out << JsonLine(job, parser) << "\n";
+    urls.push_back(std::move(one));
+  }
+  return absl::StrJoin(urls, "; ");
+}
+
+std::vector<std::pair<std::string, std::string>> DestinationFields(
+    const hookrelay::v1::DestinationResource& d) {
+  const auto& st = d.stats();
+  return {{"id", d.id()},
+          {"type", d.type()},
+          {"enabled", d.enabled() ? "yes" : "no"},
+          {"sources", absl::StrJoin(d.sources(), ", ")},
+          {"urls", UrlsCell(d)},
+          {"shared secret", d.shared_secret_set() ? "set" : "none"},
+          {"managed by", d.managed_by()},
+          {"delivered / retried / dead",
+           absl::StrCat(st.delivered(), " / ", st.retried(), " / ", st.dead())},
+          {"last error", st.last_error().empty()
+                             ? ""
+                             : absl::StrCat(st.last_error(), " at ",
+                                            common::FormatIso8601Millis(absl::FromUnixSeconds(
+                                                st.last_error_at().seconds())))}};
+}
+
+// --- catalog -----------------------------------------------------------------------------------
+
+int Catalog(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
+  if ((*usage = CheckScope(cl, "catalog", {}))) return kExitUsage;
+  if ((*usage = Positional(cl, 1, 0, "catalog"))) return kExitUsage;
+  hookrelay::v1::Catalog catalog;
+  ApiError e;
+  if (!ctx.client->Call("GET", "/admin/v1/catalog", nullptr, &catalog, &e)) {
+    return Failed(ctx, "reading the catalog", e);
+  }
+  if (ctx.json) {
+    *ctx.out << ToJson(catalog) << "\n";
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"TYPE", "NAME", "MAX URLS", "MAX HEADERS PER URL", "RESERVED HEADERS"}};
+  for (const auto& t : catalog.destination_types()) {
+    rows.push_back({t.type(), t.name(), absl::StrCat(t.max_urls()),
+                    absl::StrCat(t.max_headers_per_url()), absl::StrJoin(t.reserved_headers(), ", ")});
+  }
+  PrintTable(*ctx.out, rows);
+  *ctx.out << "source kinds: " << absl::StrJoin(catalog.source_kinds(), ", ") << "\n";
+  return kExitOk;
+}
+
+// --- sources -----------------------------------------------------------------------------------
+
+constexpr std::string_view kSourceCreateFlags[] = {"id", "name", "kind"};
+constexpr std::string_view kSourceUpdateFlags[] = {"name", "kind"};
+
+void PrintSource(Context& ctx, const hookrelay::v1::SourceResource& s) {
+  if (ctx.json) {
+    *ctx.out << ToJson(s) << "\n";
+  } else {
+    PrintKeyValues(*ctx.out, SourceFields(s));
+  }
+}
+
+int Sources(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
+  const auto& pos = cl.positional;
+  if (pos.size() < 2) {
+    *usage = UsageError{"sources needs a command: list, get, create, update, delete, write-keys"};
+    return kExitUsage;
+  }
+  const std::string& verb = pos[1];
+  ApiError e;
+  if (verb == "list") {
+    if ((*usage = CheckScope(cl, "sources list", {}))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 0, "sources list"))) return kExitUsage;
+    std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "KIND", "WRITE KEYS", "MANAGED BY"}};
+    std::string token;
+    do {
+      hookrelay::v1::ListSourcesResponse page;
+      const std::string path = absl::StrCat("/admin/v1/sources?page_size=1000",
+                                            token.empty() ? "" : "&page_token=", UrlEncode(token));
+      if (!ctx.client->Call("GET", path, nullptr, &page, &e)) {
+        return Failed(ctx, "listing sources", e);
+      }
+      for (const auto& s : page.sources()) {
+        if (ctx.json) {
+          *ctx.out << ToJson(s) << "\n";
+        } else {
+          rows.push_back({s.id(), Cell(s.name()), s.kind(), absl::StrCat(s.write_keys_size()),
+                          s.managed_by()});
+        }
+      }
+      token = page.next_page_token();
+    } while (!token.empty());
+    if (!ctx.json) {
+      if (rows.size() == 1) {
+        *ctx.err << "no sources\n";
       } else {
-        rows.push_back(TableRow(job));
+        PrintTable(*ctx.out, rows);
       }
     }
-    printed += response.jobs_size();
-    if (response.next_page_token().empty()) break;
-    if (printed >= limit || response.jobs_size() == 0) {
-      more = true;
-      break;
-    }
-    request.set_page_token(response.next_page_token());
+    return kExitOk;
   }
-  if (!json) {
-    if (printed == 0) {
-      err << "no dead letters\n";
+  if (verb == "get" || verb == "delete") {
+    if ((*usage = CheckScope(cl, absl::StrCat("sources ", verb), {}))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 1, absl::StrCat("sources ", verb)))) return kExitUsage;
+    const std::string path = absl::StrCat("/admin/v1/sources/", UrlEncode(pos[2]));
+    if (verb == "delete") {
+      hookrelay::v1::DeleteResponse r;
+      if (!ctx.client->Call("DELETE", path, nullptr, &r, &e)) {
+        return Failed(ctx, absl::StrCat("deleting source ", pos[2]), e);
+      }
+      if (!ctx.json) *ctx.out << "deleted source " << pos[2] << "\n";
+      return kExitOk;
+    }
+    hookrelay::v1::SourceResource s;
+    if (!ctx.client->Call("GET", path, nullptr, &s, &e)) {
+      return Failed(ctx, absl::StrCat("reading source ", pos[2]), e);
+    }
+    PrintSource(ctx, s);
+    return kExitOk;
+  }
+  if (verb == "create") {
+    if ((*usage = CheckScope(cl, "sources create", kSourceCreateFlags))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 0, "sources create"))) return kExitUsage;
+    if (!cl.Has("kind")) {
+      *usage = UsageError{"sources create needs --kind=web, mobile or server"};
+      return kExitUsage;
+    }
+    hookrelay::v1::SourceResource in;
+    in.set_id(cl.Get("id"));
+    in.set_name(cl.Get("name"));
+    in.set_kind(cl.Get("kind"));
+    hookrelay::v1::SourceResource s;
+    if (!ctx.client->Call("POST", "/admin/v1/sources", &in, &s, &e)) {
+      return Failed(ctx, "creating the source", e);
+    }
+    PrintSource(ctx, s);
+    return kExitOk;
+  }
+  if (verb == "update") {
+    if ((*usage = CheckScope(cl, "sources update", kSourceUpdateFlags))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 1, "sources update"))) return kExitUsage;
+    if (!cl.Has("name") && !cl.Has("kind")) {
+      *usage = UsageError{"sources update needs --name or --kind"};
+      return kExitUsage;
+    }
+    std::string body;
+    common::JsonObjectWriter w(&body);
+    if (cl.Has("name")) w.String("name", cl.Get("name"));
+    if (cl.Has("kind")) w.String("kind", cl.Get("kind"));
+    w.Close();
+    hookrelay::v1::SourceResource s;
+    if (!ctx.client->Call("PATCH", absl::StrCat("/admin/v1/sources/", UrlEncode(pos[2])), nullptr,
+                          &s, &e, body)) {
+      return Failed(ctx, absl::StrCat("updating source ", pos[2]), e);
+    }
+    PrintSource(ctx, s);
+    return kExitOk;
+  }
+  if (verb == "write-keys") {
+    if ((*usage = CheckScope(cl, "sources write-keys", {}))) return kExitUsage;
+    if (pos.size() >= 3 && pos[2] == "create") {
+      if ((*usage = Positional(cl, 3, 1, "sources write-keys create"))) return kExitUsage;
+      hookrelay::v1::CreateWriteKeyResponse r;
+      if (!ctx.client->Call("POST",
+                            absl::StrCat("/admin/v1/sources/", UrlEncode(pos[3]), "/write-keys"),
+                            nullptr, &r, &e, "{}")) {
+        return Failed(ctx, absl::StrCat("creating a write key for source ", pos[3]), e);
+      }
+      if (ctx.json) {
+        *ctx.out << ToJson(r) << "\n";
+      } else {
+        *ctx.out << r.write_key() << "\n";
+      }
+      return kExitOk;
+    }
+    if (pos.size() >= 3 && pos[2] == "revoke") {
+      if ((*usage = Positional(cl, 3, 2, "sources write-keys revoke"))) return kExitUsage;
+      hookrelay::v1::SourceResource s;
+      if (!ctx.client->Call("DELETE",
+                            absl::StrCat("/admin/v1/sources/", UrlEncode(pos[3]), "/write-keys/",
+                                         UrlEncode(pos[4])),
+                            nullptr, &s, &e)) {
+        return Failed(ctx, absl::StrCat("revoking a write key of source ", pos[3]), e);
+      }
+      if (ctx.json) {
+        *ctx.out << ToJson(s) << "\n";
+      } else {
+        *ctx.out << "revoked; source " << s.id() << " has " << s.write_keys_size()
+                 << " write key(s) left\n";
+      }
+      return kExitOk;
+    }
+    *usage = UsageError{"sources write-keys needs create SOURCE or revoke SOURCE KEY"};
+    return kExitUsage;
+  }
+  *usage = UsageError{absl::StrCat("unknown command \"sources ", verb, "\"")};
+  return kExitUsage;
+}
+
+// --- destinations ------------------------------------------------------------------------------
+
+constexpr std::string_view kDestinationFlags[] = {
+    "id", "source", "url", "header", "shared-secret-file", "no-shared-secret", "enabled",
+    "timeout-ms"};
+
+void PrintDestination(Context& ctx, const hookrelay::v1::DestinationResource& d) {
+  if (ctx.json) {
+    *ctx.out << ToJson(d) << "\n";
+  } else {
+    PrintKeyValues(*ctx.out, DestinationFields(d));
+  }
+}
+
+// The JSON body of create / update from the flags; only what is given.
+std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, std::string* body) {
+  common::JsonObjectWriter w(body);
+  if (create && cl.Has("id")) w.String("id", cl.Get("id"));
+  if (create) w.String("type", "webhooks");
+  const std::vector<std::string> sources = cl.All("source");
+  if (!sources.empty()) {
+    std::string list = "[";
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (i) list.push_back(',');
+      common::AppendJsonString(&list, sources[i]);
+    }
+    list.push_back(']');
+    w.Raw("sources", list);
+  }
+  // --url and --header in order: each header belongs to the URL before it.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> urls;
+  for (const auto& [name, value] : cl.ordered) {
+    if (name == "url") {
+      urls.push_back({value, {}});
+    } else if (name == "header") {
+      if (urls.empty()) return UsageError{"--header must follow the --url it belongs to"};
+      const size_t colon = value.find(':');
+      if (colon == std::string::npos || colon == 0) {
+        return UsageError{absl::StrCat("--header: \"", value, "\" is not \"Name: value\"")};
+      }
+      urls.back().second.emplace_back(
+          std::string(absl::StripAsciiWhitespace(value.substr(0, colon))),
+          std::string(absl::StripAsciiWhitespace(value.substr(colon + 1))));
+    }
+  }
+  if (!urls.empty()) {
+    std::string list = "[";
+    for (size_t i = 0; i < urls.size(); ++i) {
+      if (i) list.push_back(',');
+      std::string headers = "{";
+      for (size_t j = 0; j < urls[i].second.size(); ++j) {
+        if (j) headers.push_back(',');
+        common::AppendJsonString(&headers, urls[i].second[j].first);
+        headers.push_back(':');
+        common::AppendJsonString(&headers, urls[i].second[j].second);
+      }
+      headers.push_back('}');
+      common::JsonObjectWriter u(&list);
+      u.String("url", urls[i].first);
+      u.Raw("headers", headers);
+      u.Close();
+    }
+    list.push_back(']');
+    w.Raw("urls", list);
+  }
+  if (cl.Has("shared-secret-file") && cl.Bool("no-shared-secret")) {
+    return UsageError{"--shared-secret-file and --no-shared-secret exclude each other"};
+  }
+  if (cl.Has("shared-secret-file")) {
+    std::string error;
+    std::optional<std::string> secret = ReadFileTrimmed(cl.Get("shared-secret-file"), &error);
+    if (!secret.has_value()) return UsageError{absl::StrCat("--shared-secret-file: ", error)};
+    w.String("sharedSecret", *secret);
+  }
+  if (cl.Bool("no-shared-secret")) w.String("sharedSecret", "");
+  if (cl.Has("enabled")) w.Bool("enabled", cl.Bool("enabled"));
+  if (cl.Has("timeout-ms")) {
+    int64_t ms = 0;
+    if (!absl::SimpleAtoi(cl.Get("timeout-ms"), &ms) || ms < 0) {
+      return UsageError{absl::StrCat("--timeout-ms: \"", cl.Get("timeout-ms"),
+                                     "\" is not a number of milliseconds")};
+    }
+    std::string options;
+    common::JsonObjectWriter o(&options);
+    o.Int("timeoutMs", ms);
+    o.Close();
+    w.Raw("options", options);
+  }
+  w.Close();
+  return std::nullopt;
+}
+
+int Destinations(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
+  const auto& pos = cl.positional;
+  if (pos.size() < 2) {
+    *usage = UsageError{
+        "destinations needs a command: list, get, create, update, enable, disable, delete, test"};
+    return kExitUsage;
+  }
+  const std::string& verb = pos[1];
+  const std::string command = absl::StrCat("destinations ", verb);
+  ApiError e;
+  if (verb == "list") {
+    if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 0, command))) return kExitUsage;
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "ENABLED", "SOURCES", "URLS", "DELIVERED", "RETRIED", "DEAD", "LAST ERROR"}};
+    std::string token;
+    do {
+      hookrelay::v1::ListDestinationsResponse page;
+      const std::string path = absl::StrCat("/admin/v1/destinations?page_size=1000",
+                                            token.empty() ? "" : "&page_token=", UrlEncode(token));
+      if (!ctx.client->Call("GET", path, nullptr, &page, &e)) {
+        return Failed(ctx, "listing destinations", e);
+      }
+      for (const auto& d : page.destinations()) {
+        if (ctx.json) {
+          *ctx.out << ToJson(d) << "\n";
+        } else {
+          rows.push_back({d.id(), d.enabled() ? "yes" : "no", absl::StrJoin(d.sources(), ","),
+                          absl::StrCat(d.urls_size()), absl::StrCat(d.stats().delivered()),
+                          absl::StrCat(d.stats().retried()), absl::StrCat(d.stats().dead()),
+                          Cell(d.stats().last_error())});
+        }
+      }
+      token = page.next_page_token();
+    } while (!token.empty());
+    if (!ctx.json) {
+      if (rows.size() == 1) {
+        *ctx.err << "no destinations\n";
+      } else {
+        PrintTable(*ctx.out, rows);
+      }
+    }
+    return kExitOk;
+  }
+  if (verb == "create") {
+    if ((*usage = CheckScope(cl, command, kDestinationFlags))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 0, command))) return kExitUsage;
+    std::string body;
+    if ((*usage = DestinationBody(cl, true, &body))) return kExitUsage;
+    hookrelay::v1::DestinationResource d;
+    if (!ctx.client->Call("POST", "/admin/v1/destinations", nullptr, &d, &e, body)) {
+      return Failed(ctx, "creating the destination", e);
+    }
+    PrintDestination(ctx, d);
+    return kExitOk;
+  }
+  if ((*usage = Positional(cl, 2, 1, command))) return kExitUsage;
+  const std::string path = absl::StrCat("/admin/v1/destinations/", UrlEncode(pos[2]));
+  if (verb == "get") {
+    if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+    hookrelay::v1::DestinationResource d;
+    if (!ctx.client->Call("GET", path, nullptr, &d, &e)) {
+      return Failed(ctx, absl::StrCat("reading destination ", pos[2]), e);
+    }
+    PrintDestination(ctx, d);
+    return kExitOk;
+  }
+  if (verb == "update" || verb == "enable" || verb == "disable") {
+    std::string body;
+    if (verb == "update") {
+      if ((*usage = CheckScope(cl, command, kDestinationFlags))) return kExitUsage;
+      if (cl.Has("id")) {
+        *usage = UsageError{"--id: the id cannot change; give it as the argument"};
+        return kExitUsage;
+      }
+      if ((*usage = DestinationBody(cl, false, &body))) return kExitUsage;
+      if (body == "{}") {
+        *usage = UsageError{"destinations update needs something to change (see --help)"};
+        return kExitUsage;
+      }
     } else {
-      PrintTable(out, rows);
+      if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+      body = verb == "enable" ? R"({"enabled":true})" : R"({"enabled":false})";
     }
+    hookrelay::v1::DestinationResource d;
+    if (!ctx.client->Call("PATCH", path, nullptr, &d, &e, body)) {
+      return Failed(ctx, absl::StrCat("updating destination ", pos[2]), e);
+    }
+    PrintDestination(ctx, d);
+    return kExitOk;
   }
-  if (more) {
-    err << "hookrelayctl: showing the first " << printed
-        << " dead letters; there are more (raise --limit)\n";
+  if (verb == "delete") {
+    if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+    hookrelay::v1::DeleteResponse r;
+    if (!ctx.client->Call("DELETE", path, nullptr, &r, &e)) {
+      return Failed(ctx, absl::StrCat("deleting destination ", pos[2]), e);
+    }
+    if (!ctx.json) *ctx.out << "deleted destination " << pos[2] << "\n";
+    return kExitOk;
   }
-  out.flush();
-  return kExitOk;
+  if (verb == "test") {
+    if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+    hookrelay::v1::TestDestinationResponse r;
+    if (!ctx.client->Call("POST", absl::StrCat(path, ":test"), nullptr, &r, &e, "{}")) {
+      return Failed(ctx, absl::StrCat("testing destination ", pos[2]), e);
+    }
+    if (ctx.json) {
+      *ctx.out << ToJson(r) << "\n";
+    } else {
+      std::vector<std::vector<std::string>> rows = {{"URL", "STATUS", "LATENCY", "ERROR"}};
+      for (const auto& u : r.results()) {
+        rows.push_back({u.url(), u.status() ? absl::StrCat(u.status()) : "-",
+                        absl::StrCat(u.latency_ms(), " ms"), Cell(u.error())});
+      }
+      PrintTable(*ctx.out, rows);
+      *ctx.out << "outcome: " << r.outcome() << (r.reason().empty() ? "" : " (") << r.reason()
+               << (r.reason().empty() ? "" : ")") << "  message id: " << r.message_id() << "\n";
+    }
+    return r.outcome() == "delivered" ? kExitOk : kExitFailure;
+  }
+  *usage = UsageError{absl::StrCat("unknown command \"", command, "\"")};
+  return kExitUsage;
 }
 
-int Replay(const CommandLine& cl, std::string_view env_token, std::ostream& out,
-           std::ostream& err, std::optional<UsageError>* usage) {
-  hookrelay::v1::ReplayDeadLettersRequest request;
-  if ((*usage = CheckScope(cl, "dead-letters replay", kReplayFlags))) return kExitUsage;
-  const bool all = cl.Bool("all");
-  const bool filtered = cl.Has("destination") || cl.Has("from") || cl.Has("to");
-  if (all && filtered) {
-    *usage = UsageError{"--all replays every dead letter; it cannot be combined with "
-                        "--destination, --from or --to"};
-    return kExitUsage;
-  }
-  if (!all && !cl.Has("destination")) {
-    *usage = UsageError{cl.Has("from") || cl.Has("to")
-                            ? "--from and --to select within a destination: add --destination=ID"
-                            : "dead-letters replay needs --all or --destination=ID"};
-    return kExitUsage;
-  }
-  if ((*usage = ParseFilter(cl, request.mutable_filter()))) return kExitUsage;
-  request.set_all(all);
-  Connection conn;
-  if ((*usage = Connect(cl, env_token, &conn))) return kExitUsage;
+// --- dead letters ------------------------------------------------------------------------------
 
-  hookrelay::v1::ReplayDeadLettersResponse response;
-  grpc::ClientContext context;
-  conn.Prepare(context);
-  const grpc::Status status = conn.stub->ReplayDeadLetters(&context, request, &response);
-  if (!status.ok()) return RpcFailed(err, "replaying dead letters at", conn, status);
-  out << "replayed " << response.replayed() << " dead letters\n";
-  out.flush();
-  return kExitOk;
+constexpr std::string_view kListFlags[] = {"destination", "from", "to", "limit"};
+constexpr std::string_view kReplayFlags[] = {"all", "destination", "from", "to"};
+
+std::optional<UsageError> TimeFlag(const CommandLine& cl, std::string_view name,
+                                   std::optional<absl::Time>* out) {
+  if (!cl.Has(name)) return std::nullopt;
+  *out = common::ParseIso8601(cl.Get(name));
+  if (!out->has_value()) {
+    return UsageError{absl::StrCat("--", common::ToAbsl(name), ": \"", cl.Get(name),
+                                   "\" is not an RFC 3339 time such as 2024-05-01T12:00:00Z")};
+  }
+  return std::nullopt;
 }
 
-int Health(const CommandLine& cl, std::string_view env_token, std::ostream& out,
-           std::ostream& err, std::optional<UsageError>* usage) {
+// The filter as query parameters (list) and as a DeadLetterFilter (replay).
+std::optional<UsageError> Filter(const CommandLine& cl, std::string* query,
+                                 hookrelay::v1::DeadLetterFilter* filter) {
+  if (cl.Has("destination")) {
+    if (cl.Get("destination").empty()) return UsageError{"--destination needs a destination id"};
+    filter->set_destination_id(cl.Get("destination"));
+    absl::StrAppend(query, "&destination_id=", UrlEncode(cl.Get("destination")));
+  }
+  std::optional<absl::Time> from, to;
+  if (auto error = TimeFlag(cl, "from", &from)) return error;
+  if (auto error = TimeFlag(cl, "to", &to)) return error;
+  if (from.has_value() && to.has_value() && *to <= *from) {
+    return UsageError{"--to must be after --from (the range is [from, to))"};
+  }
+  if (from.has_value()) {
+    filter->mutable_from()->set_seconds(absl::ToUnixSeconds(*from));
+    filter->mutable_from()->set_nanos(
+        static_cast<int32_t>((absl::ToUnixNanos(*from) % 1000000000 + 1000000000) % 1000000000));
+    absl::StrAppend(query, "&from=", UrlEncode(common::FormatIso8601Millis(*from)));
+  }
+  if (to.has_value()) {
+    filter->mutable_to()->set_seconds(absl::ToUnixSeconds(*to));
+    filter->mutable_to()->set_nanos(
+        static_cast<int32_t>((absl::ToUnixNanos(*to) % 1000000000 + 1000000000) % 1000000000));
+    absl::StrAppend(query, "&to=", UrlEncode(common::FormatIso8601Millis(*to)));
+  }
+  return std::nullopt;
+}
+
+int DeadLetters(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
+  const auto& pos = cl.positional;
+  if (pos.size() < 2) {
+    *usage = UsageError{"dead-letters needs a command: list or replay"};
+    return kExitUsage;
+  }
+  if ((*usage = Positional(cl, 2, 0, absl::StrCat("dead-letters ", pos[1])))) return kExitUsage;
+  ApiError e;
+  std::string query;
+  hookrelay::v1::DeadLetterFilter filter;
+  if (pos[1] == "list") {
+    if ((*usage = CheckScope(cl, "dead-letters list", kListFlags))) return kExitUsage;
+    if ((*usage = Filter(cl, &query, &filter))) return kExitUsage;
+    int64_t limit = kDefaultLimit;
+    if (cl.Has("limit") && (!absl::SimpleAtoi(cl.Get("limit"), &limit) || limit < 1)) {
+      *usage = UsageError{absl::StrCat("--limit: \"", cl.Get("limit"), "\" is not a number >= 1")};
+      return kExitUsage;
+    }
+    simdjson::dom::parser parser;
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "DESTINATION", "TYPE", "MESSAGE ID", "DIED", "ATTEMPTS", "REASON"}};
+    int64_t printed = 0;
+    bool more = false;
+    std::string token;
+    while (true) {
+      hookrelay::v1::ListDeadLettersResponse page;
+      const std::string path = absl::StrCat(
+          "/admin/v1/dead-letters?page_size=", std::min(limit - printed, kMaxPageSize), query,
+          token.empty() ? "" : "&page_token=", UrlEncode(token));
+      if (!ctx.client->Call("GET", path, nullptr, &page, &e)) {
+        ctx.out->flush();  // JSON lines of earlier pages stay printed.
+        return Failed(ctx, "listing dead letters", e);
+      }
+      for (const Job& job : page.jobs()) {
+        if (ctx.json) {
+          *ctx.out << JsonLine(job, parser) << "\n";
+        } else {
+          rows.push_back(TableRow(job));
+        }
+      }
+      printed += page.jobs_size();
+      if (page.next_page_token().empty()) break;
+      if (printed >= limit || page.jobs_size() == 0) {
+        more = true;
+        break;
+      }
+      token = page.next_page_token();
+    }
+    if (!ctx.json) {
+      if (printed == 0) {
+        *ctx.err << "no dead letters\n";
+      } else {
+        PrintTable(*ctx.out, rows);
+      }
+    }
+    if (more) {
+      *ctx.err << "hookrelayctl: showing the first " << printed
+               << " dead letters; there are more (raise --limit)\n";
+    }
+    return kExitOk;
+  }
+  if (pos[1] == "replay") {
+    if ((*usage = CheckScope(cl, "dead-letters replay", kReplayFlags))) return kExitUsage;
+    const bool all = cl.Bool("all");
+    const bool filtered = cl.Has("destination") || cl.Has("from") || cl.Has("to");
+    if (all && filtered) {
+      *usage = UsageError{"--all replays every dead letter; it cannot be combined with "
+                          "--destination, --from or --to"};
+      return kExitUsage;
+    }
+    if (!all && !cl.Has("destination")) {
+      *usage = UsageError{cl.Has("from") || cl.Has("to")
+                              ? "--from and --to select within a destination: add --destination=ID"
+                              : "dead-letters replay needs --all or --destination=ID"};
+      return kExitUsage;
+    }
+    if ((*usage = Filter(cl, &query, &filter))) return kExitUsage;
+    hookrelay::v1::ReplayDeadLettersRequest request;
+    *request.mutable_filter() = filter;
+    request.set_all(all);
+    hookrelay::v1::ReplayDeadLettersResponse response;
+    if (!ctx.client->Call("POST", "/admin/v1/dead-letters:replay", &request, &response, &e)) {
+      return Failed(ctx, "replaying dead letters", e);
+    }
+    if (ctx.json) {
+      *ctx.out << ToJson(response) << "\n";
+    } else {
+      *ctx.out << "replayed " << response.replayed() << " dead letters\n";
+    }
+    return kExitOk;
+  }
+  *usage = UsageError{absl::StrCat("unknown command \"dead-letters ", pos[1], "\"")};
+  return kExitUsage;
+}
+
+// --- health (gRPC) -----------------------------------------------------------------------------
+
+constexpr std::string_view kHealthFlags[] = {"service", "collector"};
+
+int Health(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
   if ((*usage = CheckScope(cl, "health", kHealthFlags))) return kExitUsage;
-  Connection conn;
-  if ((*usage = Connect(cl, env_token, &conn))) return kExitUsage;
+  if ((*usage = Positional(cl, 1, 0, "health"))) return kExitUsage;
+  const std::string collector = cl.Has("collector") ? cl.Get("collector") : "127.0.0.1:50051";
+  if (collector.empty()) {
+    *usage = UsageError{"--collector needs an address such as host:50051"};
+    return kExitUsage;
+  }
+  absl::Duration timeout = absl::Seconds(15);
+  if (cl.Has("timeout") &&
+      (!absl::ParseDuration(cl.Get("timeout"), &timeout) || timeout <= absl::ZeroDuration())) {
+    *usage = UsageError{absl::StrCat("--timeout: \"", cl.Get("timeout"),
+                                     "\" is not a positive duration such as 10s or 1m")};
+    return kExitUsage;
+  }
   auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(conn.collector, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(collector, grpc::InsecureChannelCredentials()));
   grpc::health::v1::HealthCheckRequest request;
-  if (auto it = cl.flags.find("service"); it != cl.flags.end()) request.set_service(it->second);
+  request.set_service(cl.Get("service"));
   grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
-  conn.Prepare(context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   const grpc::Status status = stub->Check(&context, request, &response);
-  if (!status.ok()) return RpcFailed(err, "checking the health of", conn, status);
-  out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
-  out.flush();
+  if (!status.ok()) {
+    *ctx.err << "hookrelayctl: checking the health of " << collector << ": "
+             << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
+             << ": " << status.error_message() << "\n";
+    return kExitFailure;
+  }
+  *ctx.out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
                                                                               : kExitFailure;
 }
 
 }  // namespace
 
-int Run(const std::vector<std::string>& args, std::string_view env_token, std::ostream& out,
+int Run(const std::vector<std::string>& args, const Environment& env, std::ostream& out,
         std::ostream& err) {
   CommandLine cl;
   std::optional<UsageError> usage = Parse(args, &cl);
   int code = kExitUsage;
+  Context ctx;
+  ctx.out = &out;
+  ctx.err = &err;
   if (!usage.has_value()) {
-    if (cl.Bool("help")) {
+    const std::vector<std::string>& pos = cl.positional;
+    if (cl.Bool("help") || (!pos.empty() && pos[0] == "help")) {
       out << kUsage;
       return kExitOk;
     }
-    const std::vector<std::string>& pos = cl.positional;
     if (pos.empty()) {
       usage = UsageError{"no command given"};
-    } else if (pos[0] == "help") {
-      out << kUsage;
-      return kExitOk;
     } else if (pos[0] == "health") {
-      if (pos.size() > 1) {
-        usage = UsageError{absl::StrCat("unexpected argument \"", pos[1], "\"")};
-      } else {
-        code = Health(cl, env_token, out, err, &usage);
-      }
-    } else if (pos[0] != "dead-letters") {
+      code = Health(cl, ctx, &usage);
+    } else if (pos[0] != "catalog" && pos[0] != "sources" && pos[0] != "destinations" &&
+               pos[0] != "dead-letters") {
       usage = UsageError{absl::StrCat("unknown command \"", pos[0], "\"")};
-    } else if (pos.size() == 1) {
-      usage = UsageError{"dead-letters needs a command: list or replay"};
-    } else if (pos.size() > 2) {
-      usage = UsageError{absl::StrCat("unexpected argument \"", pos[2], "\"")};
-    } else if (pos[1] == "list") {
-      code = List(cl, env_token, out, err, &usage);
-    } else if (pos[1] == "replay") {
-      code = Replay(cl, env_token, out, err, &usage);
-    } else {
-      usage = UsageError{absl::StrCat("unknown command \"dead-letters ", pos[1], "\"")};
+    } else if (!(usage = Connect(cl, env, &ctx))) {
+      if (pos[0] == "catalog") {
+        code = Catalog(cl, ctx, &usage);
+      } else if (pos[0] == "sources") {
+        code = Sources(cl, ctx, &usage);
+      } else if (pos[0] == "destinations") {
+        code = Destinations(cl, ctx, &usage);
+      } else {
+        code = DeadLetters(cl, ctx, &usage);
+      }
     }
   }
   if (usage.has_value()) {
     err << "hookrelayctl: " << usage->message << "\n\n" << kUsage;
     return kExitUsage;
   }
+  out.flush();
   return code;
 }
 

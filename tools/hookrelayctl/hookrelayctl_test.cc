@@ -161,7 +161,7 @@ class HookrelayctlTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<AdminTestServer>> server = AdminTestServer::Start(token);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    collector_flag_ = absl::StrCat("--collector=", server_->address());
+    collector_flag_ = absl::StrCat("--admin-url=", server_->http_url());
   }
 
   std::vector<uint64_t> MakeDeadLetters(const std::vector<std::string>& destinations,
@@ -365,6 +365,7 @@ TEST_F(HookrelayctlTest, AdminToken) {
 TEST_F(HookrelayctlTest, Health) {
   StartServer();
   server_->SetServing("hookrelay.v1.Admin", true);
+  collector_flag_ = absl::StrCat("--collector=", server_->address());
   Result r = Ctl({"health"});
   EXPECT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(r.out, "SERVING\n");
@@ -419,7 +420,7 @@ TEST_F(HookrelayctlTest, UsageErrorsExit2) {
   EXPECT_EQ(help.err, "");
 }
 
-// A port nothing listens on: UNAVAILABLE, with the gRPC code and message, exit 1.
+// A port nothing listens on: UNAVAILABLE, naming the URL, exit 1.
 TEST_F(HookrelayctlTest, UnreachableCollectorExits1) {
   // A bound socket that never listens refuses connections, and no one else can take its port.
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -430,7 +431,7 @@ TEST_F(HookrelayctlTest, UnreachableCollectorExits1) {
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
   socklen_t len = sizeof(addr);
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0) << strerror(errno);
-  const std::string collector = absl::StrCat("--collector=127.0.0.1:", ntohs(addr.sin_port));
+  const std::string collector = absl::StrCat("--admin-url=http://127.0.0.1:", ntohs(addr.sin_port));
 
   for (const std::vector<std::string>& command :
        {std::vector<std::string>{"dead-letters", "list"},
@@ -441,7 +442,7 @@ TEST_F(HookrelayctlTest, UnreachableCollectorExits1) {
     EXPECT_EQ(r.exit_code, 1) << r;
     EXPECT_EQ(r.out, "");
     EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr("UNAVAILABLE"),
-                             HasSubstr(collector.substr(strlen("--collector=")))))
+                             HasSubstr(collector.substr(strlen("--admin-url=")))))
         << r;
     EXPECT_THAT(Lines(r.err), SizeIs(1)) << r;
   }

@@ -1,4 +1,4 @@
-// hookrelayctl: the operator's command line over the collector's Admin API. Everything but
+// hookrelayctl: the operator's command line over the collector's admin API. Everything but
 // reading argv and the environment is in cli.{h,cc}; `hookrelayctl --help` shows the usage.
 #include <cstdlib>
 #include <iostream>
@@ -7,8 +7,20 @@
 
 #include "tools/hookrelayctl/cli.h"
 
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  const char* token = std::getenv("HOOKRELAY_ADMIN_TOKEN");
-  return hookrelay::hookrelayctl::Run(args, token != nullptr ? token : "", std::cout, std::cerr);
+  hookrelay::hookrelayctl::Environment env;
+  env.admin_url = Env("HOOKRELAY_ADMIN_URL");
+  env.admin_token = Env("HOOKRELAY_ADMIN_TOKEN");
+  env.admin_token_file = Env("HOOKRELAY_ADMIN_TOKEN_FILE");
+  return hookrelay::hookrelayctl::Run(args, env, std::cout, std::cerr);
 }
