@@ -745,8 +745,10 @@
       hr.valueField = field('Header value', hr.valueInput, null);
       hr.removeBtn = h('button', {type: 'button', class: 'button-small button-quiet remove-header',
         text: 'Remove'});
+      // The errors span the whole header row (under name and value), not the name's column.
       hr.el = h('div', {class: 'header-row'}, hr.nameField.wrap, hr.valueField.wrap,
-        h('div', {class: 'field field-button'}, hr.removeBtn));
+        h('div', {class: 'field field-button'}, hr.removeBtn), hr.nameField.err,
+        hr.valueField.err);
       hr.nameInput.addEventListener('blur', function () {
         afterPointer(function () { checkHeaders(row); });
       });
@@ -1143,7 +1145,7 @@
           ' marked below.' : '';
         formError.show('The collector refused the destination',
           unmatched.length || !placed ? e.message + codeSuffix(e) + (marked ? ' ' + marked : '') :
-            'Correct the fields marked below: ' + marked.charAt(0).toLowerCase() + marked.slice(1),
+            marked + ' Correct ' + (placed === 1 ? 'it' : 'them') + ' and save again.',
           unmatched);
         announce('The collector refused the destination.', 'error');
         formError.el.focus();

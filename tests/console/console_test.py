@@ -1,0 +1,727 @@
+#!/usr/bin/env python3
+"""The web console (collector/console/) in a real browser against the real binaries.
+
+Starts, on 127.0.0.1 only, an empty collector (no --config) with an admin token, a deliverer and
+the demo receiver, then drives Debian's Chromium (headless, through chromedriver and Selenium)
+through the console served at / on the collector's admin HTTP address:
+  - sign-in: a wrong token shows the server's error; the right one is kept in sessionStorage only;
+  - the setup flow: catalog (Webhooks) → a source created on the page (its write key copied from
+    the page) → the receiver's URL with one header → the URL and header limits of the form →
+    shared secret (show/hide) → enabled → save → "Send test event" shows status 200;
+  - a real event sent with that write key to POST /v1/track reaches the receiver signed
+    (X-Signature: verified);
+  - the server's limits: a sixth URL (through the page's JSON editor) is refused naming `urls`
+    and the limit; a reserved header (Content-Type) typed in the form is refused by the server,
+    its error shown next to that header field; the stored destination is unchanged (GET);
+  - the destinations page: disabling persists across a reload;
+  - the sources page: masked keys, Reveal, Rotate, then Revoke of the old key, after which ingest
+    refuses the old key with 401 within 1 s;
+  - the dead letters page renders its empty state; sign-out;
+  - no script error nor Content-Security-Policy violation in the browser's console.
+A 1280×800 PNG of every step goes to $TEST_OUTPUT_DIR (default: console-screenshots in the
+test's temporary directory), named 01-login.png, 02-catalog.png, …
+
+Usage: tests/console/run.sh   (or HOOKRELAY_BIN_DIR=<bazel-bin> python3 with selenium installed)
+Network: 127.0.0.1 only (Chromium's resolver maps every other host to nothing); every wait is
+bounded; every process is stopped with SIGTERM at the end.
+"""
+
+import base64
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CONSOLE_DIR = os.path.join(ROOT, "collector/console")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+SECRET = "console-shared-secret"
+DEST_ID = "console-hook"
+WIDTH, HEIGHT = 1280, 800
+
+failures = []
+passes = []
+
+
+def check(ok, message):
+    print(("PASS  " if ok else "FAIL  ") + message, flush=True)
+    (passes if ok else failures).append(message)
+    return ok
+
+
+class Process:
+    """A child whose output lines are collected; JSON log fields and text lines can be awaited."""
+
+    def __init__(self, name, args, log_dir):
+        self.name = name
+        self.log_path = os.path.join(log_dir, name + ".log")
+        self.log = open(self.log_path, "w")
+        self.lines = []
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, text=True)
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self.log.write(line)
+            self.log.flush()
+
+    def field(self, name, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in list(self.lines):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and name in record:
+                    return record[name]
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: no '{name}' in its log (see {self.log_path})")
+
+    def find_line(self, *texts):
+        for line in list(self.lines):
+            if all(t in line for t in texts):
+                return line
+        return None
+
+    def wait_line(self, *texts, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.find_line(*texts)
+            if line is not None:
+                return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.thread.join(timeout=5)
+        self.log.close()
+
+
+def http(method, url, body=None, headers=None, timeout=10):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            payload = response.read()
+            status, response_headers = response.status, dict(response.headers)
+    except urllib.error.HTTPError as e:
+        payload = e.read()
+        status, response_headers = e.code, dict(e.headers)
+    try:
+        parsed = json.loads(payload) if payload else None
+    except ValueError:
+        parsed = payload.decode(errors="replace")
+    return status, parsed, response_headers
+
+
+def basic(write_key):
+    return {"Authorization": "Basic " + base64.b64encode(f"{write_key}:".encode()).decode()}
+
+
+def wait_for(fn, timeout, interval=0.1):
+    """fn() until it returns something truthy (exceptions count as not yet); None on timeout."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception:  # noqa: BLE001 (the page may be re-rendering)
+            pass
+        if time.time() >= deadline:
+            return None
+        time.sleep(interval)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+def static_checks():
+    """The console's files: no innerHTML, no inline handlers or scripts, nothing from elsewhere."""
+    names = sorted(os.listdir(CONSOLE_DIR))
+    check(set(names) >= {"index.html", "app.js", "style.css"},
+          f"collector/console has index.html, app.js, style.css ({names})")
+    text = {n: open(os.path.join(CONSOLE_DIR, n), encoding="utf-8").read() for n in names
+            if n.endswith((".html", ".js", ".css"))}
+    js = text.get("app.js", "")
+    html = text.get("index.html", "")
+    check(not re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", js),
+          "app.js never writes HTML from strings (no innerHTML / insertAdjacentHTML)")
+    check(not re.search(r"\son[a-z]+\s*=", html), "index.html has no inline event handler")
+    check(not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html) and "<style" not in html
+          and not re.search(r"\sstyle\s*=", html),
+          "index.html has no inline script or style (CSP default-src 'self')")
+    css = text.get("style.css", "")
+    loads = re.findall(r"(?:src|href)\s*=\s*\"([^\"]*)\"", html)
+    foreign = [u for u in loads if "//" in u or u.startswith("http")]
+    foreign += re.findall(r"url\([^)]*\)|@import", css)
+    foreign += re.findall(r"XMLHttpRequest|WebSocket|EventSource|importScripts|\bimport\(", js)
+    fetches = re.findall(r"\bfetch\(([^,)]*)", js)
+    check(not foreign and fetches == ["API + path"],
+          f"the console loads nothing from elsewhere: one fetch, to /admin/v1 "
+          f"({foreign or 'no foreign URL'}, fetch({', '.join(fetches)}))")
+    check("localStorage" not in js, "app.js does not use localStorage (the token is per tab)")
+
+
+class Browser:
+    def __init__(self, work, shots_dir):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                    f"--window-size={WIDTH},{HEIGHT}", "--no-first-run",
+                    "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-default-apps", "--metrics-recording-only", "--mute-audio",
+                    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                    f"--user-data-dir={os.path.join(work, 'chromium-profile')}"):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        options.unhandled_prompt_behavior = "ignore"
+        service = Service(executable_path=CHROMEDRIVER,
+                          log_output=os.path.join(work, "chromedriver.log"))
+        self.driver = webdriver.Chrome(service=service, options=options)
+        self.driver.set_page_load_timeout(30)
+        self.driver.set_script_timeout(30)
+        # The screenshots are exactly 1280×800 CSS pixels at scale 1.
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+        self.shots_dir = shots_dir
+        self.shot_count = 0
+        self.shots = []
+        self.console = []
+
+    def shot(self, name, element=None):
+        if element is not None:
+            self.driver.execute_script(
+                "arguments[0].scrollIntoView({block: 'center', inline: 'nearest'});", element)
+        else:
+            self.driver.execute_script("window.scrollTo(0, 0);")
+        time.sleep(0.25)
+        self.shot_count += 1
+        path = os.path.join(self.shots_dir, f"{self.shot_count:02d}-{name}.png")
+        self.driver.save_screenshot(path)
+        self.shots.append(path)
+        return path
+
+    def css(self, selector):
+        from selenium.webdriver.common.by import By
+        return self.driver.find_element(By.CSS_SELECTOR, selector)
+
+    def css_all(self, selector):
+        from selenium.webdriver.common.by import By
+        return self.driver.find_elements(By.CSS_SELECTOR, selector)
+
+    def visible(self, selector, timeout=10):
+        def probe():
+            el = self.css(selector)
+            return el if el.is_displayed() else None
+        return wait_for(probe, timeout)
+
+    def type(self, selector, text, clear=True):
+        el = self.css(selector)
+        if clear:
+            el.clear()
+        el.send_keys(text)
+        return el
+
+    def click(self, selector):
+        el = self.css(selector)
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+        el.click()
+        return el
+
+    def status_text(self):
+        return self.css("#status").text
+
+    def wait_status(self, needle, timeout=10):
+        return wait_for(lambda: needle in self.status_text(), timeout)
+
+    def go(self, base, fragment):
+        self.driver.get(base + fragment)
+
+    def collect_console(self):
+        try:
+            self.console.extend(self.driver.get_log("browser"))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def accept_confirm(self, timeout=5):
+        from selenium.webdriver.support import expected_conditions as EC
+        from selenium.webdriver.support.ui import WebDriverWait
+        alert = WebDriverWait(self.driver, timeout).until(EC.alert_is_present())
+        text = alert.text
+        alert.accept()
+        return text
+
+    def unlabeled_controls(self):
+        return self.driver.execute_script("""
+          var out = [];
+          document.querySelectorAll('input, select, textarea').forEach(function (el) {
+            if (el.type === 'hidden') return;
+            var named = (el.labels && el.labels.length) || el.getAttribute('aria-label') ||
+              el.getAttribute('aria-labelledby');
+            if (!named) out.push(el.outerHTML.slice(0, 120));
+          });
+          document.querySelectorAll('[onclick], [onchange], [onsubmit], [style]').forEach(
+            function (el) { out.push('inline handler or style: ' + el.outerHTML.slice(0, 120)); });
+          return out;""")
+
+
+def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
+    from selenium.webdriver.support.ui import Select
+    d = b.driver
+    auth = {"Authorization": "Bearer " + token}
+
+    def stored():
+        status, body, _ = http("GET", f"{admin}/admin/v1/destinations/{DEST_ID}", headers=auth)
+        return body if status == 200 else {"status": status, "body": body}
+
+    def summary(dest):
+        if not isinstance(dest, dict):
+            return dest
+        return {k: dest.get(k) for k in ("id", "sources", "enabled", "urls", "sharedSecretSet")}
+
+    # 1. Sign in: a wrong token first.
+    b.go(base, "")
+    check(b.visible("#token") is not None, "the console shows the sign-in form at /")
+    b.type("#token", "not-the-token")
+    b.click("#sign-in")
+    err = b.visible("#login-error")
+    check(err is not None and err.text.strip() != "",
+          f"a wrong token shows the server's error: {err.text.strip() if err else None!r}")
+    check(d.execute_script("return location.hash") == "#/login", "still on the sign-in page")
+    b.shot("login", err)
+    check(d.execute_script("return sessionStorage.getItem('hookrelay.adminToken')") is None,
+          "a refused token is not kept")
+
+    b.type("#token", token)
+    b.click("#sign-in")
+    check(b.visible("#type-webhooks + label, label[for=type-webhooks]", 15) is not None,
+          "signed in: the setup page shows the catalog")
+    kept = d.execute_script("return [sessionStorage.getItem('hookrelay.adminToken'), "
+                            "JSON.stringify(localStorage), document.cookie]")
+    check(kept[0] == token and token not in kept[1] and token not in kept[2],
+          "the token is kept in sessionStorage only")
+    type_label = b.css("label[for=type-webhooks]")
+    check("Webhooks" in type_label.text, f"the catalog offers Webhooks ({type_label.text!r})")
+    steps_hidden = not b.css("#url-rows").is_displayed()
+    b.click("label[for=type-webhooks]")
+    check(steps_hidden and b.css("#url-rows").is_displayed(),
+          "choosing Webhooks reveals the next steps")
+    headings = [h.text for h in b.css_all("section.step h2")]
+    check(len(headings) == 6, f"six step headings: {headings}")
+    b.shot("catalog")
+
+    # 2. A source created on the page; its write key copied from the page.
+    b.type("#new-source-name", "Console shop")
+    Select(b.css("#new-source-kind")).select_by_value("server")
+    b.click("#create-source")
+    key_input = b.visible("#new-write-key", 10)
+    write_key = key_input.get_attribute("value") if key_input else ""
+    check(bool(write_key), f"the new source's write key is shown ({len(write_key)} characters)")
+    checked = [c.get_attribute("value") for c in b.css_all("input.source-choice")
+               if c.is_selected()]
+    check(len(checked) == 1, f"the new source is selected ({checked})")
+    source_id = checked[0] if checked else ""
+    b.click("#new-key-panel button.copy-key")
+    check(wait_for(lambda: "opied" in b.status_text() or "copy" in b.status_text(), 5),
+          f"Copy answers in the status region ({b.status_text()!r})")
+    b.shot("source", b.css("#new-key-panel"))
+
+    # 3. URLs: the receiver's, with one header; the form's limits.
+    row0 = "fieldset.url-row[data-url-index='0']"
+    b.type(f"{row0} input.url-input", receiver_url + "hooks")
+    b.click(f"{row0} button.add-header")
+    b.type(f"{row0} .header-row[data-header-index='0'] input.header-name", "X-Api-Key")
+    b.type(f"{row0} .header-row[data-header-index='0'] input.header-value", "demo")
+    for _ in range(4):
+        b.click("#add-url")
+    rows = b.css_all("fieldset.url-row")
+    add_url = b.css("#add-url")
+    note = b.css("#url-limit-note")
+    check(len(rows) == 5 and not add_url.is_enabled() and note.is_displayed()
+          and "at most 5 URLs" in note.text,
+          f"Add URL stops at 5 rows with the note ({len(rows)} rows, note {note.text!r})")
+    row1 = "fieldset.url-row[data-url-index='1']"
+    for _ in range(5):
+        b.click(f"{row1} button.add-header")
+    headers_1 = b.css_all(f"{row1} .header-row")
+    add_header = b.css(f"{row1} button.add-header")
+    check(len(headers_1) == 5 and not add_header.is_enabled()
+          and "at most 5 headers" in b.css(f"{row1} .limit-note").text,
+          f"Add header stops at 5 per URL ({len(headers_1)} rows)")
+    # A bad scheme: a hint on blur, not a block.
+    b.type(f"{row1} input.url-input", "ftp://example.com/x")
+    b.click(f"{row1} .header-row[data-header-index='0'] input.header-name")
+    url_error = "#" + b.css(f"{row1} input.url-input").get_attribute("id") + "-error"
+    hint = wait_for(lambda: b.css(url_error).is_displayed() and b.css(url_error), 5)
+    check(bool(hint) and "http" in hint.text and hint.get_attribute("data-source") == "client",
+          f"the form hints at a bad URL scheme on blur ({hint.text if hint else None!r})")
+    b.shot("urls", b.css(row1))
+    for _ in range(4):
+        b.click("fieldset.url-row[data-url-index='1'] button.remove-url")
+    rows = b.css_all("fieldset.url-row")
+    check(len(rows) == 1 and b.css("#add-url").is_enabled(),
+          f"Remove URL goes back to one row ({len(rows)})")
+    check(b.css(f"{row0} input.url-input").get_attribute("value") == receiver_url + "hooks",
+          "the first row kept its URL")
+
+    # 4. Shared secret with show/hide.
+    secret = b.type("#shared-secret", SECRET)
+    check(secret.get_attribute("type") == "password", "the shared secret is a password field")
+    b.click("#toggle-secret")
+    check(secret.get_attribute("type") == "text" and
+          b.css("#toggle-secret").get_attribute("aria-pressed") == "true",
+          "Show reveals the shared secret")
+    b.shot("secret", secret)
+    b.click("#toggle-secret")
+    check(secret.get_attribute("type") == "password", "Hide masks it again")
+
+    # 5. Id, enabled, save.
+    b.type("#destination-id", DEST_ID)
+    enabled = b.css("#destination-enabled")
+    if not enabled.is_selected():
+        b.click("label[for=destination-enabled]")
+    check(enabled.is_selected(), "the Enabled switch is on")
+    b.click("#save-destination")
+    saved = b.wait_status("destination " + DEST_ID, 15)
+    check(bool(saved), f"Save creates the destination ({b.status_text()!r})")
+    check(d.execute_script("return location.hash") == "#/setup/" + DEST_ID,
+          "the page switches to editing the saved destination")
+    dest = stored()
+    check(isinstance(dest, dict) and dest.get("enabled") is True and
+          dest.get("sources") == [source_id] and dest.get("sharedSecretSet") is True and
+          dest.get("urls") == [{"url": receiver_url + "hooks", "headers": {"X-Api-Key": "demo"}}],
+          f"the stored destination is what the form said: {summary(dest)}")
+    check(isinstance(dest, dict) and not dest.get("sharedSecret") and SECRET not in json.dumps(dest),
+          "reads never show the shared secret (sharedSecretSet only)")
+    b.shot("saved", b.css("#save-destination"))
+
+    # 6. Test event: status 200 in the results table.
+    b.click("#send-test")
+    cell = wait_for(lambda: b.css("#test-results tbody tr td.cell-status"), 20)
+    status_text = cell.text.strip() if cell else ""
+    check(status_text == "200", f"the test event's result row shows status 200 ({status_text!r})")
+    outcome = b.css("#test-outcome").text if cell else ""
+    check("delivered" in outcome, f"the test outcome is delivered ({outcome!r})")
+    latency = b.css("#test-results tbody tr td.cell-latency").text if cell else ""
+    check(re.fullmatch(r"\d+ ms", latency) is not None, f"the latency is shown ({latency!r})")
+    m = re.search(r"messageId (\S+)", outcome)
+    if m:
+        line = receiver.wait_line(m.group(1), "X-Signature: verified", timeout=5)
+        check(line is not None, f"the receiver got the test event {m.group(1)}, signature verified")
+    b.shot("test-event", b.css("#test-output"))
+
+    # 7. A real event with the write key copied from the page.
+    status, body, _ = http("POST", f"http://127.0.0.1:{http_port}/v1/track",
+                           {"userId": "u1", "event": "Console Test", "messageId": "console-1"},
+                           basic(write_key))
+    check(status == 200, f"ingest accepts the event with the page's write key ({status} {body})")
+    line = receiver.wait_line("console-1", timeout=20)
+    check(line is not None and "X-Signature: verified" in line,
+          f"the receiver got console-1 with a verified signature: {(line or '').strip()!r}")
+
+    before = summary(stored())
+
+    # 8. A sixth URL, through the page's JSON editor (the form stops at five).
+    b.click("#json-editor summary")
+    six = {"urls": [{"url": f"{receiver_url}hooks/{i}"} for i in range(6)]}
+    area = b.css("#json-body")
+    d.execute_script("arguments[0].value = arguments[1];", area, json.dumps(six, indent=2))
+    b.click("#json-send")
+    box = b.visible("#json-error", 10)
+    text = box.text if box else ""
+    check(box is not None and "urls" in text and "5" in text,
+          f"a sixth URL is refused naming urls and the limit: {text!r}")
+    b.shot("sixth-url-refused", box or area)
+    check(summary(stored()) == before, "the stored destination is unchanged after the 6th URL")
+    b.click("#json-editor summary")
+
+    # 9. A reserved header through the form: the server's error next to that header field.
+    b.driver.refresh()
+    check(b.visible(f"{row0} input.url-input", 15) is not None, "the edit page reloads")
+    check(b.css("#shared-secret").get_attribute("placeholder") == "unchanged",
+          "editing: the secret field is empty with placeholder 'unchanged'")
+    b.click(f"{row0} button.add-header")
+    hdr = f"{row0} .header-row[data-header-index='1']"
+    b.type(f"{hdr} input.header-name", "Content-Type")
+    b.type(f"{hdr} input.header-value", "text/plain")
+    name_input = b.css(f"{hdr} input.header-name")
+    name_error = "#" + name_input.get_attribute("id") + "-error"  # its aria-describedby line
+    b.click(f"{hdr} input.header-value")  # blur: the form's own hint
+    client = wait_for(lambda: b.css(name_error).is_displayed() and b.css(name_error), 5)
+    check(bool(client) and client.get_attribute("data-source") == "client",
+          f"the form hints that Content-Type is reserved ({client.text if client else None!r})")
+    b.click("#save-destination")
+    server_err = wait_for(lambda: (lambda e: e if e.get_attribute("data-source") == "server" and
+                                   e.is_displayed() else None)(b.css(name_error)), 10)
+    described = (name_input.get_attribute("aria-describedby") or "").split()
+    check(bool(server_err) and "reserved" in server_err.text.lower() and
+          server_err.get_attribute("id") in described and
+          name_input.get_attribute("aria-invalid") == "true",
+          f"the server's error is shown next to the Content-Type field: "
+          f"{server_err.text if server_err else None!r}")
+    check(b.css("#form-error").is_displayed(), "the form's error summary is shown at the top")
+    b.shot("reserved-header", b.css(hdr))
+    after = summary(stored())
+    check(after == before, f"the stored destination is unchanged: {after}")
+
+    # 10. Destinations page: the list, then disable and reload.
+    b.go(base, "#/destinations")
+    row_sel = f"tr[data-destination-id='{DEST_ID}']"
+    row = b.visible(row_sel, 10)
+    check(row is not None, "the destinations page lists the destination")
+    toggle = b.css(f"{row_sel} input.enabled-toggle")
+    check(toggle.is_selected(), "its Enabled toggle is on")
+    cells = [c.text for c in b.css_all(f"{row_sel} td")]
+    check(len(cells) >= 9 and cells[3] == "1" and source_id in cells[2],
+          f"the row shows sources and URL count: {cells[:9]}")
+    b.shot("destinations", row)
+    b.click(f"{row_sel} label.switch")
+    check(bool(b.wait_status("Disabled " + DEST_ID, 10)),
+          f"the toggle disables the destination ({b.status_text()!r})")
+    b.driver.refresh()
+    row = b.visible(row_sel, 10)
+    toggle = b.css(f"{row_sel} input.enabled-toggle") if row else None
+    check(toggle is not None and not toggle.is_selected(), "after a reload the toggle is off")
+    check((stored() or {}).get("enabled") is False, "the stored destination is disabled")
+    b.shot("disabled", row)
+
+    # 11. Sources page: masked keys, Reveal, Rotate, Revoke the old key.
+    b.go(base, "#/sources")
+    src_sel = f"tr[data-source-id='{source_id}']"
+    row = b.visible(src_sel, 10)
+    check(row is not None, "the sources page lists the new source")
+    code = b.css(f"{src_sel} code.key")
+    check(code.text != write_key and "•" in code.text and
+          code.text.startswith(write_key[:4]), f"the write key is masked ({code.text!r})")
+    b.click(f"{src_sel} button.reveal-key")
+    check(code.text == write_key, "Reveal shows the whole key")
+    b.shot("sources", row)
+    b.click(f"{src_sel} button.rotate-key")
+    new_input = b.visible("#rotated-write-key", 10)
+    new_key = new_input.get_attribute("value") if new_input else ""
+    check(bool(new_key) and new_key != write_key, "Rotate shows a new write key")
+    status, _, _ = http("POST", f"http://127.0.0.1:{http_port}/v1/track",
+                        {"userId": "u1", "event": "Console Test", "messageId": "console-2"},
+                        basic(new_key))
+    check(status == 200, f"ingest accepts the new key ({status})")
+    b.shot("rotated", b.css("#rotate-panel"))
+    b.click("#rotate-panel button.revoke-old-key")
+    prompt = b.accept_confirm()
+    check("Revoke" in prompt, f"revoking asks for confirmation ({prompt!r})")
+    revoked = b.wait_status("Revoked", 10)
+    t_revoked = time.time()
+    check(bool(revoked), f"the old key is revoked ({b.status_text()!r})")
+    refused = None
+    while time.time() < t_revoked + 1.0:
+        status, _, _ = http("POST", f"http://127.0.0.1:{http_port}/v1/track",
+                            {"userId": "u1", "event": "Console Test", "messageId": "console-3"},
+                            basic(write_key), timeout=2)
+        if status == 401:
+            refused = time.time() - t_revoked
+            break
+        time.sleep(0.05)
+    check(refused is not None, "ingest refuses the revoked key with 401 within 1 s"
+          + (f" ({refused * 1000:.0f} ms)" if refused is not None else ""))
+    status, _, _ = http("POST", f"http://127.0.0.1:{http_port}/v1/track",
+                        {"userId": "u1", "event": "Console Test", "messageId": "console-4"},
+                        basic(new_key))
+    check(status == 200, f"the new key still works ({status})")
+    keys = wait_for(lambda: len(b.css_all(f"{src_sel} code.key")) == 1, 5)
+    check(bool(keys), "the sources page shows one key left")
+    b.shot("revoked", b.css(src_sel))
+
+    # 12. Dead letters: the empty state (the receiver answered 200 to everything).
+    b.go(base, "#/dead-letters")
+    empty = b.visible("#dead-letters-empty", 10)
+    check(empty is not None and "No dead letters" in empty.text,
+          f"the dead letters page shows its empty state ({empty.text if empty else None!r})")
+    check(len(b.css_all("#dl-destination option")) >= 2,
+          "the dead letters filter lists the destinations")
+    b.shot("dead-letters")
+    missing = b.unlabeled_controls()
+    check(not missing, f"every control on the dead letters page has a label ({missing})")
+    for page in ("#/setup", "#/sources", "#/destinations"):
+        b.go(base, page)
+        wait_for(lambda: b.css("h1"), 5)
+        time.sleep(0.5)
+        missing = b.unlabeled_controls()
+        check(not missing, f"every control on {page} has a label ({missing})")
+
+    # 13. Sign out.
+    b.click("#sign-out")
+    check(b.visible("#token", 10) is not None and
+          d.execute_script("return sessionStorage.getItem('hookrelay.adminToken')") is None,
+          "Sign out returns to the sign-in form and forgets the token")
+    b.shot("signed-out")
+
+
+def main():
+    bin_dir = os.environ.get("HOOKRELAY_BIN_DIR")
+    if not bin_dir:
+        print("HOOKRELAY_BIN_DIR is not set (the bazel-bin directory with collector/collector, "
+              "deliverer/deliverer and tools/receiver/demo_receiver)", file=sys.stderr)
+        return 2
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            print(f"{path} is missing: apt-get install -y --no-install-recommends chromium "
+                  "chromium-driver", file=sys.stderr)
+            return 2
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        print("selenium is not installed (tests/console/run.sh installs it in a venv)",
+              file=sys.stderr)
+        return 2
+
+    static_checks()
+
+    work = tempfile.mkdtemp(prefix="hookrelay-console-")
+    shots_dir = os.environ.get("TEST_OUTPUT_DIR") or os.path.join(work, "console-screenshots")
+    os.makedirs(shots_dir, exist_ok=True)
+    token = "console-" + secrets.token_hex(16)
+    token_file = os.path.join(work, "admin-token")
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(token + "\n")
+
+    processes = []
+    browser = None
+    try:
+        receiver = Process("receiver", [os.path.join(bin_dir, "tools/receiver/demo_receiver"),
+                                        "--address=127.0.0.1:0", f"--secret={SECRET}"], work)
+        processes.append(receiver)
+        line = receiver.wait_line("listening on", timeout=30)
+        if not line:
+            raise RuntimeError(f"the receiver did not start (see {receiver.log_path})")
+        receiver_url = line.split("listening on ")[1].split()[0]
+        if not receiver_url.endswith("/"):
+            receiver_url += "/"
+
+        collector = Process("collector", [
+            os.path.join(bin_dir, "collector/collector"), f"--data_dir={work}/data",
+            "--grpc_address=127.0.0.1:0", "--http_address=127.0.0.1:0",
+            "--metrics_address=127.0.0.1:0", "--admin_http_address=127.0.0.1:0",
+            f"--admin_token_file={token_file}"], work)
+        processes.append(collector)
+        grpc_port = collector.field("grpc_port")
+        http_port = collector.field("http_port")
+        admin_port = collector.field("admin_http_port")
+        admin = f"http://127.0.0.1:{admin_port}"
+
+        deliverer = Process("deliverer", [
+            os.path.join(bin_dir, "deliverer/deliverer"), f"--collector=127.0.0.1:{grpc_port}",
+            "--metrics_address=127.0.0.1:0", "--allow_private_networks",
+            f"--admin_token_file={token_file}"], work)
+        processes.append(deliverer)
+
+        # What the server must do for the console: serve it at / with a strict CSP, and the API.
+        status, page, headers = http("GET", admin + "/")
+        lower = {k.lower(): v for k, v in headers.items()}
+        check(status == 200 and isinstance(page, str) and "app.js" in page,
+              f"GET / serves the console's index.html ({status})")
+        csp = lower.get("content-security-policy", "")
+        check("default-src 'self'" in csp and "frame-ancestors 'none'" in csp,
+              f"the console is served with a strict Content-Security-Policy ({csp!r})")
+        check(lower.get("content-type", "").startswith("text/html"),
+              f"index.html is text/html ({lower.get('content-type')})")
+        for name, ctype in (("app.js", "javascript"), ("style.css", "text/css")):
+            status, _, headers = http("GET", f"{admin}/{name}")
+            got = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
+            check(status == 200 and ctype in got, f"GET /{name}: {status} {got}")
+        status, body, _ = http("GET", admin + "/admin/v1/catalog")
+        check(status == 401 and isinstance(body, dict) and "error" in body,
+              f"the admin API refuses a call without the token ({status})")
+
+        browser = Browser(work, shots_dir)
+        try:
+            run_flow(browser, admin + "/", admin, http_port, receiver, receiver_url, token)
+        except Exception:  # noqa: BLE001 (reported as a failure; the rest still runs)
+            traceback.print_exc()
+            check(False, "the browser flow ran to its end")
+            try:
+                browser.shot("failure")
+            except Exception:  # noqa: BLE001
+                pass
+        browser.collect_console()
+        problems = [e["message"] for e in browser.console if e.get("level") == "SEVERE" and
+                    "Failed to load resource" not in e.get("message", "")]
+        csp_reports = [e["message"] for e in browser.console
+                       if "Content Security Policy" in e.get("message", "")]
+        check(not problems and not csp_reports,
+              f"no script error or CSP violation in the browser console ({problems + csp_reports})")
+        sizes = {os.path.basename(p): png_size(p) for p in browser.shots}
+        check(len(sizes) >= 15 and all(s == (WIDTH, HEIGHT) for s in sizes.values()),
+              f"{len(sizes)} screenshots of {WIDTH}x{HEIGHT}"
+              + ("" if all(s == (WIDTH, HEIGHT) for s in sizes.values()) else f": {sizes}"))
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        check(False, "the test environment started")
+    finally:
+        if browser is not None:
+            try:
+                browser.driver.quit()
+            except Exception:  # noqa: BLE001
+                pass
+        for p in reversed(processes):
+            p.stop()
+        for p in processes:
+            check(p.proc.returncode == 0, f"{p.name} exited 0 on SIGTERM ({p.proc.returncode})")
+        print(f"screenshots: {shots_dir}")
+        if failures:
+            print(f"logs kept in {work}", file=sys.stderr)
+        elif not os.environ.get("TEST_OUTPUT_DIR"):
+            # Keep the screenshots, drop the rest (store, browser profile, logs).
+            for name in os.listdir(work):
+                path = os.path.join(work, name)
+                if name == "console-screenshots":
+                    continue
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.remove(path)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"console: {len(passes)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
