@@ -1,0 +1,168 @@
+#include "collector/config_manager.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collector/admin_errors.h"
+#include "collector/rocksdb_job_store.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::Config;
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", name);
+}
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+hookrelay::v1::Source Source(const std::string& id, const std::string& key) {
+  hookrelay::v1::Source s;
+  s.set_id(id);
+  s.set_name(id);
+  s.set_kind(hookrelay::v1::WEB);
+  s.add_write_keys(key);
+  return s;
+}
+
+class ConfigManagerTest : public ::testing::Test {
+ protected:
+  void Open() {
+    RocksDbJobStore::Options options;
+    options.path = TempPath("store");
+    options.clock = &clock_;
+    auto store = RocksDbJobStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+  std::unique_ptr<ConfigManager> Manager(const std::string& file) {
+    return std::make_unique<ConfigManager>(
+        *store_, file, [this](const std::shared_ptr<const ConfigManager::Snapshot>& s) {
+          published_.push_back(s);
+        });
+  }
+
+  common::ManualClock clock_;
+  std::unique_ptr<RocksDbJobStore> store_;
+  std::vector<std::shared_ptr<const ConfigManager::Snapshot>> published_;
+};
+
+TEST_F(ConfigManagerTest, ChangesAreStoredAndPublished) {
+  Open();
+  auto manager = Manager("");
+  ASSERT_TRUE(manager->Start().ok());
+  ASSERT_EQ(published_.size(), 1u);
+  EXPECT_EQ(published_.back()->merged.sources_size(), 0);
+
+  auto r = manager->Apply({"t", "source.create", "source a", {}},
+                          {ConfigManager::Focus::Kind::kSource, "a"}, [](Config& api) {
+                            *api.add_sources() = Source("a", "wk_a");
+                            return absl::OkStatus();
+                          });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->version, 1u);
+  ASSERT_EQ(published_.size(), 2u);
+  EXPECT_EQ(published_.back()->merged.sources(0).id(), "a");
+
+  // A restart finds it.
+  manager.reset();
+  store_.reset();
+  Open();
+  manager = Manager("");
+  ASSERT_TRUE(manager->Start().ok());
+  EXPECT_EQ(manager->Get()->version, 1u);
+  ASSERT_NE(manager->Get()->FindSource("a"), nullptr);
+  EXPECT_EQ(manager->Get()->SourceManagedBy("a"), "api");
+}
+
+// A change that breaks a rule is refused with the violation relative to the object, in JSON
+// names; nothing is stored or published.
+TEST_F(ConfigManagerTest, InvalidChangeIsRefusedWhole) {
+  Open();
+  auto manager = Manager("");
+  ASSERT_TRUE(manager->Start().ok());
+  ASSERT_TRUE(manager
+                  ->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kSource, "a"},
+                          [](Config& api) {
+                            *api.add_sources() = Source("a", "wk_a");
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  const size_t published = published_.size();
+  auto r = manager->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kSource, "b"},
+                          [](Config& api) {
+                            *api.add_sources() = Source("b", "wk_a");  // a duplicate key
+                            return absl::OkStatus();
+                          });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<FieldViolation> v = Violations(r.status());
+  ASSERT_EQ(v.size(), 1u) << r.status();
+  EXPECT_EQ(v[0].field, "writeKeys[0]");
+  EXPECT_NE(v[0].description.find("duplicate write key"), std::string::npos);
+  EXPECT_EQ(published_.size(), published);
+  EXPECT_EQ(manager->Get()->merged.sources_size(), 1);
+  EXPECT_EQ(manager->Get()->version, 1u);
+}
+
+// File objects win over API objects of the same id; a bad file on reload keeps the running one.
+TEST_F(ConfigManagerTest, FileObjectsWinAndBadReloadsAreRefused) {
+  Open();
+  const std::string file = TempPath("config.yaml");
+  Write(file, "sources:\n  - {id: a, name: File, kind: server, write_keys: [wk_file]}\n");
+  {
+    auto manager = Manager("");
+    ASSERT_TRUE(manager->Start().ok());
+    ASSERT_TRUE(manager
+                    ->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kSource, "a"},
+                            [](Config& api) {
+                              *api.add_sources() = Source("a", "wk_api");
+                              *api.add_sources() = Source("b", "wk_b");
+                              return absl::OkStatus();
+                            })
+                    .ok());
+  }
+  auto manager = Manager(file);
+  ASSERT_TRUE(manager->Start().ok());
+  auto snapshot = manager->Get();
+  ASSERT_EQ(snapshot->merged.sources_size(), 2);
+  EXPECT_EQ(snapshot->FindSource("a")->write_keys(0), "wk_file");
+  EXPECT_EQ(snapshot->SourceManagedBy("a"), absl::StrCat("file:", file));
+  EXPECT_EQ(snapshot->SourceManagedBy("b"), "api");
+
+  Write(file, "sources: [oops\n");
+  EXPECT_FALSE(manager->ReloadFile().ok());
+  EXPECT_EQ(manager->Get()->FindSource("a")->write_keys(0), "wk_file");
+  Write(file, "sources:\n  - {id: a, name: File, kind: server, write_keys: [wk_file2]}\n");
+  ASSERT_TRUE(manager->ReloadFile().ok());
+  EXPECT_EQ(manager->Get()->FindSource("a")->write_keys(0), "wk_file2");
+}
+
+TEST(ValidationErrorsTest, PathsBecomeJsonFieldNames) {
+  auto parsed = ParseValidationErrors(
+      "destinations[2].urls: 6 entries, at most 5 allowed; "
+      "destinations[2].urls[0].headers[\"Content-Type\"]: reserved header; "
+      "destinations[2].type \"x\": unknown");
+  ASSERT_EQ(parsed.size(), 3u);
+  EXPECT_EQ(parsed[0].first, "destinations[2].urls");
+  EXPECT_EQ(parsed[0].second, "6 entries, at most 5 allowed");
+  EXPECT_EQ(parsed[1].first, "destinations[2].urls[0].headers[\"Content-Type\"]");
+  EXPECT_EQ(parsed[2].first, "destinations[2].type");
+  EXPECT_EQ(parsed[2].second, "\"x\": unknown");
+  EXPECT_EQ(JsonFieldPath("shared_secret"), "sharedSecret");
+  EXPECT_EQ(JsonFieldPath("options.timeout_ms"), "options.timeoutMs");
+  EXPECT_EQ(JsonFieldPath("urls[0].headers[\"X_Y\"]"), "urls[0].headers[\"X_Y\"]");
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
