@@ -21,6 +21,8 @@ packages=(
   # deploy and observe (tools/build-images.sh, tests/deploy, tests/observe): image assembly,
   # Prometheus and promtool, a Python venv for the offline Kubernetes schema validator
   umoci prometheus python3-venv
+  # the console's browser test (tests/console): Chromium driven headless through chromedriver
+  chromium chromium-driver
 )
 # The Go client library needs a Go toolchain; Debian's is used only when none is installed.
 command -v go >/dev/null 2>&1 || packages+=(golang-go)
