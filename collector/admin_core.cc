@@ -293,7 +293,8 @@ DestinationResource AdminCore::DestinationView(const ConfigManager::Snapshot& sn
     url->set_url(u.url());
     for (const auto& h : u.headers()) (*url->mutable_headers())[h.name()] = h.value();
   }
-  if (d.has_options()) *out.mutable_options() = d.options();
+  // The options in effect (defaults filled in), so that readers see what applies.
+  *out.mutable_options() = common::EffectiveOptions(d);
   out.set_managed_by(snapshot.DestinationManagedBy(d.id()));
   if (Dispatcher* dispatcher = dispatcher_.load(); dispatcher != nullptr) {
     const Dispatcher::DestinationStats stats = dispatcher->Stats(d.id());

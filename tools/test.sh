@@ -82,6 +82,18 @@ if [ -d tests/observe ] && [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The web console in a real browser: Debian's Chromium, headless, driven by Selenium through the
+# setup flow against the collector, deliverer and demo receiver bazel just built.
+if [ -d tests/console ] && [ -z "${config[*]}" ]; then
+  echo "== Web console in headless Chromium (tests/console/run.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if HOOKRELAY_BIN_DIR="$bin_dir" timeout 700 tests/console/run.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # Images and manifests: tools/build-images.sh, every kustomization rendered and validated offline,
 # the demo overlay's pods started from the images as a kubelet would (tests/deploy/deploy_test.py).
 if [ -d tests/deploy ] && [ -z "${config[*]}" ]; then

@@ -168,8 +168,9 @@
       hidden: true});
     return {
       el: box,
-      show: function (title, message, items) {
+      show: function (title, message, items, info) {
         clear(box);
+        box.className = 'error-box' + (info ? ' info' : '');
         append(box, h('p', {class: 'error-title', text: title}));
         if (message) append(box, h('p', {class: 'error-message', text: message}));
         if (items && items.length) {
@@ -238,7 +239,7 @@
           Array.isArray(err.fieldViolations) ? err.fieldViolations : []);
         if ((resp.status === 401 || resp.status === 403) && !(options && options.noSignOut)) {
           e.authFailure = true;
-          signOut(e.message);
+          signOut(e.message + codeSuffix(e));
         }
         throw e;
       });
@@ -274,12 +275,23 @@
   }
 
   var loginMessage = '';
+  var loginTitle = '';
+  var loginInfo = false;  // a sign-out the user asked for: not an error
   var pendingRoute = '';
-  function signOut(message) {
+  // Back to the sign-in form with the server's message. Several calls of a page may be refused
+  // at once: only the first one navigates. The page is offered again after signing in.
+  function signOut(message, title) {
+    if (!signedIn()) {
+      if (!loginMessage) loginMessage = message || '';
+      return;
+    }
     sessionStorage.removeItem(TOKEN_KEY);
     catalogPromise = null;
     loginMessage = message || '';
+    loginTitle = title || 'The collector no longer accepts this session; sign in again';
+    loginInfo = !!title;
     if (location.hash !== '#/login') {
+      pendingRoute = location.hash;
       location.hash = '#/login';
     } else {
       route();
@@ -471,8 +483,9 @@
       h('p', {class: 'lead', text: 'Manage the sources and webhook destinations of this collector.'}),
       box.el, tokenField.wrap, h('div', {class: 'actions'}, submit));
     if (loginMessage) {
-      box.show('Signed out', loginMessage);
+      box.show(loginTitle || 'Signed out', loginMessage, null, loginInfo);
       loginMessage = '';
+      loginTitle = '';
     }
     form.addEventListener('submit', function (ev) {
       ev.preventDefault();
@@ -1740,7 +1753,8 @@
   // Start
 
   document.getElementById('sign-out').addEventListener('click', function () {
-    signOut('You signed out.');
+    signOut('Sign in again to go on.', 'You signed out');
+    pendingRoute = '';
   });
   document.getElementById('skip-link').addEventListener('click', function (ev) {
     ev.preventDefault();

@@ -586,7 +586,20 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
         missing = b.unlabeled_controls()
         check(not missing, f"every control on {page} has a label ({missing})")
 
-    # 13. Sign out.
+    # 13. A token the server stops accepting (here: a wrong one in the tab) returns to sign-in
+    # with the server's message; signing in again goes back to the page.
+    d.execute_script("sessionStorage.setItem('hookrelay.adminToken', 'stale-token');")
+    b.go(base, "#/sources")
+    err = b.visible("#login-error", 10)
+    check(err is not None and "401" in err.text and d.execute_script("return location.hash")
+          == "#/login", f"a 401 mid-session returns to sign-in with the server's message "
+                        f"({err.text if err else None!r})")
+    b.type("#token", token)
+    b.click("#sign-in")
+    check(bool(wait_for(lambda: d.execute_script("return location.hash") == "#/sources" and
+                        b.css(src_sel), 10)), "signing in again returns to the sources page")
+
+    # 14. Sign out.
     b.click("#sign-out")
     check(b.visible("#token", 10) is not None and
           d.execute_script("return sessionStorage.getItem('hookrelay.adminToken')") is None,
