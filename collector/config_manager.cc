@@ -181,6 +181,11 @@ absl::Status ConfigManager::Start() {
   LogShadowed((*snapshot)->api, (*snapshot)->file_sources, (*snapshot)->file_destinations,
               file_path_);
   current_ = *std::move(snapshot);
+  if (current_->merged.audiences_size() > 0) {
+    common::LogWarning("audiences are validated and kept, but not evaluated yet: no identify "
+                       "calls are sent for them in this version",
+                       {{"audiences", current_->merged.audiences_size()}});
+  }
   common::LogInfo("configuration loaded",
                   {{"file", file_path_},
                    {"file_sources", file_.sources_size()},

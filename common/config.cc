@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -22,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
@@ -70,6 +72,10 @@ class YamlMapper {
       } else if (key == "destinations") {
         ForEachItem(value, path, [&](const YAML::Node& item, const std::string& item_path) {
           MapDestination(item, item_path, *config.add_destinations());
+        });
+      } else if (key == "audiences") {
+        ForEachItem(value, path, [&](const YAML::Node& item, const std::string& item_path) {
+          MapAudience(item, item_path, *config.add_audiences());
         });
       } else {
         return false;
@@ -218,6 +224,131 @@ class YamlMapper {
       }
       return true;
     });
+  }
+
+  // audiences:
+  //   - id: power-users
+  //     name: Power Users
+  //     sources: [web]
+  //     sync_interval: 60s          # or a number of seconds
+  //     rule:
+  //       all:                      # or any:
+  //         - {trait: plan, op: eq, value: pro}
+  //         - {event: Order Completed, count_gte: 3, within: 30d}
+  void MapAudience(const YAML::Node& node, const std::string& path, hookrelay::v1::Audience& a) {
+    if (!node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping, got ", TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      if (key == "id") {
+        MapString(value, child, a.mutable_id());
+      } else if (key == "name") {
+        MapString(value, child, a.mutable_name());
+      } else if (key == "sources") {
+        MapStringList(value, child, a.mutable_sources());
+      } else if (key == "sync_interval") {
+        MapInterval(value, child, &a);
+      } else if (key == "rule") {
+        MapRule(value, child, *a.mutable_rule());
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
+  void MapInterval(const YAML::Node& node, const std::string& path, hookrelay::v1::Audience* a) {
+    uint64_t seconds = 0;
+    absl::Duration d;
+    if (node.IsScalar() && absl::SimpleAtoi(node.Scalar(), &seconds) && seconds > 0 &&
+        seconds <= std::numeric_limits<uint32_t>::max()) {
+      a->set_sync_interval_seconds(static_cast<uint32_t>(seconds));
+    } else if (node.IsScalar() && absl::ParseDuration(node.Scalar(), &d) &&
+               d >= absl::Seconds(1) && d <= absl::Hours(24 * 365)) {
+      a->set_sync_interval_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(d)));
+    } else {
+      Error(node, path, "expected a duration such as 60s, 5m or 1h (or a number of seconds)");
+    }
+  }
+
+  void MapRule(const YAML::Node& node, const std::string& path, hookrelay::v1::AudienceRule& rule) {
+    if (!node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping with \"all\" or \"any\", got ",
+                                     TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      if (key != "all" && key != "any") return false;
+      if (!rule.match().empty()) {
+        Error(value, child, "give \"all\" or \"any\", not both");
+        return true;
+      }
+      rule.set_match(std::string(key));
+      ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
+        MapCondition(item, item_path, *rule.add_conditions());
+      });
+      return true;
+    });
+  }
+
+  void MapCondition(const YAML::Node& node, const std::string& path,
+                    hookrelay::v1::AudienceCondition& c) {
+    if (!node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping, got ", TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      uint32_t number = 0;
+      if (key == "trait") {
+        MapString(value, child, c.mutable_trait());
+      } else if (key == "op") {
+        MapString(value, child, c.mutable_op());
+      } else if (key == "value") {
+        MapValue(value, child, c.mutable_value());
+      } else if (key == "event") {
+        MapString(value, child, c.mutable_event());
+      } else if (key == "within") {
+        MapString(value, child, c.mutable_within());
+      } else if (key == "count_gte" || key == "count_lte") {
+        if (value.IsScalar() && value.Scalar() == "0") {
+          number = 0;  // count_lte: 0 ("never") is meaningful here
+        } else {
+          MapOption(value, child, &number);
+        }
+        if (key == "count_gte") {
+          c.set_count_gte(number);
+        } else {
+          c.set_count_lte(number);
+        }
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
+  // A plain scalar that reads as true/false or a number becomes one; anything quoted stays a
+  // string.
+  void MapValue(const YAML::Node& node, const std::string& path, google::protobuf::Value* out) {
+    if (!node.IsScalar()) {
+      Error(node, path, absl::StrCat("expected a string, number or boolean, got ", TypeName(node)));
+      return;
+    }
+    const std::string& text = node.Scalar();
+    const bool plain = node.Tag() == "?";
+    double number = 0;
+    bool flag = false;
+    if (plain && YAML::convert<bool>::decode(node, flag)) {
+      out->set_bool_value(flag);
+    } else if (plain && absl::SimpleAtod(text, &number) && std::isfinite(number)) {
+      out->set_number_value(number);
+    } else {
+      out->set_string_value(text);
+    }
   }
 
   void MapKind(const YAML::Node& node, const std::string& path, Source& source) {

@@ -696,5 +696,112 @@ destinations:
   EXPECT_THAT(std::string(both.status().message()), Not(HasSubstr("inline")));
 }
 
+constexpr char kAudienceBase[] = R"yaml(
+sources:
+  - {id: web, name: Web, kind: web, write_keys: [wk_web]}
+  - {id: app, name: App, kind: mobile, write_keys: [wk_app]}
+)yaml";
+
+// The audience shape of SPEC §6.2 in the YAML bootstrap: all/any, trait and event conditions,
+// typed values, the sync interval.
+TEST(AudienceConfigTest, ParsesRulesAndTypedValues) {
+  absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kAudienceBase, R"yaml(
+audiences:
+  - id: power-users
+    name: Power Users!
+    sources: [web, app]
+    sync_interval: 5m
+    rule:
+      all:
+        - {trait: plan, op: eq, value: pro}
+        - {trait: seats, op: gte, value: 10}
+        - {trait: beta, op: eq, value: true}
+        - {trait: zip, op: eq, value: "02139"}
+        - {trait: email, op: exists}
+        - {event: Order Completed, count_gte: 3, within: 30d}
+        - {event: Churned, count_lte: 0, within: 1h}
+)yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
+  ASSERT_EQ(config->audiences_size(), 1);
+  const hookrelay::v1::Audience& a = config->audiences(0);
+  EXPECT_EQ(a.sync_interval_seconds(), 300u);
+  EXPECT_EQ(a.rule().match(), "all");
+  ASSERT_EQ(a.rule().conditions_size(), 7);
+  EXPECT_EQ(a.rule().conditions(0).value().string_value(), "pro");
+  EXPECT_EQ(a.rule().conditions(1).value().number_value(), 10);
+  EXPECT_TRUE(a.rule().conditions(2).value().bool_value());
+  EXPECT_EQ(a.rule().conditions(3).value().string_value(), "02139");  // quoted: a string
+  EXPECT_FALSE(a.rule().conditions(4).has_value());
+  EXPECT_EQ(a.rule().conditions(5).count_gte(), 3u);
+  EXPECT_TRUE(a.rule().conditions(6).has_count_lte());
+  EXPECT_EQ(a.rule().conditions(6).count_lte(), 0u);
+}
+
+// Each bad audience is refused with the field path and the rule broken.
+TEST(AudienceConfigTest, ViolationsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{id: a, name: A, sources: [web], rule: {all: [{trait: plan, op: like, value: x}]}}",
+       "audiences[0].rule.all[0].op \"like\"; one of eq, neq"},
+      {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 2w}]}}",
+       "audiences[0].rule.all[0].within \"2w\": expected a unit m"},
+      {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 91d}]}}",
+       "within \"91d\": at most 90d"},
+      {"{id: a, name: A, sources: [nope], rule: {any: [{trait: t, op: exists}]}}",
+       "audiences[0].sources: unknown source \"nope\""},
+      {"{id: a, name: A, sources: [web], rule: {all: [{trait: n, op: gt, value: big}]}}",
+       "audiences[0].rule.all[0].value: op gt compares numbers"},
+      {"{id: a, name: A, sources: [web], rule: {all: [{event: E, within: 1h}]}}",
+       "audiences[0].rule.all[0]: an event condition needs count_gte and/or count_lte"},
+      {"{id: a, name: A, sources: [web], rule: {all: [{trait: t, op: eq, value: x, event: E}]}}",
+       "audiences[0].rule.all[0]: give either a trait condition"},
+      {"{id: a, name: '!!!', sources: [web], rule: {all: [{trait: t, op: exists}]}}",
+       "audiences[0].name \"!!!\": needs a letter or digit"},
+      {"{id: a, name: A, sources: [web], rule: {}}",
+       "audiences[0].rule: give \"all\" or \"any\""},
+      {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 5, count_lte: 2, within: 1d}]}}",
+       "count_lte: 2 is below count_gte 5"},
+      {"{id: a, name: A, sources: [web], sync_interval: 2s, rule: {all: [{trait: t, op: exists}]}}",
+       "audiences[0].sync_interval: 2 s, allowed 10 s to 86400 s"},
+  };
+  for (const auto& [audience, message] : cases) {
+    absl::StatusOr<Config> config =
+        ParseConfigYaml(absl::StrCat(kAudienceBase, "audiences:\n  - ", audience, "\n"));
+    absl::Status status = config.ok() ? ValidateConfig(*config) : config.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << audience;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(message)) << audience;
+  }
+  // Two audiences whose names give the same trait.
+  absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kAudienceBase, R"yaml(
+audiences:
+  - {id: a, name: Power Users, sources: [web], rule: {all: [{trait: t, op: exists}]}}
+  - {id: b, name: power-users, sources: [web], rule: {all: [{trait: t, op: exists}]}}
+)yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(std::string(ValidateConfig(*config).message()),
+              HasSubstr("audiences[1].name \"power-users\": same trait name \"power_users\""));
+}
+
+TEST(AudienceTraitNameTest, SnakeCase) {
+  EXPECT_EQ(AudienceTraitName("Power Users!"), "power_users");
+  EXPECT_EQ(AudienceTraitName("  High--Value   Customers 2024 "), "high_value_customers_2024");
+  EXPECT_EQ(AudienceTraitName("VIP"), "vip");
+  EXPECT_EQ(AudienceTraitName("7-day actives"), "7_day_actives");
+  EXPECT_EQ(AudienceTraitName("Café Lovers"), "café_lovers");
+  EXPECT_EQ(AudienceTraitName("Клиенты VIP"), "Клиенты_vip");
+  EXPECT_EQ(AudienceTraitName("!!!"), "");
+  EXPECT_EQ(AudienceTraitName(""), "");
+}
+
+TEST(AudienceWindowTest, Parses) {
+  EXPECT_EQ(*ParseAudienceWindow("15m"), absl::Minutes(15));
+  EXPECT_EQ(*ParseAudienceWindow("1h"), absl::Hours(1));
+  EXPECT_EQ(*ParseAudienceWindow("30d"), absl::Hours(24 * 30));
+  EXPECT_EQ(*ParseAudienceWindow("90d"), absl::Hours(24 * 90));
+  for (const char* bad : {"", "d", "0d", "-1h", "1w", "1.5h", "91d", "h1"}) {
+    EXPECT_FALSE(ParseAudienceWindow(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace hookrelay::common

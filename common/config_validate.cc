@@ -1,5 +1,6 @@
 #include "common/config_validate.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 #include "common/config_errors.h"
 #include "common/redact.h"
@@ -330,12 +332,198 @@ void ValidateDestinations(const Config& config, ErrorList& errors) {
   }
 }
 
+constexpr const char* kTraitOps[] = {"eq", "neq", "gt", "gte", "lt", "lte", "exists", "contains"};
+
+bool IsNumericOp(absl::string_view op) {
+  return op == "gt" || op == "gte" || op == "lt" || op == "lte";
+}
+
+void ValidateCondition(const hookrelay::v1::AudienceCondition& c, const std::string& path,
+                       ErrorList& errors) {
+  const bool is_trait = !c.trait().empty() || !c.op().empty() || c.has_value();
+  const bool is_event = !c.event().empty() || c.has_count_gte() || c.has_count_lte() ||
+                        !c.within().empty();
+  if (is_trait == is_event) {
+    errors.Add(absl::StrCat(path, ": give either a trait condition (trait, op, value) or an event "
+                                  "condition (event, count_gte/count_lte, within)"));
+    return;
+  }
+  if (is_trait) {
+    if (c.trait().empty()) {
+      errors.Add(absl::StrCat(path, ".trait: missing"));
+    } else if (c.trait().size() > kMaxTraitNameLength) {
+      errors.Add(absl::StrCat(path, ".trait: ", c.trait().size(), " characters, at most ",
+                              kMaxTraitNameLength));
+    }
+    const bool known = std::find(std::begin(kTraitOps), std::end(kTraitOps), c.op()) !=
+                       std::end(kTraitOps);
+    if (!known) {
+      errors.Add(absl::StrCat(path, ".op", c.op().empty() ? ": missing" : absl::StrCat(" ", Quote(c.op())),
+                              "; one of eq, neq, gt, gte, lt, lte, exists, contains"));
+      return;
+    }
+    const auto kind = c.value().kind_case();
+    if (c.op() == "exists") {
+      if (c.has_value()) errors.Add(absl::StrCat(path, ".value: not used with op exists"));
+    } else if (!c.has_value() || kind == google::protobuf::Value::KIND_NOT_SET ||
+               kind == google::protobuf::Value::kNullValue) {
+      errors.Add(absl::StrCat(path, ".value: missing for op ", c.op()));
+    } else if (IsNumericOp(c.op()) && kind != google::protobuf::Value::kNumberValue) {
+      errors.Add(absl::StrCat(path, ".value: op ", c.op(), " compares numbers; give a number"));
+    } else if (c.op() == "contains" && kind != google::protobuf::Value::kStringValue) {
+      errors.Add(absl::StrCat(path, ".value: op contains looks for a string; give a string"));
+    } else if (kind == google::protobuf::Value::kStructValue ||
+               kind == google::protobuf::Value::kListValue) {
+      errors.Add(absl::StrCat(path, ".value: a string, number or boolean"));
+    } else if (kind == google::protobuf::Value::kStringValue &&
+               c.value().string_value().size() > kMaxTraitValueLength) {
+      errors.Add(absl::StrCat(path, ".value: ", c.value().string_value().size(),
+                              " characters, at most ", kMaxTraitValueLength));
+    }
+    return;
+  }
+  if (c.event().empty()) {
+    errors.Add(absl::StrCat(path, ".event: missing"));
+  } else if (c.event().size() > kMaxTraitNameLength) {
+    errors.Add(absl::StrCat(path, ".event: ", c.event().size(), " characters, at most ",
+                            kMaxTraitNameLength));
+  }
+  if (!c.has_count_gte() && !c.has_count_lte()) {
+    errors.Add(absl::StrCat(path, ": an event condition needs count_gte and/or count_lte"));
+  } else if (c.has_count_gte() && c.has_count_lte() && c.count_gte() > c.count_lte()) {
+    errors.Add(absl::StrCat(path, ".count_lte: ", c.count_lte(), " is below count_gte ",
+                            c.count_gte(), "; nobody could match"));
+  }
+  if (c.within().empty()) {
+    errors.Add(absl::StrCat(path, ".within: missing; a window such as 15m, 1h or 30d"));
+  } else if (absl::StatusOr<absl::Duration> w = ParseAudienceWindow(c.within()); !w.ok()) {
+    errors.Add(absl::StrCat(path, ".within ", Quote(c.within()), ": ", w.status().message()));
+  }
+}
+
+void ValidateAudiences(const Config& config, ErrorList& errors) {
+  absl::flat_hash_set<absl::string_view> source_ids;
+  for (const Source& source : config.sources()) source_ids.insert(source.id());
+  if (config.audiences_size() > kMaxAudiences) {
+    errors.Add(absl::StrCat("audiences: ", config.audiences_size(), " entries, at most ",
+                            kMaxAudiences, " allowed"));
+  }
+  absl::flat_hash_map<absl::string_view, int> ids;
+  absl::flat_hash_map<std::string, int> traits;
+  for (int i = 0; i < config.audiences_size(); ++i) {
+    const hookrelay::v1::Audience& a = config.audiences(i);
+    const std::string path = Index("audiences", i);
+    if (std::string problem = IdProblem(a.id()); !problem.empty()) {
+      errors.Add(absl::StrCat(path, ".id", problem));
+    } else if (auto [it, inserted] = ids.emplace(a.id(), i); !inserted) {
+      errors.Add(absl::StrCat(path, ".id: duplicate audience id ", Quote(a.id()),
+                              " (also audiences[", it->second, "])"));
+    }
+    const std::string trait = AudienceTraitName(a.name());
+    if (a.name().empty()) {
+      errors.Add(absl::StrCat(path, ".name: missing"));
+    } else if (a.name().size() > kMaxAudienceNameLength) {
+      errors.Add(absl::StrCat(path, ".name: ", a.name().size(), " characters, at most ",
+                              kMaxAudienceNameLength));
+    } else if (trait.empty()) {
+      errors.Add(absl::StrCat(path, ".name ", Quote(a.name()),
+                              ": needs a letter or digit (the trait name is snake_case(name))"));
+    } else if (auto [it, inserted] = traits.emplace(trait, i); !inserted) {
+      errors.Add(absl::StrCat(path, ".name ", Quote(a.name()), ": same trait name \"", trait,
+                              "\" as audiences[", it->second, "]"));
+    }
+    const std::string sources_path = absl::StrCat(path, ".sources");
+    if (a.sources_size() == 0) {
+      errors.Add(absl::StrCat(sources_path, ": no sources, at least 1 required"));
+    }
+    absl::flat_hash_set<absl::string_view> listed;
+    for (const std::string& source : a.sources()) {
+      if (!source_ids.contains(source)) {
+        errors.Add(absl::StrCat(sources_path, ": unknown source ", Quote(source)));
+      } else if (!listed.insert(source).second) {
+        errors.Add(absl::StrCat(sources_path, ": source ", Quote(source), " listed twice"));
+      }
+    }
+    const std::string rule_path = absl::StrCat(path, ".rule");
+    if (a.rule().match() != "all" && a.rule().match() != "any") {
+      errors.Add(absl::StrCat(rule_path, ": give \"all\" or \"any\" with a list of conditions"));
+    } else if (a.rule().conditions_size() == 0) {
+      errors.Add(absl::StrCat(rule_path, ".", a.rule().match(), ": no conditions, at least 1"));
+    } else if (a.rule().conditions_size() > kMaxAudienceConditions) {
+      errors.Add(absl::StrCat(rule_path, ".", a.rule().match(), ": ", a.rule().conditions_size(),
+                              " conditions, at most ", kMaxAudienceConditions));
+    }
+    for (int j = 0; j < a.rule().conditions_size(); ++j) {
+      ValidateCondition(a.rule().conditions(j),
+                        Index(absl::StrCat(rule_path, ".", a.rule().match().empty()
+                                                             ? "conditions"
+                                                             : a.rule().match()),
+                              j),
+                        errors);
+    }
+    if (a.sync_interval_seconds() != 0 &&
+        (a.sync_interval_seconds() < kMinAudienceSyncSeconds ||
+         a.sync_interval_seconds() > kMaxAudienceSyncSeconds)) {
+      errors.Add(absl::StrCat(path, ".sync_interval: ", a.sync_interval_seconds(),
+                              " s, allowed ", kMinAudienceSyncSeconds, " s to ",
+                              kMaxAudienceSyncSeconds, " s"));
+    }
+  }
+}
+
 }  // namespace
+
+std::string AudienceTraitName(absl::string_view name) {
+  std::string out;
+  bool pending_sep = false;
+  for (unsigned char c : name) {
+    // ASCII letters and digits are kept (lower-cased); bytes of multi-byte UTF-8 sequences are
+    // kept as they are (letters of other scripts); everything else is a separator.
+    const bool keep = absl::ascii_isalnum(c) || c >= 0x80;
+    if (!keep) {
+      pending_sep = !out.empty();
+      continue;
+    }
+    if (pending_sep) out.push_back('_');
+    pending_sep = false;
+    out.push_back(static_cast<char>(absl::ascii_tolower(c)));
+  }
+  return out;
+}
+
+absl::StatusOr<absl::Duration> ParseAudienceWindow(absl::string_view text) {
+  if (text.size() < 2) return absl::InvalidArgumentError("expected a number and m, h or d");
+  const char unit = text.back();
+  uint32_t n = 0;
+  if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &n) || n == 0) {
+    return absl::InvalidArgumentError("expected a positive number and m, h or d (15m, 1h, 30d)");
+  }
+  absl::Duration d;
+  switch (unit) {
+    case 'm':
+      d = absl::Minutes(n);
+      break;
+    case 'h':
+      d = absl::Hours(n);
+      break;
+    case 'd':
+      d = absl::Hours(24) * n;
+      break;
+    default:
+      return absl::InvalidArgumentError("expected a unit m (minutes), h (hours) or d (days)");
+  }
+  if (d > kMaxAudienceWindow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", absl::ToInt64Hours(kMaxAudienceWindow) / 24, "d"));
+  }
+  return d;
+}
 
 absl::Status ValidateConfig(const Config& config) {
   ErrorList errors;
   ValidateSources(config, errors);
   ValidateDestinations(config, errors);
+  ValidateAudiences(config, errors);
   return errors.ToStatus();
 }
 DeliveryOptions EffectiveOptions(const Destination& destination) {

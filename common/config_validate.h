@@ -13,7 +13,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "hookrelay/v1/config.pb.h"
 
 namespace hookrelay::common {
@@ -44,6 +49,25 @@ inline constexpr uint32_t kMaxMaxBackoffMs = 24 * 3600 * 1000;
 
 // The only destination type (catalog name "Webhooks"); compared case-insensitively.
 inline constexpr char kWebhooksType[] = "webhooks";
+
+// Audiences (SPEC §6.2).
+inline constexpr int kMaxAudiences = 100;
+inline constexpr int kMaxAudienceConditions = 20;
+inline constexpr size_t kMaxAudienceNameLength = 128;
+inline constexpr size_t kMaxTraitNameLength = 256;
+inline constexpr size_t kMaxTraitValueLength = 1024;
+// Event windows are counted in time buckets; 90 days bounds each profile's buckets.
+inline constexpr absl::Duration kMaxAudienceWindow = absl::Hours(24 * 90);
+inline constexpr uint32_t kDefaultAudienceSyncSeconds = 60;
+inline constexpr uint32_t kMinAudienceSyncSeconds = 10;
+inline constexpr uint32_t kMaxAudienceSyncSeconds = 24 * 3600;
+
+// The trait an audience is sent as: lower-case, runs of anything but letters and digits become
+// one "_", trimmed ("Power Users!" -> "power_users"). ASCII letters are lower-cased; letters of
+// other scripts (multi-byte UTF-8) are kept as they are. "" when nothing is left.
+std::string AudienceTraitName(absl::string_view name);
+// "15m", "1h", "30d" (1 minute to 90 days).
+absl::StatusOr<absl::Duration> ParseAudienceWindow(absl::string_view text);
 
 // Refuses every limit violation of SPEC §1 and every out-of-range delivery option (see the
 // constants above), naming field paths and limits; InvalidArgument listing all of them, or OK.
