@@ -26,6 +26,10 @@ ABSL_FLAG(std::string, admin_http_address, "127.0.0.1:8081",
 ABSL_FLAG(int, http_threads, 2, "HTTP I/O threads");
 ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
           "how long a deliverer holds a job before it is handed out again");
+ABSL_FLAG(absl::Duration, lame_duck, absl::ZeroDuration(),
+          "on SIGTERM, report not ready (readiness probes, gRPC health) for this long while still "
+          "serving, then drain and stop; lets load balancers stop sending first (Kubernetes: a few "
+          "seconds, less than terminationGracePeriodSeconds minus the drain)");
 ABSL_FLAG(std::string, admin_token, "",
           "when set, the admin API, the console and Subscribe need 'authorization: Bearer "
           "<token>' (also read from $HOOKRELAY_ADMIN_TOKEN); without a token they answer only on "
@@ -74,6 +78,12 @@ int main(int argc, char** argv) {
       options.admin_token = token;
     }
   }
+  if (absl::GetFlag(FLAGS_lame_duck) < absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_lame_duck) > absl::Minutes(5)) {
+    hookrelay::common::LogError("--lame_duck must be between 0s and 5m",
+                                {{"lame_duck", absl::FormatDuration(absl::GetFlag(FLAGS_lame_duck))}});
+    return 2;
+  }
   if (options.lease_duration < absl::Seconds(1)) {
     hookrelay::common::LogError("--lease_duration must be at least 1s",
                                 {{"lease_duration", absl::FormatDuration(options.lease_duration)}});
@@ -95,6 +105,15 @@ int main(int argc, char** argv) {
     }
     hookrelay::common::LogInfo("signal received", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
     break;
+  }
+  if (const absl::Duration lame_duck = absl::GetFlag(FLAGS_lame_duck);
+      lame_duck > absl::ZeroDuration()) {
+    server.EnterLameDuck();
+    // A second SIGTERM/SIGINT ends the wait early.
+    timespec timeout = absl::ToTimespec(lame_duck);
+    siginfo_t info;
+    while (sigtimedwait(&signals, &info, &timeout) == SIGHUP) {
+    }
   }
   server.Shutdown();
   return 0;

@@ -295,6 +295,17 @@ absl::Status Server::Reload() {
   return absl::OkStatus();
 }
 
+void Server::EnterLameDuck() {
+  Impl& s = *impl_;
+  {
+    absl::MutexLock lock(&s.health_mu);
+    if (s.draining) return;
+    s.draining = true;
+  }
+  common::LogInfo("collector not ready (lame duck); still serving until it stops", {});
+  s.PublishHealth();
+}
+
 void Server::Shutdown() {
   Impl& s = *impl_;
   if (s.shut_down) return;

@@ -49,6 +49,10 @@ class Server {
   // Re-reads the config file; on any error the running config stays and the error is returned
   // (and logged).
   absl::Status Reload();
+  // Lame duck, the first step of a graceful stop: readiness (/readyz, gRPC health) turns
+  // NOT_SERVING while everything keeps working, so load balancers (Kubernetes endpoints) stop
+  // sending new traffic before the listeners close. Idempotent.
+  void EnterLameDuck();
   // Graceful: health NOT_SERVING, stop accepting, answer in-flight requests, close the store.
   void Shutdown();
 

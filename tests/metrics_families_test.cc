@@ -168,5 +168,33 @@ TEST(MetricsFamiliesTest, DelivererMetricsAndProbes) {
   EXPECT_FALSE(refused.ok());
 }
 
+// --lame_duck: after SIGTERM the collector reports not ready (so a load balancer stops sending)
+// but still takes events; after the period it drains and exits 0.
+TEST(MetricsFamiliesTest, CollectorLameDuckBeforeDraining) {
+  const std::string dir = MakeTempDir("lame-duck");
+  const std::string config = dir + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, TestConfigYaml()).ok());
+  auto collector = StartCollectorProcess(config, dir + "/data", {"--lame_duck=3s"});
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  const int metrics = (*collector)->IntField("metrics_port");
+  const int http = (*collector)->IntField("http_port");
+  EXPECT_EQ(Probe(metrics, "/readyz"), 200);
+  const absl::Time signalled = absl::Now();
+  ASSERT_TRUE((*collector)->Signal(SIGTERM));
+  ASSERT_TRUE((*collector)->WaitForMsg("collector not ready (lame duck)"));
+  EXPECT_EQ(Probe(metrics, "/readyz"), 503);
+  EXPECT_EQ(Probe(metrics, "/healthz"), 200);
+  absl::StatusOr<HttpResponse> r =
+      HttpPost(http, "/v1/track", R"({"userId":"u1","event":"Late","messageId":"lame-1"})", kWebKey);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ((*collector)->Wait(), 0);
+  EXPECT_GE(absl::Now() - signalled, absl::Seconds(3));
+
+  // A bad value is refused at start.
+  auto refused = StartCollectorProcess(config, dir + "/data2", {"--lame_duck=-1s"});
+  EXPECT_FALSE(refused.ok());
+}
+
 }  // namespace
 }  // namespace hookrelay::test
