@@ -40,11 +40,6 @@ constexpr size_t kIdLength = 12;
 constexpr const char* kReservedHeaders[] = {"Content-Type",   "User-Agent", "X-Signature",
                                             "Content-Length", "Host",       "Idempotency-Key"};
 
-absl::Status Invalid(std::string field, std::string description) {
-  std::string message = absl::StrCat(field, ": ", description);
-  return WithViolations(absl::StatusCode::kInvalidArgument, std::move(message),
-                        {{std::move(field), std::move(description)}});
-}
 
 std::string KindName(hookrelay::v1::SourceKind kind) {
   switch (kind) {
@@ -64,7 +59,7 @@ absl::StatusOr<hookrelay::v1::SourceKind> ParseKind(std::string_view kind) {
   if (lower == "web") return hookrelay::v1::WEB;
   if (lower == "mobile") return hookrelay::v1::MOBILE;
   if (lower == "server") return hookrelay::v1::SERVER;
-  return Invalid("kind", kind.empty() ? "required: web, mobile or server"
+  return InvalidField("kind", kind.empty() ? "required: web, mobile or server"
                                       : absl::StrCat("\"", absl::CHexEscape(common::ToAbsl(kind)),
                                                      "\" is not web, mobile or server"));
 }
@@ -75,7 +70,7 @@ absl::StatusOr<std::vector<const T*>> Page(const std::vector<const T*>& all, IdO
                                            int32_t page_size, const std::string& token,
                                            std::string* next_page_token) {
   if (page_size < 0 || page_size > AdminCore::kMaxPageSize) {
-    return Invalid("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
+    return InvalidField("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
                                             "; at most ", AdminCore::kMaxPageSize, " (0 = ",
                                             AdminCore::kDefaultPageSize, ")"));
   }
@@ -141,9 +136,9 @@ absl::Status ApplyDestinationFields(const DestinationResource& in,
     } else if (f == "id") {
       // Names the object; not changeable.
     } else if (f == "shared_secret_set" || f == "managed_by" || f == "stats") {
-      return Invalid(JsonFieldPath(f), "output only; it cannot be set");
+      return InvalidField(JsonFieldPath(f), "output only; it cannot be set");
     } else {
-      return Invalid(JsonFieldPath(f), "unknown field");
+      return InvalidField(JsonFieldPath(f), "unknown field");
     }
   }
   return absl::OkStatus();
@@ -167,7 +162,7 @@ std::vector<const Destination*> SortedDestinations(const Config& config) {
 absl::StatusOr<absl::Time> ToTime(const google::protobuf::Timestamp& ts, std::string_view field) {
   std::optional<absl::Time> t = common::FromProtoTime(ts);
   if (!t.has_value()) {
-    return Invalid(std::string(field),
+    return InvalidField(std::string(field),
                    absl::StrCat("not a valid timestamp (seconds ", ts.seconds(), ", nanos ",
                                 ts.nanos(), "); 0001-01-01 .. 9999-12-31 allowed"));
   }
@@ -192,7 +187,7 @@ absl::StatusOr<DeadFilter> ToDeadFilter(const DeadLetterFilter& in) {
     out.to = *to;
   }
   if (in.has_from() && in.has_to() && out.to <= out.from) {
-    return Invalid("filter.to", "must be after filter.from (the range is [from, to))");
+    return InvalidField("filter.to", "must be after filter.from (the range is [from, to))");
   }
   return out;
 }
@@ -217,7 +212,7 @@ absl::StatusOr<uint64_t> DecodePageToken(std::string_view token) {
       !absl::StartsWith(decoded, common::ToAbsl(kPageTokenPrefix)) ||
       !absl::SimpleAtoi(absl::string_view(decoded).substr(kPageTokenPrefix.size()), &id) ||
       EncodePageToken(id) != token) {  // Only the exact spelling we hand out.
-    return Invalid("pageToken", "not a token returned by this list; leave it empty for the first page");
+    return InvalidField("pageToken", "not a token returned by this list; leave it empty for the first page");
   }
   return id;
 }
@@ -232,7 +227,7 @@ absl::StatusOr<std::string> DecodeIdPageToken(std::string_view token) {
   if (!absl::WebSafeBase64Unescape(common::ToAbsl(token), &decoded) ||
       !absl::StartsWith(decoded, common::ToAbsl(kIdPageTokenPrefix)) ||
       EncodeIdPageToken(std::string_view(decoded).substr(kIdPageTokenPrefix.size())) != token) {
-    return Invalid("pageToken", "not a token returned by this list; leave it empty for the first page");
+    return InvalidField("pageToken", "not a token returned by this list; leave it empty for the first page");
   }
   return decoded.substr(kIdPageTokenPrefix.size());
 }
@@ -360,7 +355,7 @@ absl::Status AdminCore::CreateSource(const std::string& who,
   absl::StatusOr<ConfigManager*> config = Manager();
   if (!config.ok()) return config.status();
   const SourceResource& in = request.source();
-  if (!in.managed_by().empty()) return Invalid("managedBy", "output only; it cannot be set");
+  if (!in.managed_by().empty()) return InvalidField("managedBy", "output only; it cannot be set");
   absl::StatusOr<hookrelay::v1::SourceKind> kind = ParseKind(in.kind());
   if (!kind.ok()) return kind.status();
   Source source;
@@ -406,10 +401,10 @@ absl::Status AdminCore::UpdateSource(const std::string& who,
       kind = *k;
       fields.push_back("kind");
     } else if (f == "write_keys") {
-      return Invalid("writeKeys", "write keys change through POST .../write-keys and DELETE "
+      return InvalidField("writeKeys", "write keys change through POST .../write-keys and DELETE "
                                   ".../write-keys/{key}");
     } else {
-      return Invalid(JsonFieldPath(f), "not a field that can be changed (name, kind)");
+      return InvalidField(JsonFieldPath(f), "not a field that can be changed (name, kind)");
     }
   }
   absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
@@ -567,9 +562,9 @@ absl::Status AdminCore::CreateDestination(const std::string& who,
   absl::StatusOr<ConfigManager*> config = Manager();
   if (!config.ok()) return config.status();
   const DestinationResource& in = request.destination();
-  if (in.shared_secret_set()) return Invalid("sharedSecretSet", "output only; set sharedSecret");
-  if (!in.managed_by().empty()) return Invalid("managedBy", "output only; it cannot be set");
-  if (in.has_stats()) return Invalid("stats", "output only; it cannot be set");
+  if (in.shared_secret_set()) return InvalidField("sharedSecretSet", "output only; set sharedSecret");
+  if (!in.managed_by().empty()) return InvalidField("managedBy", "output only; it cannot be set");
+  if (in.has_stats()) return InvalidField("stats", "output only; it cannot be set");
   Destination d;
   d.set_id(in.id().empty() ? internal::RandomToken("dst_", kIdLength, false) : in.id());
   if (absl::Status st = ApplyDestinationFields(
@@ -773,7 +768,7 @@ absl::Status AdminCore::ListDeadLetters(const std::string&,
                                         hookrelay::v1::ListDeadLettersResponse* response) {
   const int32_t page_size = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
   if (page_size < 0 || page_size > kMaxPageSize) {
-    return Invalid("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
+    return InvalidField("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
                                             "; at most ", kMaxPageSize, " (0 = ",
                                             kDefaultPageSize, ")"));
   }
@@ -807,9 +802,9 @@ absl::Status AdminCore::ReplayDeadLetters(const std::string& who,
   // Replaying everything is easy to ask for by accident (a forgotten flag): it must be explicit,
   // and an explicit "all" next to a filter is ambiguous, so both mistakes are refused.
   const bool empty = IsEmptyFilter(request.filter());
-  if (empty && !request.all()) return Invalid("all", "replaying every dead letter needs all=true");
+  if (empty && !request.all()) return InvalidField("all", "replaying every dead letter needs all=true");
   if (!empty && request.all()) {
-    return Invalid("all", "all=true replays every dead letter and cannot be combined with a filter");
+    return InvalidField("all", "all=true replays every dead letter and cannot be combined with a filter");
   }
   absl::StatusOr<DeadFilter> filter = ToDeadFilter(request.filter());
   if (!filter.ok()) return filter.status();

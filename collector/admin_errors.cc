@@ -26,6 +26,12 @@ absl::Status WithViolations(absl::StatusCode code, std::string message,
   return status;
 }
 
+absl::Status InvalidField(std::string field, std::string description) {
+  std::string message = field + ": " + description;
+  return WithViolations(absl::StatusCode::kInvalidArgument, std::move(message),
+                        {{std::move(field), std::move(description)}});
+}
+
 std::vector<FieldViolation> Violations(const absl::Status& status) {
   std::vector<FieldViolation> out;
   auto payload = status.GetPayload(kBadRequestUrl);

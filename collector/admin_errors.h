@@ -21,6 +21,8 @@ struct FieldViolation {
 // A status with `code`, `message` and the violations as payload.
 absl::Status WithViolations(absl::StatusCode code, std::string message,
                             const std::vector<FieldViolation>& violations);
+// INVALID_ARGUMENT "field: description" with that one violation.
+absl::Status InvalidField(std::string field, std::string description);
 // The violations carried by `status` (none when it has no payload).
 std::vector<FieldViolation> Violations(const absl::Status& status);
 // The same code and message; violations as google.rpc.BadRequest in the status details.

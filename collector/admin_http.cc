@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/strings.h"
+#include "common/tcp_endpoint.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -81,11 +82,6 @@ Reply ErrorReply(const absl::Status& status) {
   return r;
 }
 
-absl::Status Invalid(std::string field, std::string description) {
-  std::string message = absl::StrCat(field, ": ", description);
-  return WithViolations(absl::StatusCode::kInvalidArgument, std::move(message),
-                        {{std::move(field), std::move(description)}});
-}
 
 template <typename Message>
 absl::Status ParseBody(const std::string& body, Message* message) {
@@ -93,7 +89,7 @@ absl::Status ParseBody(const std::string& body, Message* message) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto st = google::protobuf::util::JsonStringToMessage(body, message, options);
-  if (!st.ok()) return Invalid("body", absl::StrCat("not a valid request: ", std::string(st.message())));
+  if (!st.ok()) return InvalidField("body", absl::StrCat("not a valid request: ", std::string(st.message())));
   return absl::OkStatus();
 }
 
@@ -126,7 +122,7 @@ absl::StatusOr<std::vector<std::string>> TopLevelFields(const std::string& body)
   const auto st = google::protobuf::util::JsonStringToMessage(
       absl::StripAsciiWhitespace(body).empty() ? "{}" : body, &object, options);
   if (!st.ok()) {
-    return Invalid("body", absl::StrCat("not a JSON object: ", std::string(st.message())));
+    return InvalidField("body", absl::StrCat("not a JSON object: ", std::string(st.message())));
   }
   std::vector<std::string> fields;
   for (const auto& [key, value] : object.fields()) fields.push_back(SnakeCase(key));
@@ -172,7 +168,7 @@ absl::Status QueryInt(const Query& q, const std::string& name, int32_t* out) {
   auto it = q.find(name);
   if (it == q.end() || it->second.empty()) return absl::OkStatus();
   if (!absl::SimpleAtoi(it->second, out)) {
-    return Invalid(name == "page_size" ? "pageSize" : name, "not an integer");
+    return InvalidField(name == "page_size" ? "pageSize" : name, "not an integer");
   }
   return absl::OkStatus();
 }
@@ -185,7 +181,7 @@ absl::Status QueryTime(const Query& q, const std::string& name,
   absl::Time t;
   std::string error;
   if (!absl::ParseTime(absl::RFC3339_full, it->second, &t, &error)) {
-    return Invalid(name, absl::StrCat("\"", it->second,
+    return InvalidField(name, absl::StrCat("\"", it->second,
                                       "\" is not an RFC 3339 time such as 2026-05-01T12:00:00Z"));
   }
   common::ToProtoTime(t, out);
@@ -266,7 +262,7 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
         absl::StatusOr<std::vector<std::string>> fields = TopLevelFields(body);
         if (!fields.ok()) return ErrorReply(fields.status());
         if (!req.source().id().empty() && req.source().id() != id) {
-          return ErrorReply(Invalid("id", "differs from the id in the path; ids cannot change"));
+          return ErrorReply(InvalidField("id", "differs from the id in the path; ids cannot change"));
         }
         req.mutable_source()->set_id(id);
         for (const std::string& f : *fields) req.mutable_update_mask()->add_paths(f);
@@ -329,7 +325,7 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
         absl::StatusOr<std::vector<std::string>> fields = TopLevelFields(body);
         if (!fields.ok()) return ErrorReply(fields.status());
         if (!req.destination().id().empty() && req.destination().id() != id) {
-          return ErrorReply(Invalid("id", "differs from the id in the path; ids cannot change"));
+          return ErrorReply(InvalidField("id", "differs from the id in the path; ids cannot change"));
         }
         req.mutable_destination()->set_id(id);
         for (const std::string& f : *fields) req.mutable_update_mask()->add_paths(f);
@@ -385,7 +381,7 @@ class Session : public std::enable_shared_from_this<Session> {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        if (ec == http::error::body_limit) {
-                         Reply r = ErrorReply(Invalid(
+                         Reply r = ErrorReply(InvalidField(
                              "body", absl::StrCat("larger than ", kMaxBody, " bytes")));
                          r.status = 413;
                          return self->Write(std::move(r), false);
@@ -423,7 +419,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!absl::StripAsciiWhitespace(body).empty()) {
       const std::string type = absl::AsciiStrToLower(std::string(request[http::field::content_type]));
       if (!absl::StartsWith(type, kJson)) {
-        Reply r = ErrorReply(Invalid("Content-Type", "must be application/json"));
+        Reply r = ErrorReply(InvalidField("Content-Type", "must be application/json"));
         r.status = 415;
         Write(std::move(r), request.keep_alive());
         return;
@@ -503,27 +499,6 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> response_;
 };
 
-absl::Status ParseAddress(const std::string& address, tcp::endpoint* endpoint) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("admin HTTP address \"", address, "\": expected host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  beast::error_code ec;
-  const net::ip::address ip = net::ip::make_address(host, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("admin HTTP address \"", address, "\": ", ec.message()));
-  }
-  *endpoint = tcp::endpoint(ip, static_cast<unsigned short>(port));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -588,7 +563,7 @@ AdminHttpServer::~AdminHttpServer() { Shutdown(); }
 
 absl::Status AdminHttpServer::Start() {
   tcp::endpoint endpoint;
-  if (absl::Status s = ParseAddress(impl_->state.options.address, &endpoint); !s.ok()) return s;
+  if (absl::Status s = common::ParseTcpEndpoint(impl_->state.options.address, "admin HTTP address", &endpoint); !s.ok()) return s;
   beast::error_code ec;
   impl_->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);

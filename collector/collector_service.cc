@@ -15,8 +15,6 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "google/rpc/error_details.pb.h"
-#include "google/rpc/status.pb.h"
 
 namespace hookrelay::collector {
 
@@ -38,17 +36,8 @@ std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context) {
 
 grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
                               const std::vector<FieldViolation>& violations) {
-  google::rpc::BadRequest bad_request;
-  for (const FieldViolation& v : violations) {
-    google::rpc::BadRequest::FieldViolation* out = bad_request.add_field_violations();
-    out->set_field(v.field);
-    out->set_description(v.description);
-  }
-  google::rpc::Status details;
-  details.set_code(static_cast<int32_t>(code));
-  details.set_message(message);
-  details.add_details()->PackFrom(bad_request);
-  return grpc::Status(code, message, details.SerializeAsString());
+  return ToGrpcWithDetails(
+      WithViolations(static_cast<absl::StatusCode>(code), message, violations));
 }
 
 grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*

@@ -394,16 +394,19 @@ size_t Dispatcher::FillStream(Stream& stream) {
       if (metrics_.undeliverable) metrics_.undeliverable->Increment();
       continue;
     }
-    {
-      absl::MutexLock lock(&stats_mu_);
-      in_flight_[lj.job.id()] =
-          InFlight{lj.job.destination_id(), lj.job.test(),
-                   lj.job.test() ? lj.job.message_id() : std::string()};
-    }
     hookrelay::v1::Delivery* delivery = response.add_deliveries();
     *delivery->mutable_job() = std::move(lj.job);
     delivery->set_lease(lj.lease);
     *delivery->mutable_destination() = *destination;
+  }
+  if (response.deliveries_size() > 0) {
+    // One lock per batch: each job's destination (stats) and test flag, until its outcome.
+    absl::MutexLock lock(&stats_mu_);
+    for (const hookrelay::v1::Delivery& d : response.deliveries()) {
+      const hookrelay::v1::Job& job = d.job();
+      in_flight_[job.id()] = InFlight{job.destination_id(), job.test(),
+                                      job.test() ? job.message_id() : std::string()};
+    }
   }
   const size_t sent = static_cast<size_t>(response.deliveries_size());
   if (metrics_.sent && sent > 0) metrics_.sent->Increment(static_cast<double>(sent));
@@ -439,7 +442,32 @@ Dispatcher::DestinationStats Dispatcher::Stats(const std::string& destination_id
   return it == stats_.end() ? DestinationStats{} : it->second;
 }
 
+void Dispatcher::CountOutcomeLocked(const std::string& destination_id, const Outcome& outcome) {
+  DestinationStats& stats = stats_[destination_id];
+  switch (outcome.kind()) {
+    case Outcome::DELIVERED:
+      ++stats.delivered;
+      return;
+    case Outcome::RETRY:
+      ++stats.retried;
+      break;
+    case Outcome::DEAD:
+      ++stats.dead;
+      break;
+    default:
+      return;
+  }
+  std::string error = AttemptError(outcome.attempt());
+  if (error.empty()) error = outcome.reason();
+  if (error.empty()) return;
+  stats.last_error = std::move(error);
+  stats.last_error_at = outcome.attempt().at_unix_ms() > 0
+                            ? absl::FromUnixMillis(outcome.attempt().at_unix_ms())
+                            : clock_.Now();
+}
+
 void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer_id) {
+  // One lock per outcome: take the job's entry and, for a customer job, count the outcome.
   InFlight job;
   {
     absl::MutexLock lock(&stats_mu_);
@@ -448,6 +476,7 @@ void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer
       job = std::move(it->second);
       in_flight_.erase(it);
     }
+    if (!job.test && !job.destination_id.empty()) CountOutcomeLocked(job.destination_id, outcome);
   }
   if (job.test) {
     // Test jobs end with their first outcome.
@@ -458,33 +487,6 @@ void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer
     }
     if (options_.on_test_outcome) options_.on_test_outcome(job.message_id, outcome);
     return;
-  }
-  if (!job.destination_id.empty()) {
-    absl::MutexLock lock(&stats_mu_);
-    DestinationStats& stats = stats_[job.destination_id];
-    switch (outcome.kind()) {
-      case Outcome::DELIVERED:
-        ++stats.delivered;
-        break;
-      case Outcome::RETRY:
-        ++stats.retried;
-        break;
-      case Outcome::DEAD:
-        ++stats.dead;
-        break;
-      default:
-        break;
-    }
-    if (outcome.kind() != Outcome::DELIVERED) {
-      std::string error = AttemptError(outcome.attempt());
-      if (error.empty()) error = outcome.reason();
-      if (!error.empty()) {
-        stats.last_error = std::move(error);
-        stats.last_error_at = outcome.attempt().at_unix_ms() > 0
-                                  ? absl::FromUnixMillis(outcome.attempt().at_unix_ms())
-                                  : clock_.Now();
-      }
-    }
   }
   absl::Status st;
   prometheus::Counter* counter = nullptr;

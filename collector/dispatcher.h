@@ -131,6 +131,9 @@ class Dispatcher {
   // Leases and sends one batch to `stream` if it can take one. Returns how many jobs were sent.
   size_t FillStream(Stream& stream);
   void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  // Adds a customer job's outcome to its destination's stats.
+  void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
   void Unregister(Stream* stream);
   bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

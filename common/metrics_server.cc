@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/json_writer.h"
+#include "common/tcp_endpoint.h"
 #include "prometheus/text_serializer.h"
 
 namespace hookrelay::common {
@@ -121,27 +122,6 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> response_;
 };
 
-absl::Status ParseAddress(const std::string& address, tcp::endpoint* endpoint) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address \"", address, "\": expected host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  beast::error_code ec;
-  const net::ip::address ip = net::ip::make_address(host, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address \"", address, "\": ", ec.message()));
-  }
-  *endpoint = tcp::endpoint(ip, static_cast<unsigned short>(port));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -175,7 +155,7 @@ void MetricsServer::Add(std::shared_ptr<prometheus::Collectable> collectable) {
 
 absl::Status MetricsServer::Start() {
   tcp::endpoint endpoint;
-  if (absl::Status s = ParseAddress(impl_->state.options.address, &endpoint); !s.ok()) return s;
+  if (absl::Status s = ParseTcpEndpoint(impl_->state.options.address, "metrics address", &endpoint); !s.ok()) return s;
   beast::error_code ec;
   impl_->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);

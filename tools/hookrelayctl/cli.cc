@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <span>
@@ -26,6 +24,7 @@
 #include "common/json_element.h"
 #include "common/json_writer.h"
 #include "common/redact.h"
+#include "common/secret_file.h"
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -189,16 +188,6 @@ std::optional<UsageError> Positional(const CommandLine& cl, size_t first, size_t
   return std::nullopt;
 }
 
-std::optional<std::string> ReadFileTrimmed(const std::string& path, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = absl::StrCat("cannot read ", path);
-    return std::nullopt;
-  }
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 // Settings shared by every admin call.
 struct Context {
@@ -225,10 +214,9 @@ std::optional<UsageError> Connect(const CommandLine& cl, const Environment& env,
   const std::string token_file =
       cl.Has("admin-token-file") ? cl.Get("admin-token-file") : env.admin_token_file;
   if (!token_file.empty()) {
-    std::string error;
-    std::optional<std::string> t = ReadFileTrimmed(token_file, &error);
-    if (!t.has_value()) return UsageError{absl::StrCat("--admin-token-file: ", error)};
-    token = *t;
+    absl::StatusOr<std::string> t = common::ReadSecretFile(token_file);
+    if (!t.ok()) return UsageError{absl::StrCat("--admin-token-file: ", t.status().message())};
+    token = *std::move(t);
   }
   if (cl.Has("token")) token = cl.Get("token");
   absl::Duration timeout = absl::Seconds(15);
@@ -651,9 +639,10 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
     return UsageError{"--shared-secret-file and --no-shared-secret exclude each other"};
   }
   if (cl.Has("shared-secret-file")) {
-    std::string error;
-    std::optional<std::string> secret = ReadFileTrimmed(cl.Get("shared-secret-file"), &error);
-    if (!secret.has_value()) return UsageError{absl::StrCat("--shared-secret-file: ", error)};
+    absl::StatusOr<std::string> secret = common::ReadSecretFile(cl.Get("shared-secret-file"));
+    if (!secret.ok()) {
+      return UsageError{absl::StrCat("--shared-secret-file: ", secret.status().message())};
+    }
     w.String("sharedSecret", *secret);
   }
   if (cl.Bool("no-shared-secret")) w.String("sharedSecret", "");
