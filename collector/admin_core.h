@@ -27,6 +27,11 @@
 #include "common/clock.h"
 #include "hookrelay/v1/admin.pb.h"
 
+namespace prometheus {
+class Counter;
+class Registry;
+}  // namespace prometheus
+
 namespace hookrelay::collector {
 
 class AdminCore {
@@ -93,6 +98,21 @@ class AdminCore {
                                  const hookrelay::v1::ReplayDeadLettersRequest& request,
                                  hookrelay::v1::ReplayDeadLettersResponse* response);
 
+  // Deletion requests (SPEC §6.1). The user id is personal data: it is logged at debug level
+  // only.
+  absl::Status CreateDeletion(const std::string& who,
+                              const hookrelay::v1::CreateDeletionRequest& request,
+                              hookrelay::v1::Deletion* response);
+  absl::Status GetDeletion(const std::string& who, const hookrelay::v1::GetDeletionRequest& request,
+                           hookrelay::v1::Deletion* response);
+  absl::Status ListDeletions(const std::string& who,
+                             const hookrelay::v1::ListDeletionsRequest& request,
+                             hookrelay::v1::ListDeletionsResponse* response);
+
+  // Registers hookrelay_deletions_total and hookrelay_purged_jobs_total. Optional; call before
+  // serving.
+  void RegisterMetrics(prometheus::Registry& registry);
+
  private:
   absl::StatusOr<ConfigManager*> Manager();
   hookrelay::v1::DestinationResource DestinationView(const ConfigManager::Snapshot& snapshot,
@@ -102,6 +122,8 @@ class AdminCore {
   ConfigManager* const config_;
   const common::Clock& clock_;
   std::atomic<Dispatcher*> dispatcher_{nullptr};
+  prometheus::Counter* deletions_total_ = nullptr;
+  prometheus::Counter* purged_jobs_total_ = nullptr;
 
   struct PendingTest {
     bool done = false;

@@ -363,6 +363,30 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
     if (!(st = ParseBody(body, &req)).ok()) return ErrorReply(st);
     return Call(core, who, req, &AdminCore::ReplayDeadLetters);
   }
+  if (is(0, "deletions")) {
+    if (n == 1) {
+      if (method == http::verb::get) {
+        hookrelay::v1::ListDeletionsRequest req;
+        int32_t size = 0;
+        if (!(st = QueryInt(query, "page_size", &size)).ok()) return ErrorReply(st);
+        req.set_page_size(size);
+        if (auto it = query.find("page_token"); it != query.end()) req.set_page_token(it->second);
+        return Call(core, who, req, &AdminCore::ListDeletions);
+      }
+      if (method == http::verb::post) {
+        hookrelay::v1::CreateDeletionRequest req;
+        if (!(st = ParseBody(body, &req)).ok()) return ErrorReply(st);
+        return Call(core, who, req, &AdminCore::CreateDeletion);
+      }
+      return MethodNotAllowed("GET, POST");
+    }
+    if (n == 2) {
+      if (method != http::verb::get) return MethodNotAllowed("GET");
+      hookrelay::v1::GetDeletionRequest req;
+      req.set_id(segments[1]);
+      return Call(core, who, req, &AdminCore::GetDeletion);
+    }
+  }
   return ErrorReply(absl::NotFoundError("no such admin resource; see docs/ADMIN_API.md"));
 }
 

@@ -120,4 +120,22 @@ grpc::ServerUnaryReactor* AdminService::ReplayDeadLetters(grpc::CallbackServerCo
   return Run(context, request, response, &AdminCore::ReplayDeadLetters);
 }
 
+grpc::ServerUnaryReactor* AdminService::CreateDeletion(
+    grpc::CallbackServerContext* context, const hookrelay::v1::CreateDeletionRequest* request,
+    hookrelay::v1::Deletion* response) {
+  return Run(context, request, response, &AdminCore::CreateDeletion);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetDeletion(
+    grpc::CallbackServerContext* context, const hookrelay::v1::GetDeletionRequest* request,
+    hookrelay::v1::Deletion* response) {
+  return Run(context, request, response, &AdminCore::GetDeletion);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListDeletions(
+    grpc::CallbackServerContext* context, const hookrelay::v1::ListDeletionsRequest* request,
+    hookrelay::v1::ListDeletionsResponse* response) {
+  return Run(context, request, response, &AdminCore::ListDeletions);
+}
+
 }  // namespace hookrelay::collector

@@ -74,6 +74,15 @@ class AdminService final : public hookrelay::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ReplayDeadLetters(grpc::CallbackServerContext* context,
                                       const hookrelay::v1::ReplayDeadLettersRequest* request,
                                       hookrelay::v1::ReplayDeadLettersResponse* response) override;
+  grpc::ServerUnaryReactor* CreateDeletion(grpc::CallbackServerContext* context,
+                                           const hookrelay::v1::CreateDeletionRequest* request,
+                                           hookrelay::v1::Deletion* response) override;
+  grpc::ServerUnaryReactor* GetDeletion(grpc::CallbackServerContext* context,
+                                        const hookrelay::v1::GetDeletionRequest* request,
+                                        hookrelay::v1::Deletion* response) override;
+  grpc::ServerUnaryReactor* ListDeletions(grpc::CallbackServerContext* context,
+                                          const hookrelay::v1::ListDeletionsRequest* request,
+                                          hookrelay::v1::ListDeletionsResponse* response) override;
 
  private:
   template <typename Request, typename Response>

@@ -19,6 +19,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "gtest/gtest.h"
+#include "absl/synchronization/notification.h"
+#include "common/time_format.h"
 #include "collector/admin_test_util.h"
 #include "collector/job_store.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
@@ -415,6 +417,184 @@ TEST_F(AdminServiceTest, NoTokenMeansNoAuthentication) {
   const std::vector<uint64_t> ids = MakeDeadLetters({"d1"});
   EXPECT_EQ(ListAllIds(), ids);
   EXPECT_EQ(ListAllIds("Bearer anything"), ids);
+}
+
+// Deletions over gRPC (SPEC §6.1): one delete job per (affected source, enabled destination), none
+// for a disabled one, the body exactly type/userId/timestamp; the user's undelivered jobs and dead
+// letters purged; sources from the index when none are given; idempotent by request id; errors
+// naming the field.
+TEST_F(AdminServiceTest, DeletionNotifiesAndPurges) {
+  StartServer();
+  auto call = [&](auto method, const auto& request, auto* response) {
+    grpc::ClientContext context;
+    Prepare(context, "");
+    return ((*stub_).*method)(&context, request, response);
+  };
+  for (const char* id : {"web", "ios", "srv"}) {
+    hookrelay::v1::CreateSourceRequest request;
+    request.mutable_source()->set_id(id);
+    request.mutable_source()->set_kind("web");
+    hookrelay::v1::SourceResource created;
+    const grpc::Status status = call(&hookrelay::v1::Admin::Stub::CreateSource, request, &created);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+  }
+  auto destination = [&](const char* id, std::vector<std::string> sources, bool enabled) {
+    hookrelay::v1::CreateDestinationRequest request;
+    hookrelay::v1::DestinationResource& d = *request.mutable_destination();
+    d.set_id(id);
+    d.set_type("webhooks");
+    d.set_enabled(enabled);
+    for (const std::string& s : sources) d.add_sources(s);
+    d.add_urls()->set_url(absl::StrCat("https://hooks.example.com/", id));
+    hookrelay::v1::DestinationResource created;
+    const grpc::Status status =
+        call(&hookrelay::v1::Admin::Stub::CreateDestination, request, &created);
+    ASSERT_TRUE(status.ok()) << Describe(status);
+  };
+  destination("hook-a", {"web"}, true);
+  destination("hook-b", {"web", "ios"}, true);
+  destination("hook-off", {"web", "ios"}, false);
+
+  // u1 seen in web (two jobs) and ios (one job, later a dead letter); u2 in web.
+  auto event = [](int n, std::string user, std::string source, std::string destination) {
+    AppendItem item;
+    item.dedup_key = DedupKey(source, absl::StrCat("m", n));
+    item.user_id = user;
+    item.source_id = source;
+    hookrelay::v1::Job& job = item.jobs.emplace_back();
+    job.set_source_id(source);
+    job.set_destination_id(destination);
+    job.set_user_id(user);
+    job.set_type(hookrelay::v1::TRACK);
+    job.set_event_json(R"({"type":"track"})");
+    return item;
+  };
+  std::vector<AppendItem> items;
+  items.push_back(event(1, "u1", "ios", "hook-b"));
+  items.push_back(event(2, "u1", "web", "hook-a"));
+  items.push_back(event(3, "u1", "web", "hook-b"));
+  items.push_back(event(4, "u2", "web", "hook-a"));
+  absl::Notification appended;
+  server_->store().Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    appended.Notify();
+  });
+  appended.WaitForNotification();
+  absl::StatusOr<std::vector<LeasedJob>> leased = server_->store().Lease(1, absl::Seconds(30));
+  ASSERT_TRUE(leased.ok() && leased->size() == 1);
+  ASSERT_EQ((*leased)[0].job.source_id(), "ios");
+  ASSERT_TRUE(server_->store()
+                  .Bury((*leased)[0].job.id(), (*leased)[0].lease, "400", hookrelay::v1::Attempt())
+                  .ok());
+
+  hookrelay::v1::CreateDeletionRequest request;
+  request.set_user_id("u1");
+  request.set_request_id("gdpr-0001");
+  hookrelay::v1::Deletion deletion;
+  grpc::Status status = call(&hookrelay::v1::Admin::Stub::CreateDeletion, request, &deletion);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  EXPECT_THAT(deletion.id(), ::testing::StartsWith("del_"));
+  EXPECT_EQ(deletion.user_id(), "u1");
+  EXPECT_THAT(deletion.source_ids(), ::testing::ElementsAre("ios", "web"));
+  EXPECT_TRUE(deletion.sources_from_index());
+  EXPECT_EQ(deletion.state(), hookrelay::v1::Deletion::COMPLETED);
+  EXPECT_EQ(deletion.notifications(), 3u);  // ios×hook-b, web×hook-a, web×hook-b
+  EXPECT_EQ(deletion.purged_jobs(), 2u);
+  EXPECT_EQ(deletion.purged_dead_letters(), 1u);
+  EXPECT_EQ(absl::FromUnixSeconds(deletion.create_time().seconds()),
+            absl::FromUnixSeconds(absl::ToUnixSeconds(server_->clock().Now())));
+
+  leased = server_->store().Lease(100, absl::Seconds(30));
+  ASSERT_TRUE(leased.ok());
+  std::vector<std::string> pairs;
+  const std::string body = absl::StrCat(R"({"type":"delete","userId":"u1","timestamp":")",
+                                        common::FormatIso8601Millis(server_->clock().Now()),
+                                        R"("})");
+  for (const LeasedJob& job : *leased) {
+    if (job.job.type() != hookrelay::v1::DELETE) {
+      EXPECT_EQ(job.job.user_id(), "u2");
+      continue;
+    }
+    pairs.push_back(absl::StrCat(job.job.source_id(), "/", job.job.destination_id()));
+    EXPECT_EQ(job.job.event_json(), body);
+    EXPECT_EQ(job.job.user_id(), "u1");
+  }
+  EXPECT_THAT(pairs, ::testing::UnorderedElementsAre("ios/hook-b", "web/hook-a", "web/hook-b"));
+  EXPECT_THAT(ListAllIds(), IsEmpty());
+
+  // The same request id: the same record, nothing again.
+  hookrelay::v1::Deletion again;
+  status = call(&hookrelay::v1::Admin::Stub::CreateDeletion, request, &again);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  EXPECT_EQ(again.id(), deletion.id());
+  EXPECT_EQ(server_->store().Counts().ready, 0);
+  // ... for another user: refused.
+  request.set_user_id("u2");
+  status = call(&hookrelay::v1::Admin::Stub::CreateDeletion, request, &again);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << Describe(status);
+  EXPECT_THAT(status.error_message(), HasSubstr("gdpr-0001"));
+
+  // Explicit sources; a user never seen still gets the notifications of those sources.
+  server_->clock().Advance(absl::Seconds(1));
+  hookrelay::v1::CreateDeletionRequest explicit_request;
+  explicit_request.set_user_id("never-seen");
+  explicit_request.add_source_ids("ios");
+  hookrelay::v1::Deletion second;
+  status = call(&hookrelay::v1::Admin::Stub::CreateDeletion, explicit_request, &second);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  EXPECT_FALSE(second.sources_from_index());
+  EXPECT_EQ(second.notifications(), 1u);
+  EXPECT_EQ(second.purged_jobs(), 0u);
+
+  hookrelay::v1::GetDeletionRequest get;
+  get.set_id(deletion.id());
+  hookrelay::v1::Deletion got;
+  status = call(&hookrelay::v1::Admin::Stub::GetDeletion, get, &got);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  EXPECT_EQ(got.SerializeAsString(), deletion.SerializeAsString());
+  get.set_id("del_nope");
+  EXPECT_EQ(call(&hookrelay::v1::Admin::Stub::GetDeletion, get, &got).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  hookrelay::v1::ListDeletionsRequest list;
+  list.set_page_size(1);
+  hookrelay::v1::ListDeletionsResponse page;
+  status = call(&hookrelay::v1::Admin::Stub::ListDeletions, list, &page);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  ASSERT_THAT(page.deletions(), SizeIs(1));
+  EXPECT_EQ(page.deletions(0).user_id(), "never-seen");  // Newest first.
+  list.set_page_token(page.next_page_token());
+  hookrelay::v1::ListDeletionsResponse last;
+  status = call(&hookrelay::v1::Admin::Stub::ListDeletions, list, &last);
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  ASSERT_THAT(last.deletions(), SizeIs(1));
+  EXPECT_EQ(last.deletions(0).id(), deletion.id());
+  EXPECT_EQ(last.next_page_token(), "");
+
+  // Errors name the field.
+  struct Bad {
+    std::string user;
+    std::vector<std::string> sources;
+    std::string request_id;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"", {}, "", grpc::StatusCode::INVALID_ARGUMENT, "userId"},
+           {std::string(257, 'u'), {}, "", grpc::StatusCode::INVALID_ARGUMENT, "at most 256"},
+           {"u1", {"nope"}, "", grpc::StatusCode::NOT_FOUND, "sourceIds[0]"},
+           {"u1", {"web", "web"}, "", grpc::StatusCode::INVALID_ARGUMENT, "sourceIds[1]"},
+           {"u1", {}, "bad id!", grpc::StatusCode::INVALID_ARGUMENT, "requestId"},
+       }) {
+    hookrelay::v1::CreateDeletionRequest r;
+    r.set_user_id(bad.user);
+    for (const std::string& s : bad.sources) r.add_source_ids(s);
+    r.set_request_id(bad.request_id);
+    hookrelay::v1::Deletion ignored;
+    status = call(&hookrelay::v1::Admin::Stub::CreateDeletion, r, &ignored);
+    EXPECT_EQ(status.error_code(), bad.code) << Describe(status);
+    EXPECT_THAT(status.error_message(), HasSubstr(bad.says));
+  }
 }
 
 // Page tokens round-trip and are opaque (not the bare id).

@@ -33,7 +33,12 @@ absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::str
   options.clock = &server->clock_;
   ASSIGN_OR_RETURN(server->store_, RocksDbJobStore::Open(options));
   server->auth_ = std::make_unique<AdminAuth>(std::move(admin_token));
-  server->core_ = std::make_unique<AdminCore>(*server->store_, nullptr, server->clock_);
+  // The configuration managed at run time, starting empty (no --config file).
+  server->config_ = std::make_unique<ConfigManager>(
+      *server->store_, "", [](const std::shared_ptr<const ConfigManager::Snapshot>&) {});
+  RETURN_IF_ERROR(server->config_->Start());
+  server->core_ = std::make_unique<AdminCore>(*server->store_, server->config_.get(),
+                                              server->clock_);
   server->service_ = std::make_unique<AdminService>(*server->core_, *server->auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -58,6 +63,7 @@ AdminTestServer::~AdminTestServer() {
   server_.reset();
   service_.reset();
   core_.reset();
+  config_.reset();
   auth_.reset();
   store_.reset();
   if (!dir_.empty()) {

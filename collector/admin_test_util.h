@@ -1,5 +1,5 @@
-// Test-only: a real RocksDbJobStore in a fresh temporary directory on a manual clock, served by
-// an AdminService on an in-process gRPC server bound to 127.0.0.1:0, plus a helper that makes
+// Test-only: a real RocksDbJobStore in a fresh temporary directory on a manual clock, with a
+// ConfigManager starting empty (no --config file), served by an AdminService on an in-process gRPC server bound to 127.0.0.1:0, plus a helper that makes
 // dead letters the way deliverers do (Append → Lease → Bury). Shared by the AdminService tests
 // and the hookrelayctl tests.
 //
@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "collector/admin_http.h"
 #include "collector/admin_service.h"
+#include "collector/config_manager.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
@@ -61,6 +62,7 @@ class AdminTestServer {
   common::ManualClock clock_;
   std::string dir_;
   std::unique_ptr<RocksDbJobStore> store_;
+  std::unique_ptr<ConfigManager> config_;
   std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<AdminCore> core_;
   std::unique_ptr<AdminService> service_;

@@ -68,6 +68,10 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
     outcome->message_ids[i] = ev.message_id;
     AppendItem& item = items.emplace_back();
     item.dedup_key = DedupKey(source_id, ev.message_id);
+    if (!ev.user_id.empty()) {
+      item.user_id = ev.user_id;
+      item.source_id = source_id;
+    }
     types.push_back(ev.type);
     if (!WebhooksEnabled(ev.flags)) continue;
     const size_t fanout = route->destinations.size();

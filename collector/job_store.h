@@ -29,6 +29,10 @@ struct AppendItem {
   std::string dedup_key;
   // `id`, `due_unix_ms` are assigned by the store; everything else is kept as given.
   std::vector<hookrelay::v1::Job> jobs;
+  // The event's user and source, for the per-user index (SPEC §6.1: the sources a user was seen
+  // in). Empty user_id: not indexed.
+  std::string user_id;
+  std::string source_id;
 };
 
 struct AppendResult {
@@ -42,6 +46,26 @@ struct LeasedJob {
   // Identifies this lease; outcomes carrying an older lease are refused.
   uint64_t lease = 0;
   absl::Time deadline;
+};
+
+// A deletion request to apply (SPEC §6.1), prepared by the admin core.
+struct DeletionPlan {
+  // id, user_id, source_ids (the affected sources, already resolved), sources_from_index,
+  // request_id and create_time set; the store fills state and the counts.
+  hookrelay::v1::Deletion record;
+  // The `delete` jobs, one per (affected source, enabled webhook destination); the store assigns
+  // `id` and `due_unix_ms` as for appended jobs.
+  std::vector<hookrelay::v1::Job> notifications;
+};
+
+struct DeletionOutcome {
+  hookrelay::v1::Deletion record;
+  // False when the request id had been applied already: nothing was done and `record` is the
+  // earlier one (whose user may differ: the caller decides what that means).
+  bool created = false;
+  // Store keys read or written to apply it: proportional to the user's jobs and dead letters,
+  // never to the store's size (tests assert it).
+  size_t keys_touched = 0;
 };
 
 struct JobCounts {
@@ -96,10 +120,24 @@ class JobStore {
   // Makes every dead letter matching `filter` (ignoring after_id/limit) ready again, with a fresh
   // retry window. Returns how many.
   virtual absl::StatusOr<size_t> Replay(const DeadFilter& filter) = 0;
-  // Removes every not-yet-delivered job (ready, scheduled or leased) of `user_id`; when
-  // `source_ids` is non-empty, only jobs of those sources. Returns how many.
-  virtual absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
-                                           const std::vector<std::string>& source_ids) = 0;
+
+  // The sources `user_id` was seen in (AppendItem::user_id/source_id), sorted, from the per-user
+  // index: cost proportional to the answer.
+  virtual absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id) = 0;
+  // Applies a deletion in one atomic, durable write: enqueues the notifications; removes the
+  // user's not-yet-delivered jobs of the record's sources (except `delete` and test jobs; a job
+  // leased now finishes its attempt and is dropped instead of retried), their dead letters, their
+  // sources-seen entries (and profile, SPEC §6.2); records the deletion. A request id already
+  // applied does nothing. Appends keep flowing meanwhile: the cost is proportional to the user's
+  // data, never to the store's size.
+  virtual absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) = 0;
+  // nullopt when unknown.
+  virtual absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(
+      std::string_view id) = 0;
+  // Newest first: at most `limit` deletions with an id below `before_id` (empty = from the
+  // newest).
+  virtual absl::StatusOr<std::vector<hookrelay::v1::Deletion>> ListDeletions(
+      std::string_view before_id, size_t limit) = 0;
 
   // OK while the store can write. Otherwise UNAVAILABLE with a generic message (no file paths;
   // safe to show to callers) until the store has recovered by itself: appends fail meanwhile,

@@ -41,6 +41,10 @@
 //   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
 //            compaction filter; until then the window is also checked on lookup.
 //   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
+//   users    the per-user index. "s" ++ lp(user) ++ lp(source) -> "" (the user was seen in the
+//            source); "d" ++ lp(user) ++ lp(source) ++ u64 BE job id -> "" (a dead letter of the
+//            user). lp(x) = u32 BE length ++ x, so any byte may appear in ids.
+//   deletions "d" ++ deletion id -> serialized v1::Deletion; "r" ++ request id -> deletion id.
 // Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
 // are in id order (ListDead's pagination).
 
@@ -52,6 +56,8 @@ using hookrelay::v1::Job;
 constexpr char kJobsCf[] = "jobs";
 constexpr char kDedupCf[] = "dedup";
 constexpr char kDeadCf[] = "dead";
+constexpr char kUsersCf[] = "users";
+constexpr char kDeletionsCf[] = "deletions";
 constexpr char kNextIdKey[] = "next_id";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
 constexpr char kConfigKey[] = "config";
@@ -63,7 +69,7 @@ constexpr int kLeaseEpochShift = 40;
 constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
 constexpr int kMaxHistory = 10;
 constexpr size_t kDueHeaderSize = 8;
-// Replay and PurgeUser write (and publish) in chunks of this many jobs.
+// Replay writes (and publishes) in chunks of this many jobs.
 constexpr size_t kAdminChunk = 1024;
 
 void EncodeU64(uint64_t v, char* out) {
@@ -90,6 +96,53 @@ class U64Bytes {
 };
 
 int64_t ToMillis(absl::Time t) { return absl::ToUnixMillis(t); }
+
+void AppendLengthPrefixed(std::string_view s, std::string* out) {
+  char length[4];
+  const auto n = static_cast<uint32_t>(s.size());
+  length[0] = static_cast<char>(n >> 24);
+  length[1] = static_cast<char>((n >> 16) & 0xff);
+  length[2] = static_cast<char>((n >> 8) & 0xff);
+  length[3] = static_cast<char>(n & 0xff);
+  out->append(length, 4);
+  out->append(s);
+}
+
+// Keys of the users family (see the layout above).
+void SeenPrefix(std::string_view user, std::string* out) {
+  out->assign("s");
+  AppendLengthPrefixed(user, out);
+}
+void SeenKey(std::string_view user, std::string_view source, std::string* out) {
+  SeenPrefix(user, out);
+  AppendLengthPrefixed(source, out);
+}
+void DeadIndexPrefix(std::string_view user, std::string_view source, std::string* out) {
+  out->assign("d");
+  AppendLengthPrefixed(user, out);
+  AppendLengthPrefixed(source, out);
+}
+std::string DeadIndexKey(std::string_view user, std::string_view source, uint64_t id) {
+  std::string key;
+  DeadIndexPrefix(user, source, &key);
+  const size_t at = key.size();
+  key.resize(at + 8);
+  EncodeU64(id, key.data() + at);
+  return key;
+}
+
+// In-memory hashes (never stored): 0 means "no user".
+uint64_t UserHash(std::string_view user) {
+  if (user.empty()) return 0;
+  return std::hash<std::string_view>()(user) | 1;
+}
+uint64_t SeenHash(std::string_view user, std::string_view source) {
+  const uint64_t h = std::hash<std::string_view>()(user) * 0x9e3779b97f4a7c15ULL;
+  return (h ^ std::hash<std::string_view>()(source)) | 1;
+}
+
+std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
+std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
 
 void EncodeJobValue(const Job& job, std::string* out) {
   out->resize(kDueHeaderSize);
@@ -336,7 +389,11 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
 }
 
 RocksDbJobStore::RocksDbJobStore(Options options, common::Clock& clock)
-    : options_(std::move(options)), clock_(clock) {}
+    : options_(std::move(options)),
+      clock_(clock),
+      seen_cache_(new std::atomic<uint64_t>[kSeenCacheSlots]) {
+  for (size_t i = 0; i < kSeenCacheSlots; ++i) seen_cache_[i].store(0, std::memory_order_relaxed);
+}
 
 RocksDbJobStore::~RocksDbJobStore() {
   {
@@ -414,6 +471,8 @@ absl::Status RocksDbJobStore::OpenDb() {
       {kJobsCf, MakeJobsOptions(cache)},
       {kDedupCf, MakeDedupOptions(cache, clock_, options_.dedup_window)},
       {kDeadCf, MakeSmallOptions(cache)},
+      {kUsersCf, MakeSmallOptions(cache)},
+      {kDeletionsCf, MakeSmallOptions(cache)},
   };
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =
@@ -432,6 +491,8 @@ absl::Status RocksDbJobStore::OpenDb() {
   jobs_cf_ = handles_[1];
   dedup_cf_ = handles_[2];
   dead_cf_ = handles_[3];
+  users_cf_ = handles_[4];
+  deletions_cf_ = handles_[5];
   return absl::OkStatus();
 }
 
@@ -481,6 +542,7 @@ absl::Status RocksDbJobStore::Recover() {
   const int64_t now_ms = ToMillis(clock_.Now());
   uint64_t max_id = 0;
   {
+    Job job;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, jobs_cf_));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (it->key().size() != 8 || it->value().size() < kDueHeaderSize) {
@@ -490,6 +552,9 @@ absl::Status RocksDbJobStore::Recover() {
       const int64_t due_ms = static_cast<int64_t>(DecodeU64(it->value().data()));
       (due_ms <= now_ms ? ready_ : scheduled_).push_back({due_ms, id});
       max_id = std::max(max_id, id);
+      // The user index needs the user id (Open's one parse per pending job).
+      if (!ParseJobValue(it->value(), &job)) return Malformed(kJobsCf, id);
+      IndexJobLocked(id, UserHash(job.user_id()));
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
   }
@@ -522,6 +587,10 @@ struct RocksDbJobStore::Group {
   // Parallel to ops; only the kAppend entries are used.
   std::vector<AppendResult> results;
   std::vector<uint64_t> new_ids;
+  // Parallel to new_ids: UserHash of the job's user.
+  std::vector<uint64_t> new_user_hashes;
+  // SeenHash of the sources-seen keys this group writes (cached once written).
+  std::vector<uint64_t> seen_hashes;
   // The dedup keys this group writes, sorted; views into `ops`.
   std::vector<std::string_view> stored_keys;
   rocksdb::WriteBatch batch;
@@ -539,6 +608,8 @@ struct RocksDbJobStore::Group {
     ops.clear();
     results.clear();
     new_ids.clear();
+    new_user_hashes.clear();
+    seen_hashes.clear();
     stored_keys.clear();
     batch.Clear();
     sync = false;
@@ -621,8 +692,9 @@ void RocksDbJobStore::PrepareLoop() {
       size_t jobs = 0;
       while (!queue_.empty()) {
         WriteOp& op = queue_.front();
-        if (op.kind == Kind::kPause) {
-          // A pause ends the group; it is taken alone, once the ops before it are written.
+        if (op.kind == Kind::kPause || op.kind == Kind::kDeletion) {
+          // A pause or a deletion ends the group; it is taken alone, once the ops before it are
+          // written.
           if (group->ops.empty()) {
             pause = std::move(op);
             queue_.pop_front();
@@ -640,7 +712,7 @@ void RocksDbJobStore::PrepareLoop() {
         queue_.pop_front();
       }
     }
-    if (pause.kind == Kind::kPause) {
+    if (pause.kind == Kind::kPause || pause.kind == Kind::kDeletion) {
       {
         absl::MutexLock lock(&pipe_mu_);
         auto all_written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipe_mu_) {
@@ -648,8 +720,13 @@ void RocksDbJobStore::PrepareLoop() {
         };
         pipe_mu_.Await(absl::Condition(&all_written));
       }
-      pause.notify->Notify();
-      pause.resume->WaitForNotification();
+      if (pause.kind == Kind::kDeletion) {
+        *pause.outcome = ApplyDeletionNow(*pause.plan);
+        pause.notify->Notify();
+      } else {
+        pause.notify->Notify();
+        pause.resume->WaitForNotification();
+      }
       spare = std::move(group);
       continue;
     }
@@ -749,13 +826,26 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
     if (ops[o].kind != Kind::kAppend) continue;
     for (size_t i = 0; i < ops[o].items.size(); ++i) {
       if (!group.results[o].stored[i]) continue;
-      for (Job& job : ops[o].items[i].jobs) {
+      AppendItem& item = ops[o].items[i];
+      uint64_t user_hash = 0;
+      if (!item.user_id.empty()) {
+        user_hash = UserHash(item.user_id);
+        const uint64_t seen = SeenHash(item.user_id, item.source_id);
+        if (seen_cache_[seen & (kSeenCacheSlots - 1)].load(std::memory_order_relaxed) != seen) {
+          SeenKey(item.user_id, item.source_id, &key_scratch_);
+          group.batch.Put(users_cf_, key_scratch_, rocksdb::Slice());
+          group.seen_hashes.push_back(seen);
+        }
+      }
+      for (Job& job : item.jobs) {
         const uint64_t id = next_id_++;
         job.set_id(id);
         job.set_due_unix_ms(now_ms);
         EncodeJobValue(job, &scratch_);
         group.batch.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
         group.new_ids.push_back(id);
+        group.new_user_hashes.push_back(job.user_id() == item.user_id ? user_hash
+                                                                      : UserHash(job.user_id()));
       }
     }
   }
@@ -781,17 +871,25 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         break;
       }
       case Kind::kDeleteJob:
+        if (!purged_ended_.empty()) purged_ended_.erase(op.id);
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
         ++group.settlements;
         break;
       case Kind::kBury:
-        group.batch.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
+        // A job purged while it was being buried leaves no dead letter.
+        if (!purged_ended_.empty() && purged_ended_.erase(op.id) > 0) {
+          --dead_count_;
+        } else {
+          group.batch.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
+          if (!op.index_key.empty()) group.batch.Put(users_cf_, op.index_key, rocksdb::Slice());
+        }
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
         ++group.settlements;
         break;
       case Kind::kAppend:
       case Kind::kBarrier:
       case Kind::kPause:
+      case Kind::kDeletion:
         break;
     }
   }
@@ -845,8 +943,14 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   // Publish. On failure the disk is unchanged: appends report the error; settled jobs keep their
   // in-memory state (and overlay records), so this process still treats them right.
   if (group.status.ok()) {
+    for (uint64_t seen : group.seen_hashes) {
+      seen_cache_[seen & (kSeenCacheSlots - 1)].store(seen, std::memory_order_relaxed);
+    }
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : group.new_ids) PushQueuedLocked(group.now_ms, id, group.now_ms);
+    for (size_t j = 0; j < group.new_ids.size(); ++j) {
+      PushQueuedLocked(group.now_ms, group.new_ids[j], group.now_ms);
+      IndexJobLocked(group.new_ids[j], group.new_user_hashes[j]);
+    }
     for (const WriteOp& op : group.ops) {
       if (op.kind != Kind::kPutJob || op.seq == 0) continue;
       auto it = overlay_.find(op.id);
@@ -902,10 +1006,46 @@ void RocksDbJobStore::PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_
 void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
   while (!scheduled_.empty() && scheduled_.front().due_ms <= now_ms) {
     std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
-    ready_.push_back(scheduled_.back());
+    const QueuedJob job = scheduled_.back();
+    scheduled_.pop_back();
+    if (!purged_scheduled_.empty() && purged_scheduled_.erase(job.id) > 0) continue;
+    ready_.push_back(job);
     std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+  }
+}
+
+void RocksDbJobStore::PopTombstonesLocked() {
+  while (!ready_.empty() && !purged_ready_.empty() && purged_ready_.erase(ready_.front().id) > 0) {
+    std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
+    ready_.pop_back();
+  }
+  while (!scheduled_.empty() && !purged_scheduled_.empty() &&
+         purged_scheduled_.erase(scheduled_.front().id) > 0) {
+    std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
     scheduled_.pop_back();
   }
+}
+
+void RocksDbJobStore::IndexJobLocked(uint64_t id, uint64_t user_hash) {
+  if (user_hash == 0) return;
+  job_user_.emplace(id, user_hash);
+  UserJobs& user = user_jobs_[user_hash];
+  user.ids.push_back(id);
+  ++user.live;
+  // Ended ids are dropped once they are half of the list: amortised O(1) per job.
+  if (user.ids.size() >= 2 * size_t{user.live} + 16) {
+    user.ids.erase(std::remove_if(user.ids.begin(), user.ids.end(),
+                                  [this](uint64_t j) { return !job_user_.contains(j); }),
+                   user.ids.end());
+  }
+}
+
+void RocksDbJobStore::ForgetJobLocked(uint64_t id) {
+  auto it = job_user_.find(id);
+  if (it == job_user_.end()) return;
+  auto user = user_jobs_.find(it->second);
+  job_user_.erase(it);
+  if (user != user_jobs_.end() && --user->second.live == 0) user_jobs_.erase(user);
 }
 
 void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
@@ -962,6 +1102,7 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
       std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
       const QueuedJob job = ready_.back();
       ready_.pop_back();
+      if (!purged_ready_.empty() && purged_ready_.erase(job.id) > 0) continue;
       const uint64_t lease = NextLeaseLocked();
       leased_[job.id] = {lease, deadline, job.due_ms};
       lease_deadlines_.emplace(deadline, job.id);
@@ -1030,6 +1171,8 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
       if (back_to_ready) {
         ready_.push_back(pick.job);
         std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+      } else {
+        ForgetJobLocked(pick.job.id);
       }
     };
     if (!read_error.ok()) {
@@ -1076,6 +1219,7 @@ absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
     check = EndLeaseLocked(job_id, lease, nullptr);
     if (check == LeaseCheck::kOk) {
       overlay_.erase(job_id);
+      ForgetJobLocked(job_id);
       WriteOp op;
       op.kind = WriteOp::Kind::kDeleteJob;
       op.id = job_id;
@@ -1125,6 +1269,8 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     if (settling_.erase(job_id) > 0 && read_error) {
       ready_.push_back({due_ms, job_id});
       std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    } else if (!read_error) {
+      ForgetJobLocked(job_id);
     }
     return status;
   }
@@ -1167,11 +1313,13 @@ absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_
   op.kind = WriteOp::Kind::kBury;
   op.id = job_id;
   job.SerializeToString(&op.value);
+  if (!job.user_id().empty()) op.index_key = DeadIndexKey(job.user_id(), job.source_id(), job_id);
   absl::MutexLock lock(&mu_);
   if (settling_.erase(job_id) == 0) {
     return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
   }
   overlay_.erase(job_id);
+  ForgetJobLocked(job_id);
   ++dead_count_;
   Enqueue(std::move(op));
   return absl::OkStatus();
@@ -1204,6 +1352,7 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   sync.sync = true;
   rocksdb::WriteBatch batch;
   std::vector<uint64_t> ids;
+  std::vector<uint64_t> user_hashes;
   size_t replayed = 0;
   std::string value;
   auto write_chunk = [&]() -> absl::Status {
@@ -1212,10 +1361,14 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
       return WriteFailed(s, "replaying dead letters");
     }
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : ids) PushQueuedLocked(now_ms, id, now_ms);
+    for (size_t j = 0; j < ids.size(); ++j) {
+      PushQueuedLocked(now_ms, ids[j], now_ms);
+      IndexJobLocked(ids[j], user_hashes[j]);
+    }
     dead_count_ -= static_cast<int64_t>(ids.size());
     replayed += ids.size();
     ids.clear();
+    user_hashes.clear();
     batch.Clear();
     return absl::OkStatus();
   };
@@ -1236,7 +1389,11 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, it->key(), value);
     batch.Delete(dead_cf_, it->key());
+    if (!job.user_id().empty()) {
+      batch.Delete(users_cf_, DeadIndexKey(job.user_id(), job.source_id(), job.id()));
+    }
     ids.push_back(job.id());
+    user_hashes.push_back(UserHash(job.user_id()));
     if (ids.size() >= kAdminChunk) RETURN_IF_ERROR(write_chunk());
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
@@ -1244,59 +1401,253 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   return replayed;
 }
 
-absl::StatusOr<size_t> RocksDbJobStore::PurgeUser(std::string_view user_id,
-                                                  const std::vector<std::string>& source_ids) {
-  const absl::flat_hash_set<std::string_view> sources(source_ids.begin(), source_ids.end());
-  // Earlier appends and settlements are written, and nothing else writes until this returns.
-  const std::shared_ptr<absl::Notification> resume = PauseWrites();
-  absl::Cleanup resume_writes = [&resume] { resume->Notify(); };
-  rocksdb::WriteOptions sync;
-  sync.sync = true;
+absl::StatusOr<std::vector<std::string>> RocksDbJobStore::SourcesSeen(std::string_view user_id) {
+  std::vector<std::string> sources;
+  if (user_id.empty()) return sources;
+  std::string prefix;
+  SeenPrefix(user_id, &prefix);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), users_cf_));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    rocksdb::Slice rest = it->key();
+    rest.remove_prefix(prefix.size());
+    if (rest.size() < 4) return Malformed(kUsersCf, 0);
+    const uint32_t n = (uint32_t{static_cast<unsigned char>(rest[0])} << 24) |
+                       (uint32_t{static_cast<unsigned char>(rest[1])} << 16) |
+                       (uint32_t{static_cast<unsigned char>(rest[2])} << 8) |
+                       uint32_t{static_cast<unsigned char>(rest[3])};
+    if (rest.size() != 4 + size_t{n}) return Malformed(kUsersCf, 0);
+    sources.emplace_back(rest.data() + 4, n);
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "reading the user index"));
+  return sources;
+}
+
+absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletion(DeletionPlan plan) {
+  if (plan.record.id().empty() || plan.record.user_id().empty()) {
+    return absl::InvalidArgumentError("job store: a deletion needs an id and a user id");
+  }
+  absl::Notification done;
+  absl::StatusOr<DeletionOutcome> outcome;
+  WriteOp op;
+  op.kind = WriteOp::Kind::kDeletion;
+  op.plan = &plan;
+  op.outcome = &outcome;
+  op.notify = &done;
+  Enqueue(std::move(op));
+  done.WaitForNotification();
+  return outcome;
+}
+
+absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& plan) {
+  using hookrelay::v1::Deletion;
+  DeletionOutcome outcome;
+  size_t& touched = outcome.keys_touched;
+  Deletion& record = plan.record;
+  const std::string& user = record.user_id();
+
+  // Idempotence: a request id applied before answers its record.
+  if (!record.request_id().empty()) {
+    std::string id;
+    const rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), deletions_cf_, RequestKey(record.request_id()), &id);
+    ++touched;
+    if (s.ok()) {
+      ASSIGN_OR_RETURN(std::optional<Deletion> earlier, GetDeletion(id));
+      ++touched;
+      if (!earlier.has_value()) return Malformed(kDeletionsCf, 0);
+      outcome.record = *std::move(earlier);
+      return outcome;
+    }
+    if (!s.IsNotFound()) return FromRocks(s, "reading deletions");
+  }
+
+  const absl::flat_hash_set<std::string_view> sources(record.source_ids().begin(),
+                                                      record.source_ids().end());
+  const uint64_t user_hash = UserHash(user);
   rocksdb::WriteBatch batch;
-  std::vector<uint64_t> ids;
-  size_t purged = 0;
-  auto write_chunk = [&]() -> absl::Status {
-    if (ids.empty()) return absl::OkStatus();
-    if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) return WriteFailed(s, "purging jobs");
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
-      for (uint64_t id : ids) {
-        if (auto it = leased_.find(id); it != leased_.end()) {
-          lease_deadlines_.erase({it->second.deadline, id});
-          leased_.erase(it);
+
+  // 1. The user's pending jobs: candidates from the in-memory index, checked against their
+  // records (the pending rewrite of a retried job when there is one; hash collisions and other
+  // sources are filtered out here).
+  std::vector<uint64_t> candidates;
+  absl::flat_hash_map<uint64_t, std::string> overlay;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = user_jobs_.find(user_hash); it != user_jobs_.end()) {
+      for (uint64_t id : it->second.ids) {
+        if (!job_user_.contains(id)) continue;
+        if (auto o = overlay_.find(id); o != overlay_.end()) {
+          overlay.emplace(id, o->second.value);
+        } else {
+          candidates.push_back(id);
         }
-        overlay_.erase(id);
-        settling_.erase(id);  // Makes an in-flight Retry/Bury drop the job.
-      }
-      for (std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
-        heap->erase(std::remove_if(heap->begin(), heap->end(),
-                                   [&](const QueuedJob& job) { return gone.contains(job.id); }),
-                    heap->end());
-        std::make_heap(heap->begin(), heap->end(), LaterFirst());
       }
     }
-    purged += ids.size();
-    ids.clear();
-    batch.Clear();
+  }
+  struct Purged {
+    uint64_t id;
+    int64_t due_ms;
+  };
+  std::vector<Purged> purged;
+  auto consider = [&](uint64_t id, rocksdb::Slice value) -> absl::Status {
+    Job job;
+    if (!ParseJobValue(value, &job)) return Malformed(kJobsCf, id);
+    if (job.user_id() != user || !sources.contains(job.source_id()) ||
+        job.type() == hookrelay::v1::DELETE || job.test()) {
+      return absl::OkStatus();
+    }
+    batch.Delete(jobs_cf_, U64Bytes(id).slice());
+    ++touched;
+    purged.push_back({id, job.due_unix_ms()});
     return absl::OkStatus();
   };
-
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), jobs_cf_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    Job job;
-    if (it->key().size() != 8 || !ParseJobValue(it->value(), &job)) {
-      return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+  if (!candidates.empty()) {
+    std::sort(candidates.begin(), candidates.end());
+    std::vector<U64Bytes> key_bytes;
+    key_bytes.reserve(candidates.size());
+    std::vector<rocksdb::Slice> keys;
+    keys.reserve(candidates.size());
+    for (uint64_t id : candidates) keys.push_back(key_bytes.emplace_back(id).slice());
+    std::vector<rocksdb::PinnableSlice> values(keys.size());
+    std::vector<rocksdb::Status> statuses(keys.size());
+    db_->MultiGet(rocksdb::ReadOptions(), jobs_cf_, keys.size(), keys.data(), values.data(),
+                  statuses.data(), /*sorted_input=*/true);
+    touched += keys.size();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (statuses[k].IsNotFound()) continue;  // Ended meanwhile.
+      RETURN_IF_ERROR(FromRocks(statuses[k], "reading the user's jobs"));
+      RETURN_IF_ERROR(consider(candidates[k], values[k]));
     }
-    if (job.user_id() != user_id) continue;
-    if (!sources.empty() && !sources.contains(std::string_view(job.source_id()))) continue;
-    batch.Delete(jobs_cf_, it->key());
-    ids.push_back(DecodeU64(it->key().data()));
-    if (ids.size() >= kAdminChunk) RETURN_IF_ERROR(write_chunk());
   }
-  RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
-  RETURN_IF_ERROR(write_chunk());
-  return purged;
+  for (const auto& [id, value] : overlay) RETURN_IF_ERROR(consider(id, value));
+
+  // 2. The user's dead letters of those sources, and the sources-seen entries.
+  size_t dead = 0;
+  std::string prefix;
+  for (const std::string& source : record.source_ids()) {
+    DeadIndexPrefix(user, source, &prefix);
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), users_cf_));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      if (it->key().size() != prefix.size() + 8) return Malformed(kUsersCf, 0);
+      batch.Delete(dead_cf_, rocksdb::Slice(it->key().data() + prefix.size(), 8));
+      batch.Delete(users_cf_, it->key());
+      touched += 3;
+      ++dead;
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the user index"));
+    ++touched;  // The seek that ends the range.
+    SeenKey(user, source, &prefix);
+    batch.Delete(users_cf_, prefix);
+    ++touched;
+  }
+
+  // 3. The notifications, due now.
+  const int64_t now_ms = ToMillis(clock_.Now());
+  std::vector<uint64_t> new_ids;
+  std::string value;
+  for (Job& job : plan.notifications) {
+    const uint64_t id = next_id_++;
+    job.set_id(id);
+    job.set_due_unix_ms(now_ms);
+    EncodeJobValue(job, &value);
+    batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
+    new_ids.push_back(id);
+    ++touched;
+  }
+  if (!new_ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+
+  // 4. The record, in the same write: it exists if and only if all of the above happened.
+  record.set_state(Deletion::COMPLETED);
+  record.set_notifications(new_ids.size());
+  record.set_purged_jobs(purged.size());
+  record.set_purged_dead_letters(dead);
+  batch.Put(deletions_cf_, DeletionKey(record.id()), record.SerializeAsString());
+  ++touched;
+  if (!record.request_id().empty()) {
+    batch.Put(deletions_cf_, RequestKey(record.request_id()), record.id());
+    ++touched;
+  }
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (options_.deletion_hook_for_testing) options_.deletion_hook_for_testing("before_write");
+  if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) {
+    return WriteFailed(s, "applying a deletion");
+  }
+  if (options_.deletion_hook_for_testing) options_.deletion_hook_for_testing("after_write");
+
+  // 5. Memory: the purged jobs leave the index and the queues (tombstones), the notifications
+  // join them, and the sources-seen cache forgets the pairs.
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t publish_ms = ToMillis(clock_.Now());
+    // From here, every queued job due by publish_ms is in ready_, every other in scheduled_.
+    PromoteDueLocked(publish_ms);
+    for (const Purged& p : purged) {
+      if (!job_user_.contains(p.id)) {
+        // Ended while the deletion was written (its Complete or Bury is queued behind it).
+        purged_ended_.insert(p.id);
+        continue;
+      }
+      ForgetJobLocked(p.id);
+      int64_t due_ms = p.due_ms;
+      if (auto o = overlay_.find(p.id); o != overlay_.end()) {
+        due_ms = static_cast<int64_t>(DecodeU64(o->second.value.data()));
+        overlay_.erase(o);  // Its pending write is skipped.
+      }
+      // A leased job finishes its attempt; with its record gone, a retry or bury drops it.
+      if (leased_.contains(p.id)) continue;
+      // A settling one is dropped by its Retry/Bury.
+      if (settling_.erase(p.id) > 0) continue;
+      (due_ms <= publish_ms ? purged_ready_ : purged_scheduled_).insert(p.id);
+    }
+    dead_count_ -= static_cast<int64_t>(dead);
+    for (uint64_t id : new_ids) {
+      PushQueuedLocked(now_ms, id, now_ms);
+      IndexJobLocked(id, user_hash);
+    }
+  }
+  for (const std::string& source : record.source_ids()) {
+    const uint64_t seen = SeenHash(user, source);
+    seen_cache_[seen & (kSeenCacheSlots - 1)].store(0, std::memory_order_relaxed);
+  }
+  outcome.record = record;
+  outcome.created = true;
+  return outcome;
+}
+
+absl::StatusOr<std::optional<hookrelay::v1::Deletion>> RocksDbJobStore::GetDeletion(
+    std::string_view id) {
+  std::string value;
+  const rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), deletions_cf_, DeletionKey(id), &value);
+  if (s.IsNotFound()) return std::optional<hookrelay::v1::Deletion>();
+  RETURN_IF_ERROR(FromRocks(s, "reading a deletion"));
+  hookrelay::v1::Deletion record;
+  if (!record.ParseFromString(value)) return Malformed(kDeletionsCf, 0);
+  return std::optional<hookrelay::v1::Deletion>(std::move(record));
+}
+
+absl::StatusOr<std::vector<hookrelay::v1::Deletion>> RocksDbJobStore::ListDeletions(
+    std::string_view before_id, size_t limit) {
+  std::vector<hookrelay::v1::Deletion> out;
+  if (limit == 0) return out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), deletions_cf_));
+  if (before_id.empty()) {
+    it->SeekForPrev("d\xff");
+  } else {
+    const std::string start = DeletionKey(before_id);
+    it->SeekForPrev(start);
+    if (it->Valid() && it->key() == start) it->Prev();
+  }
+  for (; it->Valid() && it->key().starts_with("d"); it->Prev()) {
+    hookrelay::v1::Deletion& record = out.emplace_back();
+    if (!record.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Malformed(kDeletionsCf, 0);
+    }
+    if (out.size() >= limit) break;
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "listing deletions"));
+  return out;
 }
 
 absl::Status RocksDbJobStore::WriteFailed(const rocksdb::Status& s, std::string_view what) {
@@ -1396,9 +1747,10 @@ JobCounts RocksDbJobStore::Counts() {
   absl::MutexLock lock(&mu_);
   ExpireLeasesLocked(now);
   PromoteDueLocked(ToMillis(now));
+  PopTombstonesLocked();
   JobCounts counts;
-  counts.ready = static_cast<int64_t>(ready_.size());
-  counts.scheduled = static_cast<int64_t>(scheduled_.size());
+  counts.ready = static_cast<int64_t>(ready_.size() - purged_ready_.size());
+  counts.scheduled = static_cast<int64_t>(scheduled_.size() - purged_scheduled_.size());
   counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
   counts.dead = dead_count_;
   if (!ready_.empty()) counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
@@ -1407,6 +1759,7 @@ JobCounts RocksDbJobStore::Counts() {
 
 absl::Time RocksDbJobStore::NextDue() {
   absl::MutexLock lock(&mu_);
+  PopTombstonesLocked();
   if (scheduled_.empty()) return absl::InfiniteFuture();
   return absl::FromUnixMillis(scheduled_.front().due_ms);
 }

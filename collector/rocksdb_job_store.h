@@ -16,8 +16,17 @@
 // a group overlaps the previous group's fsync.
 //
 // Visibility: appended jobs become leasable once durable. After Complete/Retry/Bury return, Lease,
-// Counts and NextDue already reflect them. ListDead, Replay and PurgeUser first wait for every
-// write queued before them, so they see all earlier calls' effects.
+// Counts and NextDue already reflect them. ListDead and Replay first wait for every write queued
+// before them, so they see all earlier calls' effects.
+//
+// The per-user index (SPEC §6.1), kept so that a deletion never scans the store: the sources a
+// user was seen in are keys of the `users` family, written in the append's own batch the first
+// time a (user, source) pair is seen (a bounded cache of pairs already written keeps repeats off
+// the hot path); the user's dead letters are indexed there when buried; the user's pending jobs
+// are indexed in memory only (rebuilt by Open from the jobs it reads anyway). ApplyDeletion runs
+// on the preparer thread between two group commits: it waits for the group being written, then
+// reads and writes only the user's keys, so appends queue behind it for a time proportional to
+// that user's data. Purged jobs still in the ready/scheduled heaps are tombstoned and skipped.
 //
 // A full disk or an I/O error: the store never aborts. A failed write fails its appends (with
 // UNAVAILABLE and a message without file paths), marks the store unwritable (WriteHealth, the
@@ -30,7 +39,7 @@
 //
 // Thread safety: every method may be called from any thread, except that nothing may be called
 // once the destructor has started. Append callbacks run on the writer thread and must not call
-// ListDead, Replay, PurgeUser, Flush or the test hooks (they wait for that thread). The
+// ListDead, Replay, ApplyDeletion, Flush or the test hooks (they wait for that thread). The
 // destructor drains pending writes (every Append callback runs) and joins both threads.
 #ifndef HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
@@ -96,6 +105,9 @@ class RocksDbJobStore final : public JobStore {
     // to resume_max_interval. Real time: the wait is for the disk, not for the clock.
     absl::Duration resume_interval = absl::Milliseconds(500);
     absl::Duration resume_max_interval = absl::Seconds(4);
+    // Tests only: called by ApplyDeletion on the preparer thread just before ("before_write")
+    // and just after ("after_write") its one write, so a test can kill the process there.
+    std::function<void(std::string_view stage)> deletion_hook_for_testing;
   };
 
   // Opens (or creates) the store at options.path and rebuilds the in-memory state from disk.
@@ -120,8 +132,11 @@ class RocksDbJobStore final : public JobStore {
   // Replayed jobs keep their id, attempts and history; they are due now, and
   // first_attempt_unix_ms is reset (a fresh retry window).
   absl::StatusOr<size_t> Replay(const DeadFilter& filter) override;
-  absl::StatusOr<size_t> PurgeUser(std::string_view user_id,
-                                   const std::vector<std::string>& source_ids) override;
+  absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id) override;
+  absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) override;
+  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id) override;
+  absl::StatusOr<std::vector<hookrelay::v1::Deletion>> ListDeletions(std::string_view before_id,
+                                                                     size_t limit) override;
   // Jobs whose Retry/Bury is between its lease check and its in-memory update count as leased.
   absl::Status WriteHealth() const override;
   absl::StatusOr<std::optional<std::string>> LoadConfig() override;
@@ -140,16 +155,22 @@ class RocksDbJobStore final : public JobStore {
  private:
   // One entry of the preparer's queue.
   struct WriteOp {
-    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause };
+    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause, kDeletion };
     Kind kind = Kind::kAppend;
     // kAppend.
     std::vector<AppendItem> items;
     AppendCallback done;
     // kPutJob (a Retry: the record is taken from overlay_ if it still holds `seq`), kDeleteJob
-    // (Complete), kBury (`value` is the dead record).
+    // (Complete), kBury (`value` is the dead record, `index_key` its key in the user index or
+    // empty).
     uint64_t id = 0;
     uint64_t seq = 0;
     std::string value;
+    std::string index_key;
+    // kDeletion: applied by the preparer alone, once every earlier op is written; `outcome` is
+    // set and `notify` notified (both owned by the waiting caller).
+    DeletionPlan* plan = nullptr;
+    absl::StatusOr<DeletionOutcome>* outcome = nullptr;
     // kBarrier: notified once every earlier op is written. kPause: `notify` once every earlier op
     // is written; no write happens until `resume` is notified. (The preparer waits on `resume`,
     // so it shares ownership: the pausing caller may return right after notifying it.)
@@ -202,8 +223,16 @@ class RocksDbJobStore final : public JobStore {
   void PrepareGroup(Group& group, const Group* inflight);
   // The write, then the in-memory publication and the callbacks.
   void WriteGroup(Group& group);
-  // Stops the store's writes until the returned notification is notified: for Replay and
-  // PurgeUser, which scan and write themselves. Returns once every write queued before the call
+  // Runs a kDeletion op (preparer thread, nothing else being written).
+  absl::StatusOr<DeletionOutcome> ApplyDeletionNow(DeletionPlan& plan);
+  // The in-memory index of pending jobs by user: a job enters it when it is published (or
+  // replayed, or read by Open) and leaves it when it ends (completed, buried, purged, dropped).
+  void IndexJobLocked(uint64_t id, uint64_t user_hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops tombstoned (purged) jobs from the tops of the heaps.
+  void PopTombstonesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the store's writes until the returned notification is notified: for Replay, which
+  // scans and writes itself. Returns once every write queued before the call
   // is done.
   std::shared_ptr<absl::Notification> PauseWrites();
 
@@ -242,6 +271,8 @@ class RocksDbJobStore final : public JobStore {
   rocksdb::ColumnFamilyHandle* jobs_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* dedup_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* dead_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* users_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* deletions_cf_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::thread preparer_;
   std::thread writer_;
@@ -250,6 +281,12 @@ class RocksDbJobStore final : public JobStore {
   // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
   uint64_t next_id_ = 1;
   std::string scratch_;
+  std::string key_scratch_;
+  // (user, source) pairs whose sources-seen key is known to be written: a direct-mapped cache of
+  // pair hashes (0 = empty). Filled by the writer after a successful write, read by the preparer,
+  // cleared by a deletion; a miss only costs a redundant Put.
+  static constexpr size_t kSeenCacheSlots = size_t{1} << 16;
+  std::unique_ptr<std::atomic<uint64_t>[]> seen_cache_;
 
   // The preparer's queue. Settlements take it after mu_, so that their ops are queued in the
   // order they happened.
@@ -273,12 +310,26 @@ class RocksDbJobStore final : public JobStore {
   std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);  // min-heap by (due, id)
   absl::flat_hash_map<uint64_t, LeaseInfo> leased_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<std::pair<absl::Time, uint64_t>> lease_deadlines_ ABSL_GUARDED_BY(mu_);
-  // Jobs between their lease check and their in-memory update in Retry/Bury. PurgeUser erases
+  // Jobs between their lease check and their in-memory update in Retry/Bury. A deletion erases
   // purged ids, which makes the settlement drop the job.
   absl::flat_hash_set<uint64_t> settling_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingRecord> overlay_ ABSL_GUARDED_BY(mu_);
   uint64_t overlay_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // The index of pending jobs by user (hash of the user id; collisions are resolved by reading
+  // the records). A user's list may hold ids that have ended; it is compacted as it grows.
+  struct UserJobs {
+    std::vector<uint64_t> ids;
+    uint32_t live = 0;
+  };
+  absl::flat_hash_map<uint64_t, uint64_t> job_user_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, UserJobs> user_jobs_ ABSL_GUARDED_BY(mu_);
+  // Purged jobs still in ready_ / scheduled_: skipped when they reach the top.
+  absl::flat_hash_set<uint64_t> purged_ready_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> purged_scheduled_ ABSL_GUARDED_BY(mu_);
+  // Purged jobs that ended while their deletion was being written: a Bury of one writes no
+  // dead letter. Consumed by the job's kBury / kDeleteJob op.
+  absl::flat_hash_set<uint64_t> purged_ended_ ABSL_GUARDED_BY(mu_);
   // Leases are (epoch << kLeaseEpochShift) + counter; the epoch is persisted and bumped on
   // every Open, so leases never repeat across restarts.
   uint64_t lease_epoch_ ABSL_GUARDED_BY(mu_) = 0;

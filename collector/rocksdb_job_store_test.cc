@@ -449,34 +449,273 @@ TEST_F(RocksDbJobStoreTest, BuryListDeadReplay) {
   }
 }
 
-// PurgeUser removes a user's ready, scheduled and leased jobs, optionally of some sources only.
-TEST_F(RocksDbJobStoreTest, PurgeUser) {
+// A deletion plan for `user` over `sources`, with one notification per source (destination
+// "hook"), like the admin core builds it.
+DeletionPlan MakeDeletion(std::string id, std::string user, std::vector<std::string> sources,
+                          std::string request_id = "") {
+  DeletionPlan plan;
+  plan.record.set_id(std::move(id));
+  plan.record.set_user_id(user);
+  plan.record.set_request_id(std::move(request_id));
+  for (const std::string& source : sources) {
+    plan.record.add_source_ids(source);
+    Job& job = plan.notifications.emplace_back();
+    job.set_source_id(source);
+    job.set_destination_id("hook");
+    job.set_type(hookrelay::v1::DELETE);
+    job.set_user_id(user);
+    job.set_event_json(absl::StrCat(R"({"type":"delete","userId":")", user,
+                                    R"(","timestamp":"2026-11-24T08:00:00.000Z"})"));
+  }
+  return plan;
+}
+
+// A deletion removes the user's ready, scheduled and leased jobs and dead letters of the
+// affected sources, and nothing else; enqueues the notifications; forgets the sources seen; a
+// leased job finishes its attempt and is not retried.
+TEST_F(RocksDbJobStoreTest, DeletionPurgesTheUsersJobsOfItsSources) {
   Open();
   AppendAll(Items({OneJob(0, "d1", "u1", "s1"), OneJob(1, "d1", "u1", "s1"),
-                   OneJob(2, "d1", "u1", "s1"), OneJob(3, "d1", "u1", "s2"),
-                   OneJob(4, "d1", "u2", "s1")}));
-  std::vector<LeasedJob> leased = LeaseAll(2);
-  ASSERT_THAT(leased, SizeIs(2));
+                   OneJob(2, "d1", "u1", "s1"), OneJob(3, "d1", "u1", "s1"),
+                   OneJob(4, "d1", "u1", "s2"), OneJob(5, "d1", "u2", "s1")}));
+  // u1's items carry the index fields as the ingestor sets them.
+  std::vector<AppendItem> indexed = Items({OneJob(6, "d1", "u1", "s3")});
+  indexed[0].user_id = "u1";
+  indexed[0].source_id = "s3";
+  AppendAll(std::move(indexed));
+  std::vector<LeasedJob> leased = LeaseAll(3);  // msg-0, msg-1, msg-2 (all u1, s1)
+  ASSERT_THAT(leased, SizeIs(3));
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
   ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now() + absl::Hours(1),
-                            MakeAttempt(clock_.Now(), 500))
-                  .ok());
-  ExpectCounts(*store_, 3, 1, 1, 0);
+                            attempt).ok());
+  ASSERT_TRUE(store_->Bury(leased[1].job.id(), leased[1].lease, "400", attempt).ok());
+  ExpectCounts(*store_, 4, 1, 1, 1);
 
-  absl::StatusOr<size_t> purged = store_->PurgeUser("u1", {"s1"});
-  ASSERT_TRUE(purged.ok()) << purged.status();
-  EXPECT_EQ(*purged, 3u);
-  ExpectCounts(*store_, 2, 0, 0, 0);
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->created);
+  EXPECT_EQ(outcome->record.state(), hookrelay::v1::Deletion::COMPLETED);
+  EXPECT_EQ(outcome->record.notifications(), 1u);
+  // msg-3 (ready), msg-0 (scheduled), msg-2 (leased); msg-1 was a dead letter.
+  EXPECT_EQ(outcome->record.purged_jobs(), 3u);
+  EXPECT_EQ(outcome->record.purged_dead_letters(), 1u);
+  // ready: msg-4, msg-5, msg-6 and the notification; the leased one is still leased.
+  ExpectCounts(*store_, 4, 0, 1, 0);
   EXPECT_EQ(store_->NextDue(), absl::InfiniteFuture());
-  EXPECT_EQ(store_->Complete(leased[1].job.id(), leased[1].lease).code(),
+  EXPECT_THAT(store_->ListDead({}).value_or(std::vector<Job>{Job()}), IsEmpty());
+  // The leased job's attempt failed: it is dropped, not retried.
+  EXPECT_EQ(store_->Retry(leased[2].job.id(), leased[2].lease, clock_.Now(), attempt).code(),
             absl::StatusCode::kNotFound);
+  ExpectCounts(*store_, 4, 0, 0, 0);
 
-  purged = store_->PurgeUser("u1", {});
-  ASSERT_TRUE(purged.ok()) << purged.status();
-  EXPECT_EQ(*purged, 1u);
-  EXPECT_EQ(store_->PurgeUser("nobody", {}).value_or(99), 0u);
-  leased = LeaseAll();
+  clock_.Advance(absl::Hours(2));  // The purged retry's due time passes: it stays gone.
+  std::vector<LeasedJob> rest = LeaseAll();
+  ASSERT_THAT(rest, SizeIs(4));
+  std::vector<std::string> seen;
+  for (const LeasedJob& job : rest) {
+    seen.push_back(absl::StrCat(job.job.user_id(), "/", job.job.source_id(), "/",
+                                job.job.type() == hookrelay::v1::DELETE ? "delete" : "track"));
+  }
+  EXPECT_THAT(seen, ::testing::UnorderedElementsAre("u1/s2/track", "u2/s1/track", "u1/s3/track",
+                                                    "u1/s1/delete"));
+}
+
+// The sources a user was seen in come from the index written with the append; a deletion
+// forgets the pairs it covered, and a later event is indexed again.
+TEST_F(RocksDbJobStoreTest, SourcesSeenIndex) {
+  Open();
+  auto event = [](int n, std::string user, std::string source, bool with_job) {
+    AppendItem item = OneJob(n, "d1", user, source);
+    if (!with_job) item.jobs.clear();  // No destination enabled: still indexed.
+    item.user_id = std::move(user);
+    item.source_id = std::move(source);
+    return item;
+  };
+  AppendAll(Items({event(0, "u1", "web", true), event(1, "u1", "ios", false),
+                   event(2, "u1", "web", true), event(3, "u2", "web", true),
+                   event(4, std::string("u\0x", 3), "web", true)}));
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
+              ElementsAre("ios", "web"));
+  EXPECT_THAT(store_->SourcesSeen("u").value_or(std::vector<std::string>{"x"}), IsEmpty());
+  EXPECT_THAT(store_->SourcesSeen(std::string("u\0x", 3)).value_or(std::vector<std::string>{}),
+              ElementsAre("web"));
+  EXPECT_THAT(store_->SourcesSeen("nobody").value_or(std::vector<std::string>{"x"}), IsEmpty());
+
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"web"})).ok());
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}), ElementsAre("ios"));
+  AppendAll(Items({event(5, "u1", "web", false)}));  // Seen again after the deletion.
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
+              ElementsAre("ios", "web"));
+  store_.reset();
+  Open();
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
+              ElementsAre("ios", "web"));
+}
+
+// A request id applies once: the repeat answers the first record and changes nothing. Records
+// survive a restart and list newest first, a page at a time.
+TEST_F(RocksDbJobStoreTest, DeletionIsIdempotentAndRecorded) {
+  Open();
+  AppendAll(Items({OneJob(0, "d1", "u1", "s1"), OneJob(1, "d1", "u1", "s1")}));
+  absl::StatusOr<DeletionOutcome> first =
+      store_->ApplyDeletion(MakeDeletion("del_a", "u1", {"s1"}, "req-1"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->record.purged_jobs(), 2u);
+  AppendAll(Items({OneJob(2, "d1", "u1", "s1")}));
+  absl::StatusOr<DeletionOutcome> again =
+      store_->ApplyDeletion(MakeDeletion("del_b", "u1", {"s1"}, "req-1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->record.id(), "del_a");
+  EXPECT_EQ(again->record.purged_jobs(), 2u);
+  ExpectCounts(*store_, 2, 0, 0, 0);  // msg-2 and one notification: nothing twice.
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_c", "u2", {})).ok());
+
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 2, 0, 0, 0);
+  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> got = store_->GetDeletion("del_a");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->user_id(), "u1");
+  EXPECT_EQ((*got)->request_id(), "req-1");
+  EXPECT_FALSE(store_->GetDeletion("del_b").value_or(hookrelay::v1::Deletion()).has_value());
+  std::vector<std::string> ids;
+  for (const auto& d : store_->ListDeletions("", 10).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
+  EXPECT_THAT(ids, ElementsAre("del_c", "del_a"));
+  ids.clear();
+  for (const auto& d : store_->ListDeletions("", 1).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
+  EXPECT_THAT(ids, ElementsAre("del_c"));
+  ids.clear();
+  for (const auto& d : store_->ListDeletions("del_c", 10).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
+  EXPECT_THAT(ids, ElementsAre("del_a"));
+  EXPECT_THAT(store_->ListDeletions("del_a", 10).value_or(std::vector<hookrelay::v1::Deletion>{hookrelay::v1::Deletion()}), IsEmpty());
+}
+
+// A replayed dead letter is pending again and indexed: a deletion finds it.
+TEST_F(RocksDbJobStoreTest, DeletionFindsReplayedAndReopenedJobs) {
+  Open();
+  AppendAll(Items({OneJob(0, "d1", "u1", "s1"), OneJob(1, "d1", "u1", "s1")}));
+  std::vector<LeasedJob> leased = LeaseAll(1);
   ASSERT_THAT(leased, SizeIs(1));
-  EXPECT_EQ(leased[0].job.user_id(), "u2");
+  ASSERT_TRUE(store_->Bury(leased[0].job.id(), leased[0].lease, "400",
+                           MakeAttempt(clock_.Now(), 400)).ok());
+  ASSERT_EQ(store_->Replay({}).value_or(0), 1u);
+  store_.reset();
+  Open();  // The in-memory index is rebuilt from the jobs.
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 2u);
+  EXPECT_EQ(outcome->record.purged_dead_letters(), 0u);
+  ExpectCounts(*store_, 1, 0, 0, 0);
+}
+
+// The cost of a deletion is proportional to the user's data: 10,000 pending jobs and 100 dead
+// letters among 1,000,000 other jobs touch about 2 keys per job of the user and none of the
+// others. (Its time is measured by rocksdb_job_store_benchmark, BM_Deletion.)
+TEST_F(RocksDbJobStoreTest, DeletionCostIsProportionalToTheUsersJobs) {
+  Open();
+  constexpr int kOthers = 1'000'000;
+  constexpr int kUsers = 10'000;
+  constexpr int kPerAppend = 1000;
+  std::atomic<int> failed{0};
+  int n = 0;
+  for (int a = 0; a < (kOthers + kUsers) / kPerAppend; ++a) {
+    std::vector<AppendItem> items;
+    items.reserve(kPerAppend);
+    for (int i = 0; i < kPerAppend; ++i, ++n) {
+      // Every 101st job is the user's, spread through the store.
+      const bool mine = n % 101 == 0 && n / 101 < kUsers;
+      items.push_back(OneJob(n, "d1", mine ? "target" : absl::StrCat("user-", n % 50'000)));
+    }
+    store_->Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+      if (!r.ok()) failed.fetch_add(1);
+    });
+  }
+  store_->Flush();
+  ASSERT_EQ(failed.load(), 0);
+  const int64_t total = n;
+  const int64_t mine = std::min<int64_t>(kUsers, (total + 100) / 101);
+  ASSERT_EQ(mine, kUsers);
+  // 100 of the user's jobs are dead letters.
+  std::vector<LeasedJob> leased = LeaseAll(1000);
+  int buried = 0;
+  for (const LeasedJob& job : leased) {
+    if (job.job.user_id() == "target" && buried < 100) {
+      ASSERT_TRUE(store_->Bury(job.job.id(), job.lease, "400", MakeAttempt(clock_.Now(), 400)).ok());
+      ++buried;
+    } else {
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  ASSERT_EQ(buried, 10);  // 1000 leased jobs hold 10 of the user's.
+  const int64_t completed_others = 1000 - buried;
+  ExpectCounts(*store_, total - 1000, 0, 0, buried);
+
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "target", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), static_cast<uint64_t>(kUsers - buried));
+  EXPECT_EQ(outcome->record.purged_dead_letters(), static_cast<uint64_t>(buried));
+  // Per pending job: one read and one delete; per dead letter: the index key read, two
+  // deletes; a constant for the rest. Never anything per other job.
+  EXPECT_LE(outcome->keys_touched, 2 * (kUsers - buried) + 3 * buried + 16);
+  EXPECT_GE(outcome->keys_touched, 2 * (kUsers - buried));
+  ExpectCounts(*store_, total - 1000 - (kUsers - buried) + 1, 0, 0, 0);
+  (void)completed_others;
+}
+
+// Killed just before the deletion's write: nothing of it happened; just after: all of it did.
+// Either way, applying the request again (same request id) does it exactly once.
+TEST_F(RocksDbJobStoreTest, DeletionInterruptedByAKillIsAllOrNothing) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const char* stage : {"before_write", "after_write"}) {
+    SCOPED_TRACE(stage);
+    std::string path = testing::TempDir();
+    if (!path.empty() && path.back() != '/') path.push_back('/');
+    path += absl::StrCat("rocksdb_job_store_deletion_", stage);
+    std::filesystem::remove_all(path);
+    RocksDbJobStore::Options options = StoreOptions();
+    options.path = path;
+    {
+      absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(options);
+      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_TRUE(AppendAndWait(**store, Items({OneJob(0, "d1", "u1", "s1"),
+                                                OneJob(1, "d1", "u1", "s1"),
+                                                OneJob(2, "d1", "u2", "s1")}))
+                      .ok());
+    }
+    RocksDbJobStore::Options killing = options;
+    const std::string kill_at = stage;
+    killing.deletion_hook_for_testing = [kill_at](std::string_view at) {
+      if (at == kill_at) raise(SIGKILL);
+    };
+    EXPECT_EXIT(
+        {
+          absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(killing);
+          if (!store.ok()) exit(1);
+          (void)(*store)->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}, "req-1"));
+          exit(2);
+        },
+        testing::KilledBySignal(SIGKILL), "");
+
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const bool applied = kill_at == "after_write";
+    EXPECT_EQ((*store)->GetDeletion("del_1").value_or(std::nullopt).has_value(), applied);
+    // After: u2's job and the notification. Before: the three jobs as they were.
+    ExpectCounts(**store, applied ? 2 : 3, 0, 0, 0);
+    absl::StatusOr<DeletionOutcome> again =
+        (*store)->ApplyDeletion(MakeDeletion("del_2", "u1", {"s1"}, "req-1"));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->created, !applied);
+    EXPECT_EQ(again->record.id(), applied ? "del_1" : "del_2");
+    EXPECT_EQ(again->record.purged_jobs(), 2u);
+    ExpectCounts(**store, 2, 0, 0, 0);
+    store->reset();
+    std::filesystem::remove_all(path);
+  }
 }
 
 // Counts sees each state: ready, scheduled, leased, dead.
@@ -619,8 +858,9 @@ TEST_F(RocksDbJobStoreTest, ConcurrentDuplicatesAreStoredOnce) {
   EXPECT_EQ(store_->Counts().ready, kAppends * kItemsPerAppend);
 }
 
-// Admin operations pause the writes they race with, and nothing is lost or deadlocked.
-TEST_F(RocksDbJobStoreTest, PurgeWhileAppending) {
+// Deletions run between group commits while appends keep coming: nothing is lost, nothing is
+// deadlocked, and every job of the deleted user appended before a deletion is gone after it.
+TEST_F(RocksDbJobStoreTest, DeletionsWhileAppending) {
   Open();
   constexpr int kAppends = 100;
   std::atomic<int> callbacks{0};
@@ -635,17 +875,25 @@ TEST_F(RocksDbJobStoreTest, PurgeWhileAppending) {
     }
   });
   size_t purged = 0;
+  int deletions = 0;
   while (!all_done.HasBeenNotified()) {
-    absl::StatusOr<size_t> n = store_->PurgeUser("purge", {});
-    ASSERT_TRUE(n.ok()) << n.status();
-    purged += *n;
+    absl::StatusOr<DeletionOutcome> outcome =
+        store_->ApplyDeletion(MakeDeletion(absl::StrCat("del_", deletions++), "purge", {"s1"}));
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    purged += outcome->record.purged_jobs();
   }
   appender.join();
-  purged += store_->PurgeUser("purge", {}).value_or(0);
+  absl::StatusOr<DeletionOutcome> last =
+      store_->ApplyDeletion(MakeDeletion(absl::StrCat("del_", deletions++), "purge", {"s1"}));
+  ASSERT_TRUE(last.ok()) << last.status();
+  purged += last->record.purged_jobs();
   EXPECT_EQ(purged, static_cast<size_t>(kAppends));
   std::vector<LeasedJob> leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(kAppends));
-  for (const LeasedJob& job : leased) EXPECT_EQ(job.job.user_id(), "keep");
+  ASSERT_THAT(leased, SizeIs(kAppends + deletions));
+  for (const LeasedJob& job : leased) {
+    EXPECT_TRUE(job.job.user_id() == "keep" || job.job.type() == hookrelay::v1::DELETE)
+        << job.job.ShortDebugString();
+  }
 }
 
 // Destroying the store runs the callback of every pending Append, after writing it.

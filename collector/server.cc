@@ -202,6 +202,7 @@ absl::Status Server::Start() {
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
   s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
   s.admin_core = std::make_unique<AdminCore>(*s.store, s.config.get(), *s.options.clock);
+  s.admin_core->RegisterMetrics(*s.registry);
 
   Dispatcher::Options dispatcher_options;
   dispatcher_options.lease_duration = s.options.lease_duration;
