@@ -16,7 +16,12 @@ through the console served at / on the collector's admin HTTP address:
   - the destinations page: disabling persists across a reload;
   - the sources page: masked keys, Reveal, Rotate, then Revoke of the old key, after which ingest
     refuses the old key with 401 within 1 s;
-  - the dead letters page renders its empty state; sign-out;
+  - the dead letters page renders its empty state;
+  - the deletions page: an empty user id goes through the in-page confirmation step and is
+    refused by the server, its error next to the user field; Cancel sends nothing; a confirmed
+    request (user, a ticked source, a request id) shows the new record, is listed, is what the
+    collector stored, and the re-enabled destination receives the signed `delete` event;
+  - sign-out;
   - no script error nor Content-Security-Policy violation in the browser's console.
 A 1280×800 PNG of every step goes to $TEST_OUTPUT_DIR (default: console-screenshots in the
 test's temporary directory), named 01-login.png, 02-catalog.png, …
@@ -579,14 +584,104 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     b.shot("dead-letters")
     missing = b.unlabeled_controls()
     check(not missing, f"every control on the dead letters page has a label ({missing})")
-    for page in ("#/setup", "#/sources", "#/destinations"):
+    for page in ("#/setup", "#/sources", "#/destinations", "#/deletions"):
         b.go(base, page)
         wait_for(lambda: b.css("h1"), 5)
         time.sleep(0.5)
         missing = b.unlabeled_controls()
         check(not missing, f"every control on {page} has a label ({missing})")
 
-    # 13. A token the server stops accepting (here: a wrong one in the tab) returns to sign-in
+    # 13. Deletion requests: an in-page confirmation step before anything is sent; the server's
+    # error next to the user field; the new record shown and listed; the (re-enabled) destination
+    # gets the signed `delete` event.
+    def deletions():
+        status, body, _ = http("GET", f"{admin}/admin/v1/deletions", headers=auth)
+        return (body or {}).get("deletions", []) if status == 200 else None
+
+    status, _, _ = http("PATCH", f"{admin}/admin/v1/destinations/{DEST_ID}", {"enabled": True},
+                        auth)
+    check(status == 200, f"the destination is enabled again for the deletion ({status})")
+    b.go(base, "#/deletions")
+    user_in = b.visible("#deletion-user", 10)
+    check(user_in is not None, "the deletions page shows the create form")
+    source_box = wait_for(lambda: b.css(f"#deletion-source-{source_id}"), 10)
+    check(source_box is not None and not source_box.is_selected(),
+          "the form offers the sources as checkboxes, none ticked")
+    empty = wait_for(lambda: b.css("#deletions-empty"), 10)
+    check(empty is not None and "No deletion requests" in empty.text,
+          f"the list shows its empty state ({empty.text if empty else None!r})")
+    check(deletions() == [], "the collector has no deletion request yet")
+
+    # An empty user id: the confirmation step, then the server's refusal next to the field.
+    b.click("#deletion-review")
+    panel = b.visible("#deletion-confirm-panel", 5)
+    check(panel is not None and "cannot be undone" in panel.text and not user_in.is_enabled(),
+          "Review shows the confirmation step (fields locked) before sending anything")
+    check(deletions() == [], "nothing is sent before the confirmation")
+    b.click("#deletion-confirm")
+    user_err = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                                 e.get_attribute("data-source") == "server" else None)(
+        b.css("#deletion-user-error")), 10)
+    described = (user_in.get_attribute("aria-describedby") or "").split()
+    check(bool(user_err) and user_err.text.strip() != "" and "deletion-user-error" in described
+          and user_in.get_attribute("aria-invalid") == "true" and user_in.is_enabled(),
+          f"the server's error is shown next to the user id field: "
+          f"{user_err.text if user_err else None!r}")
+    check(b.css("#deletion-form-error").is_displayed() and
+          b.css("#deletion-confirm-panel").get_attribute("hidden") is not None,
+          "the form's error summary is shown and the confirmation step is closed")
+    b.shot("deletion-refused", user_in)
+    check(deletions() == [], "the refused request recorded nothing")
+
+    # Cancel in the confirmation step sends nothing and keeps what was typed.
+    b.type("#deletion-user", "u1")
+    b.click(f"label[for=deletion-source-{source_id}]")
+    b.type("#deletion-request-id", "console-del-1")
+    b.click("#deletion-review")
+    check(b.visible("#deletion-confirm-panel", 5) is not None, "Review opens the confirmation again")
+    b.click("#deletion-cancel")
+    check(b.css("#deletion-confirm-panel").get_attribute("hidden") is not None and
+          user_in.is_enabled() and user_in.get_attribute("value") == "u1" and
+          b.css(f"#deletion-source-{source_id}").is_selected() and deletions() == [],
+          "Cancel closes the confirmation, keeps the form, and sends nothing")
+
+    # Confirmed: the new record is shown and is the first row of the list.
+    b.click("#deletion-review")
+    panel = b.visible("#deletion-confirm-panel", 5)
+    text = panel.text if panel else ""
+    check("u1" in text and source_id in text and "console-del-1" in text,
+          f"the confirmation names the user, the source and the request id ({text!r})")
+    b.shot("deletion-confirm", panel)
+    b.click("#deletion-confirm")
+    result = b.visible("#deletion-result", 15)
+    new_id = b.css("#deletion-result [data-prop=id] dd").text if result else ""
+    check(new_id.startswith("del_"), f"the new deletion request is shown ({new_id!r})")
+    stored_del = deletions() or []
+    record = stored_del[0] if stored_del else {}
+    check(len(stored_del) == 1 and record.get("id") == new_id and record.get("userId") == "u1"
+          and record.get("sourceIds") == [source_id] and record.get("state") == "COMPLETED"
+          and record.get("requestId") == "console-del-1" and record.get("notifications") == "1",
+          f"the collector recorded what the form said: {record}")
+    shown = {p: b.css(f"#deletion-result [data-prop={p}] dd").text
+             for p in ("user-id", "sources", "delete-events-sent", "purged-jobs")} if result else {}
+    check(shown.get("user-id") == "u1" and shown.get("sources") == source_id and
+          shown.get("delete-events-sent") == "1" and
+          shown.get("purged-jobs") == str(int(record.get("purgedJobs", "0"))),
+          f"the result shows the record: {shown}")
+    check(user_in.get_attribute("value") == "" and
+          not b.css(f"#deletion-source-{source_id}").is_selected(), "the form is cleared")
+    row_sel = f"tr[data-deletion-id='{new_id}']"
+    row = b.visible(row_sel, 10)
+    cells = [c.text for c in b.css_all(f"{row_sel} td")] if row else []
+    check(len(cells) == 7 and cells[0] == new_id and cells[1] == "u1" and source_id in cells[2]
+          and cells[3] == "1" and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", cells[6]),
+          f"the list shows the new request: {cells}")
+    b.shot("deletion-created", result)
+    line = receiver.wait_line("  delete", "userId=u1", timeout=20)
+    check(line is not None and "X-Signature: verified" in line,
+          f"the receiver got the delete event for u1, signature verified: {(line or '').strip()!r}")
+
+    # 14. A token the server stops accepting (here: a wrong one in the tab) returns to sign-in
     # with the server's message; signing in again goes back to the page.
     d.execute_script("sessionStorage.setItem('hookrelay.adminToken', 'stale-token');")
     b.go(base, "#/sources")
@@ -599,7 +694,7 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(bool(wait_for(lambda: d.execute_script("return location.hash") == "#/sources" and
                         b.css(src_sel), 10)), "signing in again returns to the sources page")
 
-    # 14. Sign out.
+    # 15. Sign out.
     b.click("#sign-out")
     check(b.visible("#token", 10) is not None and
           d.execute_script("return sessionStorage.getItem('hookrelay.adminToken')") is None,

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/json_element.h"
 #include "common/json_writer.h"
+#include "common/proto_time.h"
 #include "common/redact.h"
 #include "common/secret_file.h"
 #include "common/strings.h"
@@ -57,11 +58,19 @@ Commands:
   destinations test ID                     one sample event to this destination; each URL's answer
   dead-letters list [--destination=ID] [--from=TIME] [--to=TIME] [--limit=N]
   dead-letters replay (--all | --destination=ID [--from=TIME] [--to=TIME])
+  deletions create --user=USER [--source=ID]... [--request-id=KEY]
+                                           irreversible: sends a `delete` event to the sources'
+                                           webhook destinations and purges the user's
+                                           undelivered jobs and dead letters there
+  deletions list [--limit=N]               newest first
+  deletions get ID
   health [--service=NAME]                  the collector's gRPC health (uses --collector)
 
   --url may be given up to 5 times; each --header belongs to the --url before it (up to 5 each).
   A destination's shared secret is read from a file (never from the command line).
   `update` sends only what is given: --url replaces every URL; --source replaces the sources.
+  `deletions create` without --source affects every source the user was seen in. With a
+  --request-id, repeating the call does nothing again and shows the first call's record.
 
 Global flags:
   --admin-url=URL        the admin HTTP API (default $HOOKRELAY_ADMIN_URL, else
@@ -90,7 +99,7 @@ constexpr std::string_view kBoolFlags[] = {"help", "json", "all", "enabled", "no
 constexpr std::string_view kValueFlags[] = {
     "admin-url", "admin-token-file", "output", "timeout", "collector", "token",
     "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
-    "header", "shared-secret-file", "timeout-ms"};
+    "header", "shared-secret-file", "timeout-ms", "user", "request-id"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
 // Flags that may repeat; their order relative to each other is kept.
@@ -927,6 +936,169 @@ int DeadLetters(const CommandLine& cl, Context& ctx, std::optional<UsageError>* 
   return kExitUsage;
 }
 
+// --- deletion requests (SPEC §6.1) --------------------------------------------------------------
+
+// The user id is personal data: it is printed in the records asked for, never in messages.
+constexpr std::string_view kDeletionCreateFlags[] = {"user", "source", "request-id"};
+constexpr std::string_view kDeletionListFlags[] = {"limit"};
+
+std::string CreateTime(const hookrelay::v1::Deletion& d) {
+  if (!d.has_create_time()) return "-";
+  const std::optional<absl::Time> t = common::FromProtoTime(d.create_time());
+  return t.has_value() ? common::FormatIso8601Millis(*t) : "-";
+}
+
+// "web,app", or "-" when none was affected.
+std::string SourcesCell(const hookrelay::v1::Deletion& d) {
+  return Cell(absl::StrJoin(d.source_ids(), ","));
+}
+
+std::vector<std::string> DeletionRow(const hookrelay::v1::Deletion& d) {
+  return {d.id(),
+          Cell(d.user_id()),
+          SourcesCell(d),
+          absl::StrCat(d.notifications()),
+          absl::StrCat(d.purged_jobs()),
+          absl::StrCat(d.purged_dead_letters()),
+          CreateTime(d)};
+}
+
+void PrintDeletion(Context& ctx, const hookrelay::v1::Deletion& d) {
+  if (ctx.json) {
+    *ctx.out << ToJson(d) << "\n";
+    return;
+  }
+  std::string sources = absl::StrJoin(d.source_ids(), ", ");
+  if (d.sources_from_index()) {
+    sources = sources.empty() ? "none (the user was not seen in any source)"
+                              : absl::StrCat(sources, " (every source the user was seen in)");
+  }
+  PrintKeyValues(*ctx.out,
+                 {{"id", d.id()},
+                  {"user", d.user_id()},
+                  {"sources", sources},
+                  {"request id", d.request_id()},
+                  {"state", hookrelay::v1::Deletion::State_Name(d.state())},
+                  {"notified", absl::StrCat(d.notifications(), " delete job(s)")},
+                  {"purged jobs", absl::StrCat(d.purged_jobs())},
+                  {"purged dead letters", absl::StrCat(d.purged_dead_letters())},
+                  {"purged profile", d.purged_profile() ? "yes" : "no"},
+                  {"created", CreateTime(d)}});
+}
+
+int Deletions(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usage) {
+  const auto& pos = cl.positional;
+  if (pos.size() < 2) {
+    *usage = UsageError{"deletions needs a command: create, list or get"};
+    return kExitUsage;
+  }
+  const std::string& verb = pos[1];
+  const std::string command = absl::StrCat("deletions ", verb);
+  ApiError e;
+  if (verb == "create") {
+    if ((*usage = CheckScope(cl, command, kDeletionCreateFlags))) return kExitUsage;
+    // Before the argument count: `deletions create u1` is a missing --user.
+    if (!cl.Has("user") || cl.Get("user").empty()) {
+      *usage = UsageError{"deletions create needs --user=USER (the user id whose data to delete)"};
+      return kExitUsage;
+    }
+    if ((*usage = Positional(cl, 2, 0, command))) return kExitUsage;
+    hookrelay::v1::CreateDeletionRequest request;
+    request.set_user_id(cl.Get("user"));
+    for (const std::string& source : cl.All("source")) {
+      if (source.empty()) {
+        *usage = UsageError{"--source needs a source id"};
+        return kExitUsage;
+      }
+      request.add_source_ids(source);
+    }
+    if (cl.Has("request-id")) {
+      if (cl.Get("request-id").empty()) {
+        *usage = UsageError{"--request-id needs a value (or leave the flag out)"};
+        return kExitUsage;
+      }
+      request.set_request_id(cl.Get("request-id"));
+    }
+    hookrelay::v1::Deletion d;
+    if (!ctx.client->Call("POST", "/admin/v1/deletions", &request, &d, &e)) {
+      return Failed(ctx, "creating the deletion request", e);
+    }
+    PrintDeletion(ctx, d);
+    return kExitOk;
+  }
+  if (verb == "list") {
+    if ((*usage = CheckScope(cl, command, kDeletionListFlags))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 0, command))) return kExitUsage;
+    int64_t limit = kDefaultLimit;
+    if (cl.Has("limit") && (!absl::SimpleAtoi(cl.Get("limit"), &limit) || limit < 1)) {
+      *usage = UsageError{absl::StrCat("--limit: \"", cl.Get("limit"), "\" is not a number >= 1")};
+      return kExitUsage;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "USER", "SOURCES", "NOTIFIED", "PURGED JOBS", "PURGED DEAD", "CREATED"}};
+    int64_t printed = 0;
+    bool more = false;
+    std::string token;
+    while (true) {
+      hookrelay::v1::ListDeletionsResponse page;
+      const std::string path =
+          absl::StrCat("/admin/v1/deletions?page_size=", std::min(limit - printed, kMaxPageSize),
+                       token.empty() ? "" : "&page_token=", UrlEncode(token));
+      if (!ctx.client->Call("GET", path, nullptr, &page, &e)) {
+        ctx.out->flush();  // JSON lines of earlier pages stay printed.
+        return Failed(ctx, "listing deletion requests", e);
+      }
+      for (const auto& d : page.deletions()) {
+        if (printed >= limit) {  // a server may answer more than asked for
+          more = true;
+          break;
+        }
+        if (ctx.json) {
+          *ctx.out << ToJson(d) << "\n";
+        } else {
+          rows.push_back(DeletionRow(d));
+        }
+        ++printed;
+      }
+      if (more || page.next_page_token().empty()) break;
+      if (printed >= limit || page.deletions_size() == 0) {
+        more = true;
+        break;
+      }
+      token = page.next_page_token();
+    }
+    if (!ctx.json) {
+      if (printed == 0) {
+        *ctx.err << "no deletion requests\n";
+      } else {
+        PrintTable(*ctx.out, rows);
+      }
+    }
+    if (more) {
+      *ctx.err << "hookrelayctl: showing the newest " << printed
+               << " deletion requests; there are more (raise --limit)\n";
+    }
+    return kExitOk;
+  }
+  if (verb == "get") {
+    if ((*usage = CheckScope(cl, command, {}))) return kExitUsage;
+    if ((*usage = Positional(cl, 2, 1, command))) return kExitUsage;
+    if (pos[2].empty()) {
+      *usage = UsageError{"deletions get needs a deletion request id"};
+      return kExitUsage;
+    }
+    hookrelay::v1::Deletion d;
+    if (!ctx.client->Call("GET", absl::StrCat("/admin/v1/deletions/", UrlEncode(pos[2])), nullptr,
+                          &d, &e)) {
+      return Failed(ctx, absl::StrCat("reading deletion request ", pos[2]), e);
+    }
+    PrintDeletion(ctx, d);
+    return kExitOk;
+  }
+  *usage = UsageError{absl::StrCat("unknown command \"", command, "\"")};
+  return kExitUsage;
+}
+
 // --- health (gRPC) -----------------------------------------------------------------------------
 
 constexpr std::string_view kHealthFlags[] = {"service", "collector"};
@@ -986,7 +1158,7 @@ int Run(const std::vector<std::string>& args, const Environment& env, std::ostre
     } else if (pos[0] == "health") {
       code = Health(cl, ctx, &usage);
     } else if (pos[0] != "catalog" && pos[0] != "sources" && pos[0] != "destinations" &&
-               pos[0] != "dead-letters") {
+               pos[0] != "dead-letters" && pos[0] != "deletions") {
       usage = UsageError{absl::StrCat("unknown command \"", pos[0], "\"")};
     } else if (!(usage = Connect(cl, env, &ctx))) {
       if (pos[0] == "catalog") {
@@ -995,6 +1167,8 @@ int Run(const std::vector<std::string>& args, const Environment& env, std::ostre
         code = Sources(cl, ctx, &usage);
       } else if (pos[0] == "destinations") {
         code = Destinations(cl, ctx, &usage);
+      } else if (pos[0] == "deletions") {
+        code = Deletions(cl, ctx, &usage);
       } else {
         code = DeadLetters(cl, ctx, &usage);
       }

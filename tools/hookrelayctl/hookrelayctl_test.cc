@@ -1,7 +1,8 @@
 // The hookrelayctl binary as users run it, as a child process, against an in-process Admin
 // server (real RocksDbJobStore, real gRPC on 127.0.0.1:0): the dead-letter table and JSON lines,
 // following pages up to --limit, filters, replay, the admin token, usage errors (exit 2) and an
-// unreachable collector (exit 1).
+// unreachable collector (exit 1); deletion requests (SPEC §6.1): create with and without
+// sources, idempotent request ids, get, list newest first, the server's refusals.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -25,6 +26,7 @@
 
 #include <simdjson.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -41,9 +43,11 @@ namespace hookrelay::hookrelayctl {
 namespace {
 
 using ::hookrelay::collector::AdminTestServer;
+using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
 
@@ -418,6 +422,304 @@ TEST_F(HookrelayctlTest, UsageErrorsExit2) {
   EXPECT_THAT(help.out, AllOf(HasSubstr("Usage:"), HasSubstr("dead-letters list"),
                               HasSubstr("dead-letters replay")));
   EXPECT_EQ(help.err, "");
+}
+
+// --- deletion requests (SPEC §6.1) -------------------------------------------------------------
+
+std::string Str(simdjson::dom::element e, std::string_view key) {
+  std::string_view v;
+  return e[key].get_string().get(v) == simdjson::SUCCESS ? std::string(v) : "<absent>";
+}
+
+std::vector<std::string> StrList(simdjson::dom::element e, std::string_view key) {
+  std::vector<std::string> out;
+  simdjson::dom::array list;
+  if (e[key].get_array().get(list) != simdjson::SUCCESS) return out;
+  for (simdjson::dom::element v : list) {
+    std::string_view s;
+    out.push_back(v.get_string().get(s) == simdjson::SUCCESS ? std::string(s) : "<not a string>");
+  }
+  return out;
+}
+
+// One Deletion as hookrelayctl -o json prints it: a single line of the API's JSON.
+struct DeletionJson {
+  std::string id, user_id, request_id, state, notifications, purged_jobs, purged_dead_letters,
+      create_time;
+  std::vector<std::string> source_ids;
+  bool sources_from_index = false;
+};
+
+DeletionJson ParseDeletion(const std::string& line) {
+  DeletionJson d;
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  EXPECT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+  d.id = Str(e, "id");
+  d.user_id = Str(e, "userId");
+  d.request_id = Str(e, "requestId");
+  d.state = Str(e, "state");
+  d.notifications = Str(e, "notifications");  // uint64: a string in protobuf JSON
+  d.purged_jobs = Str(e, "purgedJobs");
+  d.purged_dead_letters = Str(e, "purgedDeadLetters");
+  d.create_time = Str(e, "createTime");
+  d.source_ids = StrList(e, "sourceIds");
+  bool from_index = false;
+  if (e["sourcesFromIndex"].get(from_index) == simdjson::SUCCESS) d.sources_from_index = from_index;
+  return d;
+}
+
+std::vector<DeletionJson> ParseDeletions(const std::string& out) {
+  std::vector<DeletionJson> all;
+  for (const std::string& line : Lines(out)) all.push_back(ParseDeletion(line));
+  return all;
+}
+
+// The value of `key:` in a key-value printout (`deletions create` / `get` as a table).
+std::string KeyValue(const std::string& out, const std::string& key) {
+  for (const std::string& line : Lines(out)) {
+    if (absl::StartsWith(line, absl::StrCat(key, ":"))) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(key.size() + 1)));
+    }
+  }
+  return "<absent>";
+}
+
+// Usage errors of `deletions` exit 2 before any call: the admin URL here refuses connections,
+// which would be exit 1.
+TEST(DeletionsUsageTest, UsageErrorsExit2WithoutCallingTheCollector) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"deletions"}, "create, list or get"},
+      {{"deletions", "purge"}, "unknown command \"deletions purge\""},
+      {{"deletions", "create"}, "needs --user"},
+      {{"deletions", "create", "--user="}, "needs --user"},
+      {{"deletions", "create", "--user"}, "--user needs a value"},
+      {{"deletions", "create", "--user=u1", "--source="}, "--source needs a source id"},
+      {{"deletions", "create", "--user=u1", "--request-id="}, "--request-id"},
+      {{"deletions", "create", "u1"}, "needs --user"},
+      {{"deletions", "create", "--user=u1", "u2"}, "unexpected argument"},
+      {{"deletions", "create", "--user=u1", "--limit=3"},
+       "--limit is not a flag of deletions create"},
+      {{"deletions", "create", "--user=u1", "--all"}, "--all is not a flag of deletions create"},
+      {{"deletions", "list", "--limit=0"}, "--limit"},
+      {{"deletions", "list", "--limit=many"}, "--limit"},
+      {{"deletions", "list", "--user=u1"}, "--user is not a flag of deletions list"},
+      {{"deletions", "list", "extra"}, "unexpected argument \"extra\""},
+      {{"deletions", "get"}, "deletions get needs an argument"},
+      {{"deletions", "get", "del_1", "del_2"}, "unexpected argument \"del_2\""},
+      {{"deletions", "get", "del_1", "--source=web"}, "--source is not a flag of deletions get"},
+      {{"-o", "yaml", "deletions", "list"}, "-o/--output"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> full = {"--admin-url=http://127.0.0.1:1"};
+    full.insert(full.end(), args.begin(), args.end());
+    const Result r = RunCtl(full);
+    const std::string what = absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << what << "\n" << r;
+    EXPECT_EQ(r.out, "") << what;
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr(message), HasSubstr("Usage:")))
+        << what;
+  }
+
+  const Result help = RunCtl({"--help"});
+  EXPECT_EQ(help.exit_code, 0) << help;
+  EXPECT_THAT(help.out, AllOf(HasSubstr("deletions create --user=USER [--source=ID]..."),
+                              HasSubstr("deletions list [--limit=N]"),
+                              HasSubstr("deletions get ID")));
+}
+
+// An unreachable collector: exit 1 with UNAVAILABLE, and the user id is not repeated.
+TEST(DeletionsUsageTest, UnreachableCollectorExits1WithoutTheUserId) {
+  const Result r = RunCtl({"--admin-url=http://127.0.0.1:1", "deletions", "create",
+                           "--user=jane@example.com"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: creating the deletion request: "),
+                           HasSubstr("UNAVAILABLE")));
+  EXPECT_THAT(r.err, Not(HasSubstr("jane@example.com")));
+}
+
+// create --source (made with `sources create`, with an enabled destination): the record names
+// the source, one `delete` notification, the user's dead letters there purged; COMPLETED, with a
+// generated id and the creation time; get reads it back as JSON and as a table.
+TEST_F(HookrelayctlTest, DeletionsCreateWithSourcesAndGet) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"destinations", "create", "--id=hook", "--source=web",
+           "--url=https://hooks.example.com/delete", "--enabled"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  // Two dead letters of user u1 in source web (and nothing else in the store).
+  ASSERT_THAT(MakeDeadLetters({"hook", "hook"}), SizeIs(2));
+
+  const absl::Time t0 = server_->clock().Now();
+  r = Ctl({"-o", "json", "deletions", "create", "--user=u1", "--source=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  ASSERT_THAT(Lines(r.out), SizeIs(1)) << r;
+  const DeletionJson created = ParseDeletion(r.out);
+  EXPECT_THAT(created.id, StartsWith("del_"));
+  EXPECT_EQ(created.user_id, "u1");
+  EXPECT_THAT(created.source_ids, ElementsAre("web"));
+  EXPECT_FALSE(created.sources_from_index);
+  EXPECT_EQ(created.state, "COMPLETED");
+  EXPECT_EQ(created.notifications, "1");  // web × its one enabled destination
+  EXPECT_EQ(created.purged_dead_letters, "2");
+  // protobuf's JSON prints as few fraction digits as needed: compare the instants.
+  EXPECT_EQ(common::ParseIso8601(created.create_time), t0) << created.create_time;
+  r = Ctl({"dead-letters", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "") << "the user's dead letters are gone";
+
+  // get, as JSON: the same record.
+  r = Ctl({"deletions", "get", created.id, "--output=json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  ASSERT_THAT(Lines(r.out), SizeIs(1)) << r;
+  const DeletionJson got = ParseDeletion(r.out);
+  EXPECT_EQ(got.id, created.id);
+  EXPECT_EQ(got.user_id, "u1");
+  EXPECT_THAT(got.source_ids, ElementsAre("web"));
+  EXPECT_EQ(got.notifications, "1");
+  EXPECT_EQ(got.create_time, created.create_time);
+
+  // get, as a table: one "key: value" line per field.
+  r = Ctl({"deletions", "get", created.id});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(KeyValue(r.out, "id"), created.id);
+  EXPECT_EQ(KeyValue(r.out, "user"), "u1");
+  EXPECT_EQ(KeyValue(r.out, "sources"), "web");
+  EXPECT_EQ(KeyValue(r.out, "state"), "COMPLETED");
+  EXPECT_EQ(KeyValue(r.out, "notified"), "1 delete job(s)");
+  EXPECT_EQ(KeyValue(r.out, "purged dead letters"), "2");
+  EXPECT_EQ(KeyValue(r.out, "created"), Iso(t0));
+
+  // An unknown source: NOT_FOUND naming it, exit 1, nothing recorded.
+  r = Ctl({"deletions", "create", "--user=u1", "--source=web", "--source=nope"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(HasSubstr("NOT_FOUND"), HasSubstr("\"nope\"")));
+  r = Ctl({"-o", "json", "deletions", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(Lines(r.out), SizeIs(1)) << r;
+}
+
+// create without --source for a user never seen: no affected source (0), said so in the table.
+TEST_F(HookrelayctlTest, DeletionsCreateForAnUnseenUserAffectsNoSource) {
+  StartServer();
+  Result r = Ctl({"deletions", "create", "--user=never-seen"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(KeyValue(r.out, "id"), StartsWith("del_"));
+  EXPECT_EQ(KeyValue(r.out, "user"), "never-seen");
+  EXPECT_THAT(KeyValue(r.out, "sources"), StartsWith("none"));
+  EXPECT_THAT(KeyValue(r.out, "notified"), StartsWith("0"));
+  EXPECT_EQ(KeyValue(r.out, "purged jobs"), "0");
+  EXPECT_EQ(KeyValue(r.out, "purged dead letters"), "0");
+
+  r = Ctl({"deletions", "create", "--user=never-seen-2", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const DeletionJson d = ParseDeletion(r.out);
+  EXPECT_THAT(d.source_ids, SizeIs(0));
+  EXPECT_TRUE(d.sources_from_index);
+  EXPECT_EQ(d.notifications, "0");
+  EXPECT_EQ(d.purged_jobs, "0");
+}
+
+// The same --request-id twice answers the first record (same id) and records one deletion; the
+// request id used for another user is refused (409, exit 1).
+TEST_F(HookrelayctlTest, DeletionsRequestIdIsIdempotent) {
+  StartServer();
+  Result r = Ctl({"-o", "json", "deletions", "create", "--user=u7", "--request-id=r-1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const DeletionJson first = ParseDeletion(r.out);
+  EXPECT_EQ(first.request_id, "r-1");
+  server_->clock().Advance(absl::Seconds(5));
+  r = Ctl({"-o", "json", "deletions", "create", "--user=u7", "--request-id=r-1"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const DeletionJson again = ParseDeletion(r.out);
+  EXPECT_EQ(again.id, first.id);
+  EXPECT_EQ(again.create_time, first.create_time);
+
+  r = Ctl({"-o", "json", "deletions", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(ParseDeletions(r.out), SizeIs(1)) << r.out;
+
+  r = Ctl({"deletions", "create", "--user=someone-else", "--request-id=r-1"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: creating the deletion request: "),
+                           HasSubstr("ALREADY_EXISTS")));
+}
+
+// list: newest first, as JSON lines and as a table with the documented columns; --limit stops
+// early and says there are more.
+TEST_F(HookrelayctlTest, DeletionsListNewestFirst) {
+  StartServer();
+  Result r = Ctl({"deletions", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("no deletion requests"));
+
+  std::vector<std::string> ids;
+  for (const char* user : {"a1", "b2", "c3"}) {
+    r = Ctl({"-o", "json", "deletions", "create", absl::StrCat("--user=", user)});
+    ASSERT_EQ(r.exit_code, 0) << r;
+    ids.push_back(ParseDeletion(r.out).id);
+    server_->clock().Advance(absl::Seconds(1));
+  }
+
+  r = Ctl({"deletions", "list", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  const std::vector<DeletionJson> listed = ParseDeletions(r.out);
+  ASSERT_THAT(listed, SizeIs(3)) << r.out;
+  EXPECT_EQ(listed[0].id, ids[2]);
+  EXPECT_EQ(listed[0].user_id, "c3");
+  EXPECT_EQ(listed[1].id, ids[1]);
+  EXPECT_EQ(listed[2].id, ids[0]);
+  EXPECT_EQ(listed[2].state, "COMPLETED");
+
+  r = Ctl({"deletions", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_THAT(lines, SizeIs(4)) << r;
+  EXPECT_THAT(Fields(lines[0]), ElementsAre("ID", "USER", "SOURCES", "NOTIFIED", "PURGED", "JOBS",
+                                            "PURGED", "DEAD", "CREATED"));
+  EXPECT_THAT(Fields(lines[1]), ElementsAre(ids[2], "c3", "-", "0", "0", "0", _)) << lines[1];
+  EXPECT_THAT(Fields(lines[3]), ElementsAre(ids[0], "a1", "-", "0", "0", "0", _)) << lines[3];
+
+  r = Ctl({"deletions", "list", "--limit=2", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<DeletionJson> limited = ParseDeletions(r.out);
+  ASSERT_THAT(limited, SizeIs(2)) << r.out;
+  EXPECT_EQ(limited[0].id, ids[2]);
+  EXPECT_EQ(limited[1].id, ids[1]);
+  EXPECT_THAT(r.err, HasSubstr("more"));
+}
+
+// Refusals exit 1 with the server's code, and the field for a bad user id.
+TEST_F(HookrelayctlTest, DeletionsServerErrorsExit1) {
+  StartServer();
+  Result r = Ctl({"deletions", "get", "del_000000000000abcd1234"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: reading deletion request del_000000000000abcd1234: "),
+                           HasSubstr("NOT_FOUND")));
+
+  // Longer than ingest accepts (256 characters).
+  r = Ctl({"deletions", "create", absl::StrCat("--user=", std::string(300, 'x'))});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("user")));
+
+  r = Ctl({"deletions", "create", "--user=u1", "--request-id=bad id!"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("request")));
+
+  r = Ctl({"-o", "json", "deletions", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "") << "a refused request records nothing";
 }
 
 // A port nothing listens on: UNAVAILABLE, naming the URL, exit 1.
