@@ -921,7 +921,7 @@ absl::Status AdminCore::CreateDeletion(const std::string& who,
                              internal::RandomToken("", 8, false)));
   record.set_user_id(user);
   record.set_request_id(request_id);
-  common::ToProtoTime(now, record.mutable_create_time());
+  common::ToProtoTime(absl::FromUnixMillis(absl::ToUnixMillis(now)), record.mutable_create_time());
   const std::string body = DeleteEventJson(user, now);
   for (const std::string& source : record.source_ids()) {
     for (const Destination& d : snapshot->merged.destinations()) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -33,6 +34,9 @@ struct AppendItem {
   // in). Empty user_id: not indexed.
   std::string user_id;
   std::string source_id;
+  // A serialized v1::ProfileDelta merged into the (user_id, source_id) profile in the same write
+  // (SPEC §6.2); empty when the event changes no profile.
+  std::string profile_delta;
 };
 
 struct AppendResult {
@@ -56,6 +60,46 @@ struct DeletionPlan {
   // The `delete` jobs, one per (affected source, enabled webhook destination); the store assigns
   // `id` and `due_unix_ms` as for appended jobs.
   std::vector<hookrelay::v1::Job> notifications;
+  // Audiences reading any affected source: the user's membership in them is removed (no
+  // identify follows).
+  std::vector<std::string> audience_ids;
+};
+
+// Audience syncs (SPEC §6.2). A sync reads what changed, evaluates outside the store, and commits
+// memberships, rechecks and identify jobs in one atomic write.
+struct AudienceSyncInput {
+  // nullopt before the first computation: `users` is then every user with a profile in the
+  // audience's sources.
+  std::optional<hookrelay::v1::AudienceState> state;
+  // The profile change log position this sync covers (its new cursor).
+  uint64_t log_position = 0;
+  // Users to evaluate, each once: profile changed since the cursor, or a recheck due by `now`.
+  std::vector<std::string> users;
+  // The due rechecks read (opaque keys), removed by the commit.
+  std::vector<std::string> rechecks_due;
+};
+
+// One user as a sync sees it.
+struct AudienceUser {
+  std::string user_id;
+  bool member = false;  // as last sent
+  std::vector<hookrelay::v1::Profile> profiles;  // of the audience's sources that have one
+};
+
+struct AudienceSyncPlan {
+  std::string audience_id;
+  uint64_t log_position = 0;
+  // Membership changes: user → member now. The store adjusts the member count.
+  std::vector<std::pair<std::string, bool>> changes;
+  // When to evaluate a user again without a new event (a window edge).
+  std::vector<std::pair<std::string, absl::Time>> rechecks;
+  std::vector<std::string> rechecks_done;
+  // The identify calls; ids and due times are assigned as for appended jobs.
+  std::vector<hookrelay::v1::Job> jobs;
+  // Stats for the state: evaluated users, entered/exited, duration, first computation.
+  hookrelay::v1::AudienceState stats;
+  // Change log entries at or below this position are no longer needed by any audience.
+  uint64_t log_needed_after = 0;
 };
 
 struct DeletionOutcome {
@@ -131,6 +175,21 @@ class JobStore {
   // applied does nothing. Appends keep flowing meanwhile: the cost is proportional to the user's
   // data, never to the store's size.
   virtual absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) = 0;
+  // Audiences (SPEC §6.2); see AudienceSyncInput. Syncs of one audience must not overlap (the
+  // caller serialises them).
+  virtual absl::StatusOr<AudienceSyncInput> BeginAudienceSync(
+      std::string_view audience_id, const std::vector<std::string>& sources, absl::Time now) = 0;
+  virtual absl::StatusOr<std::vector<AudienceUser>> ReadAudienceUsers(
+      std::string_view audience_id, const std::vector<std::string>& users,
+      const std::vector<std::string>& sources) = 0;
+  // Durable when it returns: the new state.
+  virtual absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSync(
+      AudienceSyncPlan plan) = 0;
+  virtual absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> GetAudienceState(
+      std::string_view audience_id) = 0;
+  // Forgets an audience's memberships and state (nothing is sent).
+  virtual absl::Status DropAudience(std::string_view audience_id) = 0;
+
   // nullopt when unknown.
   virtual absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(
       std::string_view id) = 0;

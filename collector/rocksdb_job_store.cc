@@ -27,8 +27,10 @@
 #include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/iterator.h"
+#include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
+#include "collector/audience_eval.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -45,6 +47,12 @@
 //            source); "d" ++ lp(user) ++ lp(source) ++ u64 BE job id -> "" (a dead letter of the
 //            user). lp(x) = u32 BE length ++ x, so any byte may appear in ids.
 //   deletions "d" ++ deletion id -> serialized v1::Deletion; "r" ++ request id -> deletion id.
+//   profiles  lp(user) ++ lp(source) -> serialized v1::Profile, written as v1::ProfileDelta merge
+//            operands (ProfileMerge) at ingest.
+//   audiences "c" ++ u64 BE position -> user: the profile change log.
+//            "a" ++ lp(audience) -> serialized v1::AudienceState.
+//            "m" ++ lp(audience) ++ lp(user) -> "": the user's membership as last sent (true).
+//            "x" ++ lp(audience) ++ u64 BE unix ms ++ lp(user) -> "": evaluate the user again then.
 // Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
 // are in id order (ListDead's pagination).
 
@@ -58,6 +66,8 @@ constexpr char kDedupCf[] = "dedup";
 constexpr char kDeadCf[] = "dead";
 constexpr char kUsersCf[] = "users";
 constexpr char kDeletionsCf[] = "deletions";
+constexpr char kProfilesCf[] = "profiles";
+constexpr char kAudiencesCf[] = "audiences";
 constexpr char kNextIdKey[] = "next_id";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
 constexpr char kConfigKey[] = "config";
@@ -140,6 +150,75 @@ uint64_t SeenHash(std::string_view user, std::string_view source) {
   const uint64_t h = std::hash<std::string_view>()(user) * 0x9e3779b97f4a7c15ULL;
   return (h ^ std::hash<std::string_view>()(source)) | 1;
 }
+
+std::string ProfileKey(std::string_view user, std::string_view source) {
+  std::string key;
+  AppendLengthPrefixed(user, &key);
+  AppendLengthPrefixed(source, &key);
+  return key;
+}
+std::string AudienceKey(char kind, std::string_view audience) {
+  std::string key(1, kind);
+  AppendLengthPrefixed(audience, &key);
+  return key;
+}
+std::string MemberKey(std::string_view audience, std::string_view user) {
+  std::string key = AudienceKey('m', audience);
+  AppendLengthPrefixed(user, &key);
+  return key;
+}
+std::string RecheckKey(std::string_view audience, int64_t at_ms, std::string_view user) {
+  std::string key = AudienceKey('x', audience);
+  const size_t at = key.size();
+  key.resize(at + 8);
+  EncodeU64(static_cast<uint64_t>(std::max<int64_t>(at_ms, 0)), key.data() + at);
+  AppendLengthPrefixed(user, &key);
+  return key;
+}
+std::string LogKey(uint64_t position) {
+  std::string key("c");
+  key.resize(9);
+  EncodeU64(position, key.data() + 1);
+  return key;
+}
+// The smallest key above every key starting with `prefix` (prefix is never all 0xff here).
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (!prefix.empty()) prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
+}
+// Reads one length-prefixed string at `*pos`; false when malformed.
+bool ReadLengthPrefixed(rocksdb::Slice s, size_t* pos, std::string* out) {
+  if (s.size() < *pos + 4) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data() + *pos);
+  const size_t n = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
+  if (s.size() < *pos + 4 + n) return false;
+  out->assign(s.data() + *pos + 4, n);
+  *pos += 4 + n;
+  return true;
+}
+
+// Profiles are written as ProfileDelta operands and folded into a Profile on reads and
+// compactions, so ingest never reads a profile.
+class ProfileMerge : public rocksdb::MergeOperator {
+ public:
+  bool FullMergeV2(const MergeOperationInput& in, MergeOperationOutput* out) const override {
+    hookrelay::v1::Profile profile;
+    if (in.existing_value != nullptr &&
+        !profile.ParseFromArray(in.existing_value->data(),
+                                static_cast<int>(in.existing_value->size()))) {
+      profile.Clear();  // Unreadable: rebuilt from what follows rather than failing every read.
+    }
+    hookrelay::v1::ProfileDelta delta;
+    for (const rocksdb::Slice& operand : in.operand_list) {
+      if (delta.ParseFromArray(operand.data(), static_cast<int>(operand.size()))) {
+        ApplyProfileDelta(delta, profile);
+      }
+    }
+    return profile.SerializeToString(&out->new_value);
+  }
+  const char* Name() const override { return "hookrelay.ProfileMerge.v1"; }
+};
 
 std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
 std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
@@ -359,6 +438,12 @@ rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cac
   return options;
 }
 
+rocksdb::ColumnFamilyOptions MakeProfileOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options = MakeSmallOptions(cache);
+  options.merge_operator = std::make_shared<ProfileMerge>();
+  return options;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options options) {
@@ -473,6 +558,8 @@ absl::Status RocksDbJobStore::OpenDb() {
       {kDeadCf, MakeSmallOptions(cache)},
       {kUsersCf, MakeSmallOptions(cache)},
       {kDeletionsCf, MakeSmallOptions(cache)},
+      {kProfilesCf, MakeProfileOptions(cache)},
+      {kAudiencesCf, MakeSmallOptions(cache)},
   };
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =
@@ -493,6 +580,8 @@ absl::Status RocksDbJobStore::OpenDb() {
   dead_cf_ = handles_[3];
   users_cf_ = handles_[4];
   deletions_cf_ = handles_[5];
+  profiles_cf_ = handles_[6];
+  audiences_cf_ = handles_[7];
   return absl::OkStatus();
 }
 
@@ -570,6 +659,14 @@ absl::Status RocksDbJobStore::Recover() {
     RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
   }
   next_id_ = std::max({stored_next_id, max_id + 1, uint64_t{1}});
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, audiences_cf_));
+    it->SeekForPrev(LogKey(UINT64_MAX));
+    if (it->Valid() && it->key().size() == 9 && it->key()[0] == 'c') {
+      next_log_seq_ = DecodeU64(it->key().data() + 1) + 1;
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the profile change log"));
+  }
 
   lease_epoch_ = stored_epoch + 1;
   lease_counter_ = 0;
@@ -692,7 +789,7 @@ void RocksDbJobStore::PrepareLoop() {
       size_t jobs = 0;
       while (!queue_.empty()) {
         WriteOp& op = queue_.front();
-        if (op.kind == Kind::kPause || op.kind == Kind::kDeletion) {
+        if (op.kind == Kind::kPause || op.kind == Kind::kExclusive) {
           // A pause or a deletion ends the group; it is taken alone, once the ops before it are
           // written.
           if (group->ops.empty()) {
@@ -712,7 +809,7 @@ void RocksDbJobStore::PrepareLoop() {
         queue_.pop_front();
       }
     }
-    if (pause.kind == Kind::kPause || pause.kind == Kind::kDeletion) {
+    if (pause.kind == Kind::kPause || pause.kind == Kind::kExclusive) {
       {
         absl::MutexLock lock(&pipe_mu_);
         auto all_written = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipe_mu_) {
@@ -720,8 +817,8 @@ void RocksDbJobStore::PrepareLoop() {
         };
         pipe_mu_.Await(absl::Condition(&all_written));
       }
-      if (pause.kind == Kind::kDeletion) {
-        *pause.outcome = ApplyDeletionNow(*pause.plan);
+      if (pause.kind == Kind::kExclusive) {
+        pause.run();
         pause.notify->Notify();
       } else {
         pause.notify->Notify();
@@ -830,6 +927,13 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
       uint64_t user_hash = 0;
       if (!item.user_id.empty()) {
         user_hash = UserHash(item.user_id);
+        if (!item.profile_delta.empty()) {
+          group.batch.Merge(profiles_cf_, ProfileKey(item.user_id, item.source_id),
+                            item.profile_delta);
+          if (logged_users_.insert(user_hash).second) {
+            group.batch.Put(audiences_cf_, LogKey(next_log_seq_++), item.user_id);
+          }
+        }
         const uint64_t seen = SeenHash(item.user_id, item.source_id);
         if (seen_cache_[seen & (kSeenCacheSlots - 1)].load(std::memory_order_relaxed) != seen) {
           SeenKey(item.user_id, item.source_id, &key_scratch_);
@@ -857,6 +961,11 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
   group.sync = group.batch.Count() > 0;
 
   absl::MutexLock lock(&mu_);
+  // The user index takes the new jobs now, off the writer's path (a deletion only runs once
+  // this group is written; if the write fails, the writer removes them again).
+  for (size_t j = 0; j < group.new_ids.size(); ++j) {
+    IndexJobLocked(group.new_ids[j], group.new_user_hashes[j]);
+  }
   for (WriteOp& op : ops) {
     switch (op.kind) {
       case Kind::kPutJob: {
@@ -889,7 +998,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
       case Kind::kAppend:
       case Kind::kBarrier:
       case Kind::kPause:
-      case Kind::kDeletion:
+      case Kind::kExclusive:
         break;
     }
   }
@@ -947,10 +1056,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       seen_cache_[seen & (kSeenCacheSlots - 1)].store(seen, std::memory_order_relaxed);
     }
     absl::MutexLock lock(&mu_);
-    for (size_t j = 0; j < group.new_ids.size(); ++j) {
-      PushQueuedLocked(group.now_ms, group.new_ids[j], group.now_ms);
-      IndexJobLocked(group.new_ids[j], group.new_user_hashes[j]);
-    }
+    for (uint64_t id : group.new_ids) PushQueuedLocked(group.now_ms, id, group.now_ms);
     for (const WriteOp& op : group.ops) {
       if (op.kind != Kind::kPutJob || op.seq == 0) continue;
       auto it = overlay_.find(op.id);
@@ -964,6 +1070,10 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   // Settlements of a failed group are written again (their in-memory effect already happened;
   // only the disk is behind): once the store has recovered, or with the next group when the
   // failure was not the disk's.
+  if (!group.status.ok() && !group.new_ids.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : group.new_ids) ForgetJobLocked(id);
+  }
   if (!group.status.ok()) {
     std::vector<WriteOp> again;
     for (WriteOp& op : group.ops) {
@@ -1026,26 +1136,55 @@ void RocksDbJobStore::PopTombstonesLocked() {
   }
 }
 
+bool RocksDbJobStore::IndexedLocked(uint64_t id) const {
+  auto it = indexed_words_.find(id >> 6);
+  return it != indexed_words_.end() && (it->second >> (id & 63)) & 1;
+}
+
 void RocksDbJobStore::IndexJobLocked(uint64_t id, uint64_t user_hash) {
   if (user_hash == 0) return;
-  job_user_.emplace(id, user_hash);
+  indexed_words_[id >> 6] |= uint64_t{1} << (id & 63);
+  ++indexed_live_;
+  ++indexed_listed_;
   UserJobs& user = user_jobs_[user_hash];
   user.ids.push_back(id);
-  ++user.live;
-  // Ended ids are dropped once they are half of the list: amortised O(1) per job.
-  if (user.ids.size() >= 2 * size_t{user.live} + 16) {
+  // A user's list drops its ended ids once it has doubled since the last time: amortised O(1).
+  if (user.ids.size() >= 2 * user.compacted_size + 16) {
+    const size_t before = user.ids.size();
     user.ids.erase(std::remove_if(user.ids.begin(), user.ids.end(),
-                                  [this](uint64_t j) { return !job_user_.contains(j); }),
+                                  [this](uint64_t j) { return !IndexedLocked(j); }),
                    user.ids.end());
+    indexed_listed_ -= before - user.ids.size();
+    user.compacted_size = user.ids.size();
+  }
+  // Every list together holds at most about twice the live ids: users whose jobs all ended
+  // are dropped by a sweep, amortised over the ids indexed since the last one.
+  if (indexed_listed_ > 2 * indexed_live_ + 65536) {
+    for (auto it = user_jobs_.begin(); it != user_jobs_.end();) {
+      auto& list = it->second.ids;
+      it->second.compacted_size = 0;
+      const size_t before = list.size();
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [this](uint64_t j) { return !IndexedLocked(j); }),
+                 list.end());
+      indexed_listed_ -= before - list.size();
+      if (list.empty()) {
+        user_jobs_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
   }
 }
 
 void RocksDbJobStore::ForgetJobLocked(uint64_t id) {
-  auto it = job_user_.find(id);
-  if (it == job_user_.end()) return;
-  auto user = user_jobs_.find(it->second);
-  job_user_.erase(it);
-  if (user != user_jobs_.end() && --user->second.live == 0) user_jobs_.erase(user);
+  auto it = indexed_words_.find(id >> 6);
+  if (it == indexed_words_.end()) return;
+  const uint64_t bit = uint64_t{1} << (id & 63);
+  if ((it->second & bit) == 0) return;
+  it->second &= ~bit;
+  if (it->second == 0) indexed_words_.erase(it);
+  --indexed_live_;
 }
 
 void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
@@ -1426,16 +1565,19 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletion(DeletionPlan plan
   if (plan.record.id().empty() || plan.record.user_id().empty()) {
     return absl::InvalidArgumentError("job store: a deletion needs an id and a user id");
   }
-  absl::Notification done;
   absl::StatusOr<DeletionOutcome> outcome;
+  RunExclusive([&] { outcome = ApplyDeletionNow(plan); });
+  return outcome;
+}
+
+void RocksDbJobStore::RunExclusive(std::function<void()> fn) {
+  absl::Notification done;
   WriteOp op;
-  op.kind = WriteOp::Kind::kDeletion;
-  op.plan = &plan;
-  op.outcome = &outcome;
+  op.kind = WriteOp::Kind::kExclusive;
+  op.run = std::move(fn);
   op.notify = &done;
   Enqueue(std::move(op));
   done.WaitForNotification();
-  return outcome;
 }
 
 absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& plan) {
@@ -1475,7 +1617,7 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     absl::MutexLock lock(&mu_);
     if (auto it = user_jobs_.find(user_hash); it != user_jobs_.end()) {
       for (uint64_t id : it->second.ids) {
-        if (!job_user_.contains(id)) continue;
+        if (!IndexedLocked(id)) continue;
         if (auto o = overlay_.find(id); o != overlay_.end()) {
           overlay.emplace(id, o->second.value);
         } else {
@@ -1539,6 +1681,37 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     SeenKey(user, source, &prefix);
     batch.Delete(users_cf_, prefix);
     ++touched;
+    // The profile of that source.
+    std::string ignored;
+    const std::string profile_key = ProfileKey(user, source);
+    const rocksdb::Status got =
+        db_->Get(rocksdb::ReadOptions(), profiles_cf_, profile_key, &ignored);
+    touched += 2;
+    if (got.ok()) {
+      record.set_purged_profile(true);
+      batch.Delete(profiles_cf_, profile_key);
+    } else if (!got.IsNotFound()) {
+      return FromRocks(got, "reading a profile");
+    }
+  }
+  // Memberships: removed without an identify; the member counts follow.
+  for (const std::string& audience : plan.audience_ids) {
+    std::string ignored;
+    const std::string key = MemberKey(audience, user);
+    const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), audiences_cf_, key, &ignored);
+    touched += 1;
+    if (got.IsNotFound()) continue;
+    RETURN_IF_ERROR(FromRocks(got, "reading a membership"));
+    hookrelay::v1::AudienceState state;
+    std::string value;
+    const rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), audiences_cf_, AudienceKey('a', audience), &value);
+    if (s.ok() && state.ParseFromString(value) && state.members() > 0) {
+      state.set_members(state.members() - 1);
+      batch.Put(audiences_cf_, AudienceKey('a', audience), state.SerializeAsString());
+    }
+    batch.Delete(audiences_cf_, key);
+    touched += 3;
   }
 
   // 3. The notifications, due now.
@@ -1583,7 +1756,7 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     // From here, every queued job due by publish_ms is in ready_, every other in scheduled_.
     PromoteDueLocked(publish_ms);
     for (const Purged& p : purged) {
-      if (!job_user_.contains(p.id)) {
+      if (!IndexedLocked(p.id)) {
         // Ended while the deletion was written (its Complete or Bury is queued behind it).
         purged_ended_.insert(p.id);
         continue;
@@ -1613,6 +1786,204 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   outcome.record = record;
   outcome.created = true;
   return outcome;
+}
+
+absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
+                                            std::vector<Job>& jobs, std::string_view what) {
+  const int64_t now_ms = ToMillis(clock_.Now());
+  std::vector<uint64_t> ids;
+  ids.reserve(jobs.size());
+  std::string value;
+  for (Job& job : jobs) {
+    const uint64_t id = next_id_++;
+    job.set_id(id);
+    job.set_due_unix_ms(now_ms);
+    EncodeJobValue(job, &value);
+    batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
+    ids.push_back(id);
+  }
+  if (!ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) return WriteFailed(s, what);
+  absl::MutexLock lock(&mu_);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    PushQueuedLocked(now_ms, ids[j], now_ms);
+    IndexJobLocked(ids[j], UserHash(jobs[j].user_id()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> RocksDbJobStore::GetAudienceState(
+    std::string_view audience_id) {
+  std::string value;
+  const rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), audiences_cf_, AudienceKey('a', audience_id), &value);
+  if (s.IsNotFound()) return std::optional<hookrelay::v1::AudienceState>();
+  RETURN_IF_ERROR(FromRocks(s, "reading an audience's state"));
+  hookrelay::v1::AudienceState state;
+  if (!state.ParseFromString(value)) return Malformed(kAudiencesCf, 0);
+  return std::optional<hookrelay::v1::AudienceState>(std::move(state));
+}
+
+absl::StatusOr<AudienceSyncInput> RocksDbJobStore::BeginAudienceSync(
+    std::string_view audience_id, const std::vector<std::string>& sources, absl::Time now) {
+  AudienceSyncInput input;
+  // Every change before this point is written and logged at or below the position; every later
+  // one is logged above it (the per-user dedup restarts).
+  RunExclusive([&] {
+    input.log_position = next_log_seq_ - 1;
+    logged_users_.clear();
+  });
+  ASSIGN_OR_RETURN(input.state, GetAudienceState(audience_id));
+  absl::flat_hash_set<std::string> users;
+  rocksdb::ReadOptions read;
+  if (!input.state.has_value()) {
+    // First computation: every profile of the audience's sources.
+    const absl::flat_hash_set<std::string> wanted(sources.begin(), sources.end());
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, profiles_cf_));
+    std::string user, source;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      size_t pos = 0;
+      if (!ReadLengthPrefixed(it->key(), &pos, &user) ||
+          !ReadLengthPrefixed(it->key(), &pos, &source)) {
+        return Malformed(kProfilesCf, 0);
+      }
+      if (wanted.contains(source)) users.insert(user);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scanning profiles"));
+  } else {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, audiences_cf_));
+    const std::string end = LogKey(input.log_position);
+    for (it->Seek(LogKey(input.state->cursor() + 1));
+         it->Valid() && it->key().size() == 9 && it->key()[0] == 'c' &&
+         it->key().compare(end) <= 0;
+         it->Next()) {
+      users.emplace(it->value().data(), it->value().size());
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the profile change log"));
+  }
+  {
+    // Rechecks due by now (window edges).
+    const std::string prefix = AudienceKey('x', audience_id);
+    const std::string end = RecheckKey(audience_id, absl::ToUnixMillis(now) + 1, "");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, audiences_cf_));
+    std::string user;
+    for (it->Seek(prefix); it->Valid() && it->key().compare(end) < 0; it->Next()) {
+      size_t pos = prefix.size() + 8;
+      if (!it->key().starts_with(prefix) || !ReadLengthPrefixed(it->key(), &pos, &user)) {
+        return Malformed(kAudiencesCf, 0);
+      }
+      users.insert(user);
+      input.rechecks_due.push_back(it->key().ToString());
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading audience rechecks"));
+  }
+  input.users.assign(users.begin(), users.end());
+  std::sort(input.users.begin(), input.users.end());
+  return input;
+}
+
+absl::StatusOr<std::vector<AudienceUser>> RocksDbJobStore::ReadAudienceUsers(
+    std::string_view audience_id, const std::vector<std::string>& users,
+    const std::vector<std::string>& sources) {
+  std::vector<AudienceUser> out(users.size());
+  // One MultiGet: each user's profiles of the sources and membership.
+  std::vector<std::string> keys;
+  keys.reserve(users.size() * sources.size());
+  for (const std::string& user : users) {
+    for (const std::string& source : sources) keys.push_back(ProfileKey(user, source));
+  }
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  if (!keys.empty()) {
+    db_->MultiGet(rocksdb::ReadOptions(), profiles_cf_, keys.size(), slices.data(), values.data(),
+                  statuses.data());
+  }
+  std::vector<std::string> member_keys;
+  member_keys.reserve(users.size());
+  for (const std::string& user : users) member_keys.push_back(MemberKey(audience_id, user));
+  std::vector<rocksdb::Slice> member_slices(member_keys.begin(), member_keys.end());
+  std::vector<rocksdb::PinnableSlice> member_values(member_keys.size());
+  std::vector<rocksdb::Status> member_statuses(member_keys.size());
+  if (!member_keys.empty()) {
+    db_->MultiGet(rocksdb::ReadOptions(), audiences_cf_, member_keys.size(), member_slices.data(),
+                  member_values.data(), member_statuses.data());
+  }
+  for (size_t u = 0; u < users.size(); ++u) {
+    AudienceUser& user = out[u];
+    user.user_id = users[u];
+    if (!member_statuses[u].IsNotFound()) {
+      RETURN_IF_ERROR(FromRocks(member_statuses[u], "reading memberships"));
+      user.member = true;
+    }
+    for (size_t s = 0; s < sources.size(); ++s) {
+      const size_t k = u * sources.size() + s;
+      if (statuses[k].IsNotFound()) continue;
+      RETURN_IF_ERROR(FromRocks(statuses[k], "reading profiles"));
+      if (!user.profiles.emplace_back().ParseFromArray(values[k].data(),
+                                                       static_cast<int>(values[k].size()))) {
+        return Malformed(kProfilesCf, 0);
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<hookrelay::v1::AudienceState> RocksDbJobStore::CommitAudienceSync(
+    AudienceSyncPlan plan) {
+  absl::StatusOr<hookrelay::v1::AudienceState> state;
+  RunExclusive([&] { state = CommitAudienceSyncNow(plan); });
+  return state;
+}
+
+absl::StatusOr<hookrelay::v1::AudienceState> RocksDbJobStore::CommitAudienceSyncNow(
+    AudienceSyncPlan& plan) {
+  // The member count is read here, between writes, so that deletions (which also adjust it) and
+  // syncs never overwrite each other's counts.
+  ASSIGN_OR_RETURN(std::optional<hookrelay::v1::AudienceState> previous,
+                   GetAudienceState(plan.audience_id));
+  hookrelay::v1::AudienceState state = plan.stats;
+  int64_t members = previous.has_value() ? static_cast<int64_t>(previous->members()) : 0;
+  rocksdb::WriteBatch batch;
+  for (const auto& [user, member] : plan.changes) {
+    const std::string key = MemberKey(plan.audience_id, user);
+    if (member) {
+      batch.Put(audiences_cf_, key, rocksdb::Slice());
+      ++members;
+    } else {
+      batch.Delete(audiences_cf_, key);
+      --members;
+    }
+  }
+  for (const std::string& key : plan.rechecks_done) batch.Delete(audiences_cf_, key);
+  for (const auto& [user, at] : plan.rechecks) {
+    batch.Put(audiences_cf_, RecheckKey(plan.audience_id, absl::ToUnixMillis(at), user),
+              rocksdb::Slice());
+  }
+  state.set_cursor(plan.log_position);
+  state.set_members(static_cast<uint64_t>(std::max<int64_t>(members, 0)));
+  state.set_computed(true);
+  batch.Put(audiences_cf_, AudienceKey('a', plan.audience_id), state.SerializeAsString());
+  if (plan.log_needed_after > 0) {
+    batch.DeleteRange(audiences_cf_, LogKey(0), LogKey(plan.log_needed_after + 1));
+  }
+  RETURN_IF_ERROR(WriteWithJobs(batch, plan.jobs, "committing an audience sync"));
+  return state;
+}
+
+absl::Status RocksDbJobStore::DropAudience(std::string_view audience_id) {
+  rocksdb::WriteBatch batch;
+  for (char kind : {'m', 'x'}) {
+    const std::string prefix = AudienceKey(kind, audience_id);
+    batch.DeleteRange(audiences_cf_, prefix, PrefixEnd(prefix));
+  }
+  batch.Delete(audiences_cf_, AudienceKey('a', audience_id));
+  absl::Status status;
+  std::vector<Job> none;
+  RunExclusive([&] { status = WriteWithJobs(batch, none, "dropping an audience"); });
+  return status;
 }
 
 absl::StatusOr<std::optional<hookrelay::v1::Deletion>> RocksDbJobStore::GetDeletion(

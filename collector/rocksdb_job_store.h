@@ -60,6 +60,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -137,6 +138,16 @@ class RocksDbJobStore final : public JobStore {
   absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id) override;
   absl::StatusOr<std::vector<hookrelay::v1::Deletion>> ListDeletions(std::string_view before_id,
                                                                      size_t limit) override;
+  absl::StatusOr<AudienceSyncInput> BeginAudienceSync(std::string_view audience_id,
+                                                      const std::vector<std::string>& sources,
+                                                      absl::Time now) override;
+  absl::StatusOr<std::vector<AudienceUser>> ReadAudienceUsers(
+      std::string_view audience_id, const std::vector<std::string>& users,
+      const std::vector<std::string>& sources) override;
+  absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSync(AudienceSyncPlan plan) override;
+  absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> GetAudienceState(
+      std::string_view audience_id) override;
+  absl::Status DropAudience(std::string_view audience_id) override;
   // Jobs whose Retry/Bury is between its lease check and its in-memory update count as leased.
   absl::Status WriteHealth() const override;
   absl::StatusOr<std::optional<std::string>> LoadConfig() override;
@@ -155,7 +166,7 @@ class RocksDbJobStore final : public JobStore {
  private:
   // One entry of the preparer's queue.
   struct WriteOp {
-    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause, kDeletion };
+    enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause, kExclusive };
     Kind kind = Kind::kAppend;
     // kAppend.
     std::vector<AppendItem> items;
@@ -167,10 +178,9 @@ class RocksDbJobStore final : public JobStore {
     uint64_t seq = 0;
     std::string value;
     std::string index_key;
-    // kDeletion: applied by the preparer alone, once every earlier op is written; `outcome` is
-    // set and `notify` notified (both owned by the waiting caller).
-    DeletionPlan* plan = nullptr;
-    absl::StatusOr<DeletionOutcome>* outcome = nullptr;
+    // kExclusive: `run` is called by the preparer alone, once every earlier op is written and
+    // before any later one is prepared; then `notify` is notified.
+    std::function<void()> run;
     // kBarrier: notified once every earlier op is written. kPause: `notify` once every earlier op
     // is written; no write happens until `resume` is notified. (The preparer waits on `resume`,
     // so it shares ownership: the pausing caller may return right after notifying it.)
@@ -223,12 +233,20 @@ class RocksDbJobStore final : public JobStore {
   void PrepareGroup(Group& group, const Group* inflight);
   // The write, then the in-memory publication and the callbacks.
   void WriteGroup(Group& group);
-  // Runs a kDeletion op (preparer thread, nothing else being written).
+  // Runs `fn` as a kExclusive op and waits for it: deletions, audience commits and change-log
+  // marks, which must see every earlier write and come before every later one.
+  void RunExclusive(std::function<void()> fn);
   absl::StatusOr<DeletionOutcome> ApplyDeletionNow(DeletionPlan& plan);
+  absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSyncNow(AudienceSyncPlan& plan);
+  // Writes `batch` (synced) with `jobs` appended to it, then publishes the jobs. Exclusive ops
+  // only.
+  absl::Status WriteWithJobs(rocksdb::WriteBatch& batch, std::vector<hookrelay::v1::Job>& jobs,
+                             std::string_view what);
   // The in-memory index of pending jobs by user: a job enters it when it is published (or
   // replayed, or read by Open) and leaves it when it ends (completed, buried, purged, dropped).
   void IndexJobLocked(uint64_t id, uint64_t user_hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IndexedLocked(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops tombstoned (purged) jobs from the tops of the heaps.
   void PopTombstonesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the store's writes until the returned notification is notified: for Replay, which
@@ -273,6 +291,8 @@ class RocksDbJobStore final : public JobStore {
   rocksdb::ColumnFamilyHandle* dead_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* users_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* deletions_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* profiles_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* audiences_cf_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::thread preparer_;
   std::thread writer_;
@@ -285,8 +305,12 @@ class RocksDbJobStore final : public JobStore {
   // (user, source) pairs whose sources-seen key is known to be written: a direct-mapped cache of
   // pair hashes (0 = empty). Filled by the writer after a successful write, read by the preparer,
   // cleared by a deletion; a miss only costs a redundant Put.
-  static constexpr size_t kSeenCacheSlots = size_t{1} << 16;
+  static constexpr size_t kSeenCacheSlots = size_t{1} << 20;  // 8 MB
   std::unique_ptr<std::atomic<uint64_t>[]> seen_cache_;
+  // The profile change log: the next position, and the users logged since the last mark (a
+  // user changed twice between two syncs is logged once).
+  uint64_t next_log_seq_ = 1;
+  absl::flat_hash_set<uint64_t> logged_users_;
 
   // The preparer's queue. Settlements take it after mu_, so that their ops are queued in the
   // order they happened.
@@ -317,13 +341,18 @@ class RocksDbJobStore final : public JobStore {
   uint64_t overlay_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;
   // The index of pending jobs by user (hash of the user id; collisions are resolved by reading
-  // the records). A user's list may hold ids that have ended; it is compacted as it grows.
+  // the records): each user's ids, which may include ended ones (compacted as lists grow), and
+  // which ids are still pending, as a sparse bitmap (64 ids a word, only non-zero words kept:
+  // consecutive ids share a word, so marking them is cheap).
   struct UserJobs {
-    std::vector<uint64_t> ids;
-    uint32_t live = 0;
+    // Most users have a few pending jobs at a time: no allocation for them.
+    absl::InlinedVector<uint64_t, 5> ids;
+    size_t compacted_size = 0;  // ids.size() after the last compaction.
   };
-  absl::flat_hash_map<uint64_t, uint64_t> job_user_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, UserJobs> user_jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> indexed_words_ ABSL_GUARDED_BY(mu_);
+  size_t indexed_live_ ABSL_GUARDED_BY(mu_) = 0;    // Bits set.
+  size_t indexed_listed_ ABSL_GUARDED_BY(mu_) = 0;  // Ids in all lists.
   // Purged jobs still in ready_ / scheduled_: skipped when they reach the top.
   absl::flat_hash_set<uint64_t> purged_ready_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> purged_scheduled_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,11 @@
 // size; cpu_us_per_job is the CPU time of the whole process (callers, store threads, RocksDB's
 // flushes and compactions) per job: 200k jobs/s on 2 cores allows at most 10.
 //
+// Events come from 100,000 users (the per-user index is maintained as at ingest).
+//
+// BM_Deletion: the time of one deletion (SPEC §6.1) of a user with `user_jobs` pending jobs in a
+// store holding 1,000,000 other jobs; keys_touched per deletion is reported.
+//
 //   bazel run -c opt //collector:rocksdb_job_store_benchmark
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -71,12 +76,14 @@ std::vector<AppendItem> MakeBatch() {
     const std::string message_id = absl::StrCat("msg-", first + i);
     AppendItem& item = items[i];
     item.dedup_key = DedupKey("src_web", message_id);
+    item.user_id = absl::StrCat("user-", ((first + i) * 7919) % 100000);
+    item.source_id = "src_web";
     hookrelay::v1::Job& job = item.jobs.emplace_back();
     job.set_source_id("src_web");
     job.set_destination_id("dst_orders");
     job.set_type(hookrelay::v1::TRACK);
     job.set_message_id(message_id);
-    job.set_user_id("user-5512");
+    job.set_user_id(item.user_id);
     job.set_event_json(EventJson());
     job.set_received_at_unix_ms(1700000000000);
   }
@@ -181,6 +188,80 @@ BENCHMARK(BM_Append)
     ->Threads(4)
     ->UseRealTime()
     ->MinTime(3.0);
+
+// Appends `n` one-job events of `user` and waits for them.
+bool AppendUser(RocksDbJobStore& store, const std::string& user, int n) {
+  Window window(64);
+  std::atomic<bool> ok{true};
+  for (int done = 0; done < n; done += kBatch) {
+    std::vector<AppendItem> items = MakeBatch();
+    for (AppendItem& item : items) {
+      item.user_id = user;
+      item.jobs[0].set_user_id(user);
+    }
+    window.Acquire();
+    store.Append(std::move(items), [&](absl::StatusOr<AppendResult> result) {
+      if (!result.ok()) ok = false;
+      window.Release(result.ok());
+    });
+  }
+  return window.Drain() == 0 && ok;
+}
+
+void BM_Deletion(benchmark::State& state) {
+  std::string pattern = "/tmp/rocksdb_job_store_benchmark_XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {
+    state.SkipWithError("mkdtemp failed");
+    return;
+  }
+  const std::string dir = pattern;
+  {
+    RocksDbJobStore::Options options;
+    options.path = dir;
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> opened = RocksDbJobStore::Open(options);
+    if (!opened.ok()) {
+      state.SkipWithError(std::string(opened.status().message()).c_str());
+      return;
+    }
+    RocksDbJobStore& store = **opened;
+    Window window(64);
+    for (int i = 0; i < 1'000'000 / kBatch; ++i) {  // The others, from 100,000 users.
+      window.Acquire();
+      store.Append(MakeBatch(),
+                   [&window](absl::StatusOr<AppendResult> r) { window.Release(r.ok()); });
+    }
+    if (window.Drain() > 0) state.SkipWithError("an Append failed");
+    const int user_jobs = static_cast<int>(state.range(0));
+    double touched = 0;
+    int n = 0;
+    for (auto _ : state) {
+      state.PauseTiming();
+      const std::string user = absl::StrCat("target-", n++);
+      if (!AppendUser(store, user, user_jobs)) state.SkipWithError("an Append failed");
+      DeletionPlan plan;
+      plan.record.set_id(absl::StrCat("del_", n));
+      plan.record.set_user_id(user);
+      plan.record.add_source_ids("src_web");
+      state.ResumeTiming();
+      absl::StatusOr<DeletionOutcome> outcome = store.ApplyDeletion(std::move(plan));
+      if (!outcome.ok() || outcome->record.purged_jobs() != static_cast<uint64_t>(user_jobs)) {
+        state.SkipWithError("the deletion failed or purged another number of jobs");
+        break;
+      }
+      touched += static_cast<double>(outcome->keys_touched);
+    }
+    state.counters["keys_touched"] = touched / static_cast<double>(std::max(n, 1));
+    state.counters["other_jobs"] = 1'000'000;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+BENCHMARK(BM_Deletion)
+    ->ArgName("user_jobs")
+    ->Arg(100)
+    ->Arg(10'000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 }  // namespace
 }  // namespace hookrelay::collector

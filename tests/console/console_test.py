@@ -21,6 +21,12 @@ through the console served at / on the collector's admin HTTP address:
     refused by the server, its error next to the user field; Cancel sends nothing; a confirmed
     request (user, a ticked source, a request id) shows the new record, is listed, is what the
     collector stored, and the re-enabled destination receives the signed `delete` event;
+  - the audiences page: the trait name shown as the name is typed; a bad op refused, the
+    server's error (rule.conditions[0].op) next to the conditions; conditions that are not JSON
+    get the form's own hint; created through the form with a trait rule after an identify
+    (plan: pro), listed with its trait and one member, the member gets the audience's signed
+    identify; Sync now after a second user's identify updates the row (a new last sync, one
+    entered, two members); Delete confirms in the row, Cancel keeps it, confirmed it is gone;
   - sign-out;
   - no script error nor Content-Security-Policy violation in the browser's console.
 A 1280×800 PNG of every step goes to $TEST_OUTPUT_DIR (default: console-screenshots in the
@@ -584,7 +590,7 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     b.shot("dead-letters")
     missing = b.unlabeled_controls()
     check(not missing, f"every control on the dead letters page has a label ({missing})")
-    for page in ("#/setup", "#/sources", "#/destinations", "#/deletions"):
+    for page in ("#/setup", "#/sources", "#/destinations", "#/deletions", "#/audiences"):
         b.go(base, page)
         wait_for(lambda: b.css("h1"), 5)
         time.sleep(0.5)
@@ -681,7 +687,138 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(line is not None and "X-Signature: verified" in line,
           f"the receiver got the delete event for u1, signature verified: {(line or '').strip()!r}")
 
-    # 14. A token the server stops accepting (here: a wrong one in the tab) returns to sign-in
+    # 14. Audiences: the trait name shown live; a bad rule refused, the server's error next to
+    # the conditions; created through the form (its first computation sends the member an
+    # identify); Sync now picks up a new member; Delete asks in the row first.
+    def audiences():
+        status, body, _ = http("GET", f"{admin}/admin/v1/audiences", headers=auth)
+        return (body or {}).get("audiences", []) if status == 200 else None
+
+    def identify(user, message_id):
+        status, body, _ = http("POST", f"http://127.0.0.1:{http_port}/v1/identify",
+                               {"userId": user, "traits": {"plan": "pro"},
+                                "messageId": message_id}, basic(new_key))
+        return status == 200 or (status, body)
+
+    def audience_identify(user, own_message_id):
+        """The receiver's line for an identify of `user` that is not the one ingested."""
+        for line in list(receiver.lines):
+            if ("  identify" in line and f"userId={user} " in line + " " and
+                    own_message_id not in line):
+                return line
+        return None
+
+    check(identify("aud-u2", "console-aud-1") is True, "ingest accepts an identify (plan: pro)")
+    check(receiver.wait_line("console-aud-1", timeout=20) is not None,
+          "the receiver got that identify (its profile is stored)")
+    b.go(base, "#/audiences")
+    name_in = b.visible("#audience-name", 10)
+    check(name_in is not None, "the audiences page shows the create form")
+    empty = wait_for(lambda: b.css("#audiences-empty"), 10)
+    check(empty is not None and "No audiences" in empty.text and audiences() == [],
+          f"the list shows its empty state ({empty.text if empty else None!r})")
+    b.type("#audience-name", "Console  Power-Users!")
+    trait = b.css("#audience-trait").text
+    check(trait == "console_power_users", f"the trait name is shown as it is typed ({trait!r})")
+    aud_source = wait_for(lambda: b.css(f"#audience-source-{source_id}"), 10)
+    check(aud_source is not None and not aud_source.is_selected(),
+          "the form offers the sources as checkboxes, none ticked")
+    b.click(f"label[for=audience-source-{source_id}]")
+    conditions = b.css("#audience-conditions")
+    check("countGte" in (conditions.get_attribute("placeholder") or ""),
+          "the conditions textarea has an example placeholder")
+    b.type("#audience-conditions", '[{"trait": "plan", "op": "equals", "value": "pro"}]')
+    b.click("#create-audience")
+    rule_err = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                                 e.get_attribute("data-source") == "server" else None)(
+        b.css("#audience-conditions-error")), 15)
+    described = (conditions.get_attribute("aria-describedby") or "").split()
+    check(bool(rule_err) and "conditions[0].op" in rule_err.text and
+          "audience-conditions-error" in described and
+          conditions.get_attribute("aria-invalid") == "true",
+          f"a bad op is refused, the server's error next to the conditions: "
+          f"{rule_err.text if rule_err else None!r}")
+    check(b.css("#audience-form-error").is_displayed(), "the form's error summary is shown")
+    b.shot("audience-refused", conditions)
+    check(audiences() == [], "the refused audience was not created")
+
+    # Not JSON: the form's own hint, nothing sent.
+    b.type("#audience-conditions", '[{"trait": "plan",')
+    b.click("#create-audience")
+    hint = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                             e.get_attribute("data-source") == "client" else None)(
+        b.css("#audience-conditions-error")), 5)
+    check(bool(hint) and "JSON" in hint.text and audiences() == [],
+          f"conditions that are not JSON get a hint and send nothing "
+          f"({hint.text if hint else None!r})")
+
+    b.type("#audience-conditions", '[{"trait": "plan", "op": "eq", "value": "pro"}]')
+    b.click("#create-audience")
+    created = b.wait_status("Created audience", 20)
+    stored_aud = audiences() or []
+    aud = stored_aud[0] if stored_aud else {}
+    check(bool(created) and len(stored_aud) == 1 and aud.get("name") == "Console  Power-Users!"
+          and aud.get("trait") == "console_power_users" and aud.get("sources") == [source_id]
+          and (aud.get("rule") or {}).get("match") == "all" and aud.get("members") == "1",
+          f"the audience is created as the form said, one member: {aud} ({b.status_text()!r})")
+    aud_id = aud.get("id", "")
+    aud_sel = f"tr[data-audience-id='{aud_id}']"
+    row = b.visible(aud_sel, 10)
+    cells = [c.text for c in b.css_all(f"{aud_sel} td")] if row else []
+    check(len(cells) == 8 and "Console  Power-Users!".replace("  ", " ") in cells[0]
+          and cells[1] == "console_power_users" and source_id in cells[2] and cells[3] == "1"
+          and "first" in cells[4] and cells[5] == "1" and cells[6] == "0",
+          f"the list shows the audience with its trait, one member, one entered: {cells}")
+    check(name_in.get_attribute("value") == "" and b.css("#audience-trait").text == "—",
+          "the form is cleared")
+    line = wait_for(lambda: audience_identify("aud-u2", "console-aud-1"), 20)
+    check(line is not None and "X-Signature: verified" in line,
+          f"the member got the audience's identify, signed: {(line or '').strip()!r}")
+    b.shot("audience-created", row)
+
+    # Sync now: a second member, the row updated in place (a new last sync, not the first).
+    first_sync = b.css(f"{aud_sel} td.cell-last-sync time").get_attribute("datetime") if row else ""
+    check(identify("aud-u3", "console-aud-2") is True, "a second user becomes pro")
+    check(receiver.wait_line("console-aud-2", timeout=20) is not None,
+          "the receiver got the second identify")
+    b.click(f"{aud_sel} button.sync-audience")
+    synced = wait_for(lambda: b.css(f"{aud_sel} td.cell-last-sync time")
+                      .get_attribute("datetime") != first_sync and b.css(aud_sel), 15)
+    cells = [c.text for c in b.css_all(f"{aud_sel} td")] if synced else []
+    check(bool(synced) and len(cells) == 8 and cells[3] == "2" and "first" not in cells[4]
+          and cells[5] == "1" and cells[6] == "0" and "Synced" in b.status_text(),
+          f"Sync now updates the last sync: {first_sync} → "
+          f"{b.css(f'{aud_sel} td.cell-last-sync time').get_attribute('datetime')}, {cells} "
+          f"({b.status_text()!r})")
+    stored_aud = audiences() or [{}]
+    last = stored_aud[0].get("lastSync") or {}
+    check(stored_aud[0].get("members") == "2" and last.get("entered") == "1" and
+          not last.get("first"), f"the collector recorded the sync: {last}")
+    line = wait_for(lambda: audience_identify("aud-u3", "console-aud-2"), 20)
+    check(line is not None, f"the new member got the identify: {(line or '').strip()!r}")
+    b.shot("audience-synced", b.css(aud_sel))
+
+    # Delete: a confirmation in the row; Cancel keeps it; confirmed, it is gone.
+    b.click(f"{aud_sel} button.delete-audience")
+    confirm = b.visible(f"{aud_sel} .row-confirm", 5)
+    check(confirm is not None and "Console" in confirm.text and
+          not b.css(f"{aud_sel} button.delete-audience").is_displayed() and
+          len(audiences() or []) == 1,
+          f"Delete asks in the row first and sends nothing ({confirm.text if confirm else None!r})")
+    b.shot("audience-confirm-delete", b.css(aud_sel))
+    b.click(f"{aud_sel} button.cancel-delete-audience")
+    check(b.css(f"{aud_sel} .row-confirm").get_attribute("hidden") is not None and
+          b.css(f"{aud_sel} button.delete-audience").is_displayed() and
+          len(audiences() or []) == 1, "Cancel closes the confirmation and keeps the audience")
+    b.click(f"{aud_sel} button.delete-audience")
+    b.click(f"{aud_sel} button.confirm-delete-audience")
+    gone = wait_for(lambda: b.css("#audiences-empty"), 10)
+    check(bool(gone) and b.wait_status("Deleted audience", 5) and audiences() == [],
+          f"a confirmed delete removes the audience ({b.status_text()!r})")
+    missing = b.unlabeled_controls()
+    check(not missing, f"every control on #/audiences has a label ({missing})")
+
+    # 15. A token the server stops accepting (here: a wrong one in the tab) returns to sign-in
     # with the server's message; signing in again goes back to the page.
     d.execute_script("sessionStorage.setItem('hookrelay.adminToken', 'stale-token');")
     b.go(base, "#/sources")
@@ -694,7 +831,7 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(bool(wait_for(lambda: d.execute_script("return location.hash") == "#/sources" and
                         b.css(src_sel), 10)), "signing in again returns to the sources page")
 
-    # 15. Sign out.
+    # 16. Sign out.
     b.click("#sign-out")
     check(b.visible("#token", 10) is not None and
           d.execute_script("return sessionStorage.getItem('hookrelay.adminToken')") is None,

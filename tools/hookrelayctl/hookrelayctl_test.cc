@@ -2,7 +2,8 @@
 // server (real RocksDbJobStore, real gRPC on 127.0.0.1:0): the dead-letter table and JSON lines,
 // following pages up to --limit, filters, replay, the admin token, usage errors (exit 2) and an
 // unreachable collector (exit 1); deletion requests (SPEC §6.1): create with and without
-// sources, idempotent request ids, get, list newest first, the server's refusals.
+// sources, idempotent request ids, get, list newest first, the server's refusals; audiences
+// (SPEC §6.2): usage errors, create / get / list / sync / delete, the server's refusals.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -720,6 +722,109 @@ TEST_F(HookrelayctlTest, DeletionsServerErrorsExit1) {
   r = Ctl({"-o", "json", "deletions", "list"});
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_EQ(r.out, "") << "a refused request records nothing";
+}
+
+// --- audiences (SPEC §6.2) ---------------------------------------------------------------------
+
+constexpr char kProRule[] =
+    R"({"match":"all","conditions":[{"trait":"plan","op":"eq","value":"pro"}]})";
+
+// A file under $TEST_TMPDIR holding `content`; its path.
+std::string WriteTempFile(const std::string& name, const std::string& content) {
+  const char* dir = getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+  FILE* f = fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path << ": " << strerror(errno);
+  if (f != nullptr) {
+    fwrite(content.data(), 1, content.size(), f);
+    fclose(f);
+  }
+  return path;
+}
+
+// Usage errors of `audiences` exit 2 before any call (the admin URL here refuses connections,
+// which would be exit 1): missing --name, --source or rule, both --rule and --rule-file, an
+// unreadable rule file, a rule that is not JSON or not a rule's shape, a bad --sync-interval.
+TEST(AudiencesUsageTest, UsageErrorsExit2WithoutCallingTheCollector) {
+  const std::string good_file = WriteTempFile("rule.json", kProRule);
+  const std::string not_json = WriteTempFile("not-json.json", "match: all\n");
+  const std::string rule = absl::StrCat("--rule=", kProRule);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"audiences"}, "list, get, create, delete or sync"},
+      {{"audiences", "refresh", "a1"}, "unknown command \"audiences refresh\""},
+      {{"audiences", "create", "--source=web", rule}, "needs --name"},
+      {{"audiences", "create", "--name=", "--source=web", rule}, "needs --name"},
+      {{"audiences", "create", "Power Users", "--source=web", rule}, "needs --name"},
+      {{"audiences", "create", "--name=P", "--source=web", rule, "extra"},
+       "unexpected argument \"extra\""},
+      {{"audiences", "create", "--name=P", rule}, "needs --source"},
+      {{"audiences", "create", "--name=P", "--source=", rule}, "--source needs a source id"},
+      {{"audiences", "create", "--name=P", "--source=web"}, "needs --rule=JSON or --rule-file"},
+      {{"audiences", "create", "--name=P", "--source=web", rule,
+        absl::StrCat("--rule-file=", good_file)},
+       "--rule and --rule-file exclude each other"},
+      {{"audiences", "create", "--name=P", "--source=web", "--rule-file=/nonexistent/rule.json"},
+       "--rule-file: cannot read \"/nonexistent/rule.json\""},
+      {{"audiences", "create", "--name=P", "--source=web", "--rule-file="},
+       "--rule-file needs a file name"},
+      {{"audiences", "create", "--name=P", "--source=web", absl::StrCat("--rule-file=", not_json)},
+       "not JSON"},
+      {{"audiences", "create", "--name=P", "--source=web", "--rule={\"match\":\"all\","},
+       "--rule: not JSON"},
+      {{"audiences", "create", "--name=P", "--source=web", "--rule="}, "--rule: empty"},
+      {{"audiences", "create", "--name=P", "--source=web", "--rule=[]"}, "not a JSON object"},
+      // Valid JSON, but not an AudienceRule: a misspelt field, a count that is not a number.
+      {{"audiences", "create", "--name=P", "--source=web",
+        R"(--rule={"match":"all","conditions":[{"trait":"plan","opp":"eq"}]})"},
+       "opp"},
+      {{"audiences", "create", "--name=P", "--source=web",
+        R"(--rule={"conditions":[{"event":"Order Completed","countGte":"many"}]})"},
+       "not an audience rule"},
+      {{"audiences", "create", "--name=P", "--source=web", rule, "--sync-interval=0"},
+       "--sync-interval"},
+      {{"audiences", "create", "--name=P", "--source=web", rule, "--sync-interval=1m"},
+       "--sync-interval"},
+      {{"audiences", "create", "--name=P", "--source=web", rule, "--id="}, "--id needs a value"},
+      {{"audiences", "create", "--name=P", "--source=web", rule, "--user=u1"},
+       "--user is not a flag of audiences create"},
+      {{"audiences", "list", "--limit=5"}, "--limit is not a flag of audiences list"},
+      {{"audiences", "list", "extra"}, "unexpected argument \"extra\""},
+      {{"audiences", "get"}, "audiences get needs an argument"},
+      {{"audiences", "get", ""}, "needs an audience id"},
+      {{"audiences", "delete"}, "audiences delete needs an argument"},
+      {{"audiences", "sync", "a1", "a2"}, "unexpected argument \"a2\""},
+      {{"audiences", "sync", "a1", rule}, "--rule is not a flag of audiences sync"},
+      {{"-o", "yaml", "audiences", "list"}, "-o/--output"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> full = {"--admin-url=http://127.0.0.1:1"};
+    full.insert(full.end(), args.begin(), args.end());
+    const Result r = RunCtl(full);
+    const std::string what = absl::StrJoin(args, " ");
+    EXPECT_EQ(r.exit_code, 2) << what << "\n" << r;
+    EXPECT_EQ(r.out, "") << what;
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr(message), HasSubstr("Usage:")))
+        << what;
+  }
+
+  // The same flags, well-formed (the rule inline or from a file), get as far as the collector.
+  for (const std::string& rule_flag : {rule, absl::StrCat("--rule-file=", good_file)}) {
+    const Result r = RunCtl({"--admin-url=http://127.0.0.1:1", "audiences", "create",
+                             "--name=Power Users", "--source=web", "--source=app", rule_flag,
+                             "--id=power", "--sync-interval=300"});
+    EXPECT_EQ(r.exit_code, 1) << r;
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: creating the audience: "),
+                             HasSubstr("UNAVAILABLE")));
+  }
+
+  const Result help = RunCtl({"--help"});
+  EXPECT_EQ(help.exit_code, 0) << help;
+  EXPECT_THAT(help.out,
+              AllOf(HasSubstr("audiences list | get ID | delete ID"),
+                    HasSubstr("audiences create --name=NAME --source=ID... (--rule=JSON | "
+                              "--rule-file=FILE)"),
+                    HasSubstr("[--id=ID] [--sync-interval=SECONDS]"),
+                    HasSubstr("audiences sync ID")));
 }
 
 // A port nothing listens on: UNAVAILABLE, naming the URL, exit 1.
