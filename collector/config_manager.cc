@@ -21,10 +21,15 @@ using hookrelay::v1::Config;
 
 // file objects, then API objects whose ids the file does not use.
 Config Merge(const Config& file, const Config& api, absl::flat_hash_set<std::string>* file_sources,
-             absl::flat_hash_set<std::string>* file_destinations) {
+             absl::flat_hash_set<std::string>* file_destinations,
+             absl::flat_hash_set<std::string>* file_audiences) {
   Config merged = file;
   for (const auto& s : file.sources()) file_sources->insert(s.id());
   for (const auto& d : file.destinations()) file_destinations->insert(d.id());
+  for (const auto& a : file.audiences()) file_audiences->insert(a.id());
+  for (const auto& a : api.audiences()) {
+    if (!file_audiences->contains(a.id())) *merged.add_audiences() = a;
+  }
   for (const auto& s : api.sources()) {
     if (!file_sources->contains(s.id())) *merged.add_sources() = s;
   }
@@ -115,6 +120,17 @@ std::string ConfigManager::Snapshot::DestinationManagedBy(const std::string& id)
   return file_destinations.contains(id) ? absl::StrCat("file:", file_path) : "api";
 }
 
+const hookrelay::v1::Audience* ConfigManager::Snapshot::FindAudience(const std::string& id) const {
+  for (const auto& a : merged.audiences()) {
+    if (a.id() == id) return &a;
+  }
+  return nullptr;
+}
+
+std::string ConfigManager::Snapshot::AudienceManagedBy(const std::string& id) const {
+  return file_audiences.contains(id) ? absl::StrCat("file:", file_path) : "api";
+}
+
 ConfigManager::ConfigManager(JobStore& store, std::string file_path, Publish publish)
     : store_(store), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
 
@@ -123,7 +139,8 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
   auto snapshot = std::make_shared<Snapshot>();
   snapshot->version = version;
   snapshot->file_path = file_path_;
-  snapshot->merged = Merge(file_, api, &snapshot->file_sources, &snapshot->file_destinations);
+  snapshot->merged = Merge(file_, api, &snapshot->file_sources, &snapshot->file_destinations,
+                           &snapshot->file_audiences);
   snapshot->api = std::move(api);
   absl::Status valid = common::ValidateConfig(snapshot->merged);
   if (valid.ok()) return snapshot;
@@ -133,6 +150,10 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
   if (focus->kind == Focus::Kind::kSource) {
     for (int i = 0; i < snapshot->merged.sources_size(); ++i) {
       if (snapshot->merged.sources(i).id() == focus->id) prefix = absl::StrCat("sources[", i, "]");
+    }
+  } else if (focus->kind == Focus::Kind::kAudience) {
+    for (int i = 0; i < snapshot->merged.audiences_size(); ++i) {
+      if (snapshot->merged.audiences(i).id() == focus->id) prefix = absl::StrCat("audiences[", i, "]");
     }
   } else {
     for (int i = 0; i < snapshot->merged.destinations_size(); ++i) {

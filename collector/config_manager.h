@@ -39,12 +39,15 @@ class ConfigManager {
     std::string file_path;
     absl::flat_hash_set<std::string> file_sources;
     absl::flat_hash_set<std::string> file_destinations;
+    absl::flat_hash_set<std::string> file_audiences;
 
     const hookrelay::v1::Source* FindSource(const std::string& id) const;
     const hookrelay::v1::Destination* FindDestination(const std::string& id) const;
     // "api" or "file:<path>".
     std::string SourceManagedBy(const std::string& id) const;
     std::string DestinationManagedBy(const std::string& id) const;
+    const hookrelay::v1::Audience* FindAudience(const std::string& id) const;
+    std::string AudienceManagedBy(const std::string& id) const;
   };
   using Publish = std::function<void(const std::shared_ptr<const Snapshot>&)>;
 
@@ -70,7 +73,7 @@ class ConfigManager {
   // The object a change is about: validation errors on it are reported relative to it, with the
   // API's JSON field names (`urls[1].url`, `sharedSecret`).
   struct Focus {
-    enum class Kind { kSource, kDestination } kind;
+    enum class Kind { kSource, kDestination, kAudience } kind;
     std::string id;
   };
 

@@ -56,7 +56,14 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
   // Types of the appended items, for the per-type counters once they are durable.
   std::vector<hookrelay::v1::EventType> types;
   types.reserve(n);
+  const AudienceInputs& audience_inputs = routing->audience_inputs();
   for (size_t i = 0; i < n; ++i) {
+    // What the event changes in the user's profile (SPEC §6.2), taken before Normalize consumes
+    // the raw event; only events some audience reads cost anything here.
+    hookrelay::v1::ProfileDelta delta;
+    const bool profiled = !audience_inputs.empty() && !events[i].user_id.empty() &&
+                          audience_inputs.DeltaFor(source_id, events[i].type, events[i].event,
+                                                   events[i].traits, now, &delta);
     auto result = Normalize(std::move(events[i]), now);
     if (auto* error = std::get_if<FieldError>(&result)) {
       if (metrics_) metrics_->CountRejected(absl::StrCat("invalid_", error->field));
@@ -71,6 +78,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
     if (!ev.user_id.empty()) {
       item.user_id = ev.user_id;
       item.source_id = source_id;
+      if (profiled) delta.SerializeToString(&item.profile_delta);
     }
     types.push_back(ev.type);
     if (!WebhooksEnabled(ev.flags)) continue;

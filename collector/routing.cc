@@ -5,7 +5,8 @@
 
 namespace hookrelay::collector {
 
-Routing::Routing(hookrelay::v1::Config config) : config_(std::move(config)) {
+Routing::Routing(hookrelay::v1::Config config)
+    : config_(std::move(config)), audience_inputs_(config_) {
   absl::flat_hash_map<std::string, std::vector<const hookrelay::v1::Destination*>> by_source;
   for (const auto& dest : config_.destinations()) {
     destinations_[dest.id()] = &dest;

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "collector/audience_eval.h"
 #include "hookrelay/v1/config.pb.h"
 
 namespace hookrelay::collector {
@@ -35,11 +36,14 @@ class Routing {
   // nullptr when unknown.
   const hookrelay::v1::Destination* FindDestination(std::string_view id) const;
   const hookrelay::v1::Config& config() const { return config_; }
+  // What ingest records in profiles for the configured audiences.
+  const AudienceInputs& audience_inputs() const { return audience_inputs_; }
 
  private:
   const hookrelay::v1::Config config_;
   absl::flat_hash_map<std::string, SourceRoute> by_write_key_;
   absl::flat_hash_map<std::string, const hookrelay::v1::Destination*> destinations_;
+  const AudienceInputs audience_inputs_;
 };
 
 // Holds the current Routing. Thread-safe; readers keep the snapshot they got alive.

@@ -788,7 +788,10 @@ TEST(AudienceTraitNameTest, SnakeCase) {
   EXPECT_EQ(AudienceTraitName("VIP"), "vip");
   EXPECT_EQ(AudienceTraitName("7-day actives"), "7_day_actives");
   EXPECT_EQ(AudienceTraitName("Café Lovers"), "café_lovers");
-  EXPECT_EQ(AudienceTraitName("Клиенты VIP"), "Клиенты_vip");
+  EXPECT_EQ(AudienceTraitName("Клиенты VIP"), "клиенты_vip");
+  EXPECT_EQ(AudienceTraitName("ΑΓΑΠΗ Ѐ"), "αγαπη_ѐ");
+  EXPECT_EQ(AudienceTraitName("2024 Kunden – Über «Alle»"), "2024_kunden_über_alle");
+  EXPECT_EQ(AudienceTraitName("Fans 🎉 2025"), "fans_2025");
   EXPECT_EQ(AudienceTraitName("!!!"), "");
   EXPECT_EQ(AudienceTraitName(""), "");
 }

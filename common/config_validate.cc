@@ -473,20 +473,69 @@ void ValidateAudiences(const Config& config, ErrorList& errors) {
 
 }  // namespace
 
+namespace {
+
+// Unicode punctuation, symbols, spaces and emoji: separators in a trait name like ASCII ones.
+bool IsUnicodeSeparator(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0xBF) || cp == 0xD7 || cp == 0xF7 ||
+         (cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) ||
+         (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF0F) ||
+         (cp >= 0xFF1A && cp <= 0xFF20) || (cp >= 0xFF3B && cp <= 0xFF40) ||
+         (cp >= 0xFF5B && cp <= 0xFF65) || (cp >= 0x1F000 && cp <= 0x1FAFF);
+}
+
+// Lower case for the capital letters of Latin-1, Greek and Cyrillic (all two-byte UTF-8).
+uint32_t LowerCodePoint(uint32_t cp) {
+  if ((cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) || (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) ||
+      (cp >= 0x410 && cp <= 0x42F)) {
+    return cp + 0x20;
+  }
+  if (cp >= 0x400 && cp <= 0x40F) return cp + 0x50;
+  return cp;
+}
+
+}  // namespace
+
 std::string AudienceTraitName(absl::string_view name) {
   std::string out;
   bool pending_sep = false;
-  for (unsigned char c : name) {
-    // ASCII letters and digits are kept (lower-cased); bytes of multi-byte UTF-8 sequences are
-    // kept as they are (letters of other scripts); everything else is a separator.
-    const bool keep = absl::ascii_isalnum(c) || c >= 0x80;
+  size_t i = 0;
+  while (i < name.size()) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    // One character: an ASCII byte or a UTF-8 sequence. Letters and digits of any script are
+    // kept (capitals of ASCII, Latin-1, Greek and Cyrillic lower-cased); punctuation, symbols
+    // and spaces of any script separate words.
+    size_t len = 1;
+    uint32_t cp = c;
+    if (c >= 0xF0 && i + 3 < name.size()) {
+      len = 4;
+      cp = ((c & 0x07u) << 18) | ((name[i + 1] & 0x3Fu) << 12) | ((name[i + 2] & 0x3Fu) << 6) |
+           (name[i + 3] & 0x3Fu);
+    } else if (c >= 0xE0 && i + 2 < name.size()) {
+      len = 3;
+      cp = ((c & 0x0Fu) << 12) | ((name[i + 1] & 0x3Fu) << 6) | (name[i + 2] & 0x3Fu);
+    } else if (c >= 0xC0 && i + 1 < name.size()) {
+      len = 2;
+      cp = ((c & 0x1Fu) << 6) | (name[i + 1] & 0x3Fu);
+    }
+    const bool keep = cp < 0x80 ? absl::ascii_isalnum(c) : !IsUnicodeSeparator(cp);
     if (!keep) {
       pending_sep = !out.empty();
+      i += len;
       continue;
     }
     if (pending_sep) out.push_back('_');
     pending_sep = false;
-    out.push_back(static_cast<char>(absl::ascii_tolower(c)));
+    if (len == 1) {
+      out.push_back(static_cast<char>(absl::ascii_tolower(c)));
+    } else if (len == 2) {
+      const uint32_t lower = LowerCodePoint(cp);
+      out.push_back(static_cast<char>(0xC0 | (lower >> 6)));
+      out.push_back(static_cast<char>(0x80 | (lower & 0x3F)));
+    } else {
+      out.append(name.data() + i, len);
+    }
+    i += len;
   }
   return out;
 }

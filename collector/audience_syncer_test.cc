@@ -1,0 +1,273 @@
+// Audience syncs over a real RocksDbJobStore on a manual clock (SPEC §6.2): entering and leaving
+// by trait and by event count, window expiry (30 days in milliseconds), first computation vs
+// later syncs, an audience over two sources, a restart between syncs, deleting a member, and
+// dropping an audience.
+#include "collector/audience_syncer.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "collector/audience_eval.h"
+#include "collector/job_store.h"
+#include "collector/rocksdb_job_store.h"
+#include "common/clock.h"
+#include "hookrelay/v1/config.pb.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::AudienceState;
+using hookrelay::v1::Config;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kConfig[] = R"({
+  "sources": [{"id":"web","kind":"WEB","write_keys":["wk1"]},
+              {"id":"ios","kind":"MOBILE","write_keys":["wk2"]},
+              {"id":"srv","kind":"SERVER","write_keys":["wk3"]}],
+  "destinations": [
+    {"id":"hook","type":"webhooks","sources":["web"],"enabled":true,"urls":[{"url":"https://a.example/x"}]},
+    {"id":"hook-ios","type":"webhooks","sources":["ios"],"enabled":true,"urls":[{"url":"https://b.example/x"}]},
+    {"id":"hook-off","type":"webhooks","sources":["web","ios"],"enabled":false,"urls":[{"url":"https://c.example/x"}]},
+    {"id":"hook-srv","type":"webhooks","sources":["srv"],"enabled":true,"urls":[{"url":"https://d.example/x"}]}],
+  "audiences": [{"id":"aud_power","name":"Power Users!","sources":["web","ios"],
+    "rule":{"match":"any","conditions":[
+      {"trait":"plan","op":"eq","value":"pro"},
+      {"event":"Order Completed","count_gte":3,"within":"30d"}]}}]
+})";
+
+class AudienceSyncerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir();
+    if (!pattern.empty() && pattern.back() != '/') pattern.push_back('/');
+    pattern += "audience_syncer_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    config_ = std::make_shared<Config>();
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(kConfig, config_.get()).ok());
+    Open();
+  }
+  void TearDown() override {
+    syncer_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Open() {
+    RocksDbJobStore::Options options;
+    options.path = dir_;
+    options.clock = &clock_;
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    AudienceSyncer::Options syncer_options;
+    syncer_options.clock = &clock_;
+    syncer_options.chunk = 2;  // Several chunks even with a few users.
+    syncer_ = std::make_unique<AudienceSyncer>(syncer_options, *store_);
+    syncer_->SetConfig(config_);
+  }
+
+  void Restart() {
+    syncer_.reset();
+    store_.reset();
+    Open();
+  }
+
+  // An event of `user` in `source`, recorded as ingest would (profile delta included).
+  void Event(const std::string& source, const std::string& user, hookrelay::v1::EventType type,
+             const std::string& event, const std::string& traits = "") {
+    const AudienceInputs inputs(*config_);
+    AppendItem item;
+    item.dedup_key = DedupKey(source, absl::StrCat("m", ++messages_));
+    item.user_id = user;
+    item.source_id = source;
+    hookrelay::v1::ProfileDelta delta;
+    if (inputs.DeltaFor(source, type, event, traits, clock_.Now(), &delta)) {
+      delta.SerializeToString(&item.profile_delta);
+    }
+    absl::Notification done;
+    store_->Append({std::move(item)}, [&](absl::StatusOr<AppendResult> r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      done.Notify();
+    });
+    done.WaitForNotification();
+  }
+  void Identify(const std::string& source, const std::string& user, const std::string& traits) {
+    Event(source, user, hookrelay::v1::IDENTIFY, "", traits);
+  }
+  void Order(const std::string& source, const std::string& user) {
+    Event(source, user, hookrelay::v1::TRACK, "Order Completed");
+  }
+
+  AudienceState Sync() {
+    absl::StatusOr<AudienceState> state = syncer_->SyncNow("aud_power");
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.value_or(AudienceState());
+  }
+
+  // The identify calls enqueued since the last call: "user:destination:true|false".
+  std::vector<std::string> Sent() {
+    std::vector<std::string> out;
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(10000, absl::Seconds(30));
+    EXPECT_TRUE(leased.ok()) << leased.status();
+    for (const LeasedJob& j : leased.value_or(std::vector<LeasedJob>{})) {
+      const std::string& body = j.job.event_json();
+      EXPECT_EQ(j.job.type(), hookrelay::v1::IDENTIFY);
+      const bool member = body.find(R"("power_users":true)") != std::string::npos;
+      EXPECT_TRUE(member || body.find(R"("power_users":false)") != std::string::npos) << body;
+      out.push_back(absl::StrCat(j.job.user_id(), ":", j.job.destination_id(), ":",
+                                 member ? "true" : "false"));
+      EXPECT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+    }
+    return out;
+  }
+
+  common::ManualClock clock_{absl::FromUnixSeconds(20834LL * 86400)};
+  std::string dir_;
+  std::shared_ptr<Config> config_;
+  std::unique_ptr<RocksDbJobStore> store_;
+  std::unique_ptr<AudienceSyncer> syncer_;
+  int messages_ = 0;
+};
+
+TEST_F(AudienceSyncerTest, FirstComputationThenOnlyChanges) {
+  Identify("web", "u1", R"({"plan":"pro"})");           // member by trait
+  for (int i = 0; i < 3; ++i) Order("ios", "u2");        // member by count
+  for (int i = 0; i < 2; ++i) Order("web", "u3");        // not yet
+  Identify("srv", "u4", R"({"plan":"pro"})");            // a source the audience does not read
+  Identify("web", "u5", R"({"plan":"free"})");           // not a member
+
+  AudienceState state = Sync();
+  EXPECT_TRUE(state.last_first());
+  EXPECT_EQ(state.last_evaluated(), 4u);  // u1, u2, u3, u5: every profile of web and ios
+  EXPECT_EQ(state.last_entered(), 2u);
+  EXPECT_EQ(state.members(), 2u);
+  // One identify per member to every enabled destination of web and ios; none to hook-off.
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u1:hook:true", "u1:hook-ios:true", "u2:hook:true",
+                                           "u2:hook-ios:true"));
+
+  state = Sync();  // Nothing changed: nothing evaluated, nothing sent.
+  EXPECT_FALSE(state.last_first());
+  EXPECT_EQ(state.last_evaluated(), 0u);
+  EXPECT_TRUE(Sent().empty());
+
+  Order("ios", "u3");  // u3's third order, across two sources
+  Identify("web", "u1", R"({"plan":"free"})");
+  Identify("web", "u5", R"({"plan":"free","age":3})");  // changed, still out
+  state = Sync();
+  EXPECT_EQ(state.last_evaluated(), 3u);
+  EXPECT_EQ(state.last_entered(), 1u);
+  EXPECT_EQ(state.last_exited(), 1u);
+  EXPECT_EQ(state.members(), 2u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u3:hook:true", "u3:hook-ios:true", "u1:hook:false",
+                                           "u1:hook-ios:false"));
+}
+
+// Windows expire on the clock: the orders of u2 (days 0..2) and u3 (day 10) leave the 30-day
+// window on days 31 and 41; each exit is sent once, at the first sync after it.
+TEST_F(AudienceSyncerTest, WindowExpiry) {
+  for (int i = 0; i < 3; ++i) {
+    Order("web", "u2");
+    clock_.Advance(absl::Hours(24));
+  }
+  Sync();
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:true", "u2:hook-ios:true"));
+  clock_.Advance(absl::Hours(24 * 27));  // Day 30: still three orders within 30 days.
+  EXPECT_EQ(Sync().last_exited(), 0u);
+  EXPECT_TRUE(Sent().empty());
+  clock_.Advance(absl::Hours(24 * 2));  // Day 32: the first day's bucket has left.
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 1u);
+  EXPECT_EQ(state.members(), 0u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:false", "u2:hook-ios:false"));
+  clock_.Advance(absl::Hours(24 * 5));
+  EXPECT_EQ(Sync().last_exited(), 0u);  // Not sent twice.
+  EXPECT_TRUE(Sent().empty());
+}
+
+// Memberships sent are durable: a restart between syncs neither re-sends nor skips.
+TEST_F(AudienceSyncerTest, RestartBetweenSyncs) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  Identify("web", "u2", R"({"plan":"pro"})");  // Logged before the restart, synced after.
+  Restart();
+  AudienceState state = Sync();
+  EXPECT_FALSE(state.last_first());
+  EXPECT_EQ(state.members(), 2u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:true", "u2:hook-ios:true"));
+  Restart();
+  EXPECT_EQ(Sync().last_evaluated(), 0u);
+  EXPECT_TRUE(Sent().empty());
+}
+
+// Deleting a member removes the profile and the membership: no identify follows, the count
+// drops; a later event makes the user new again.
+TEST_F(AudienceSyncerTest, DeletingAMember) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Identify("web", "u2", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 4u);
+  Identify("web", "u1", R"({"plan":"pro","x":1})");  // In the change log when deleted.
+  DeletionPlan plan;
+  plan.record.set_id("del_1");
+  plan.record.set_user_id("u1");
+  plan.record.add_source_ids("web");
+  plan.record.add_source_ids("ios");
+  plan.audience_ids.push_back("aud_power");
+  absl::StatusOr<DeletionOutcome> deleted = store_->ApplyDeletion(std::move(plan));
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_TRUE(deleted->record.purged_profile());
+  EXPECT_EQ(store_->GetAudienceState("aud_power").value()->members(), 1u);
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 0u);
+  EXPECT_EQ(state.members(), 1u);
+  EXPECT_TRUE(Sent().empty());
+}
+
+// An audience removed from the configuration is dropped (nothing sent); defined again, it is
+// computed afresh.
+TEST_F(AudienceSyncerTest, DroppedAudienceStartsOver) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  auto without = std::make_shared<Config>(*config_);
+  without->clear_audiences();
+  syncer_->SetConfig(without);
+  EXPECT_FALSE(store_->GetAudienceState("aud_power").value().has_value());
+  EXPECT_EQ(syncer_->SyncNow("aud_power").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Sent().empty());
+  syncer_->SetConfig(config_);
+  EXPECT_TRUE(Sync().last_first());
+  EXPECT_EQ(Sent().size(), 2u);
+}
+
+// The body receivers get (SPEC §6.2).
+TEST(AudienceIdentifyJsonTest, Body) {
+  hookrelay::v1::Audience a;
+  a.set_id("aud_1");
+  a.set_name("Power Users!");
+  EXPECT_EQ(AudienceIdentifyJson(a, "u\"1", true, "m-1", absl::FromUnixMillis(1700000000123)),
+            R"({"type":"identify","messageId":"m-1","userId":"u\"1","traits":{"power_users":true},)"
+            R"("context":{"personas":{"computation_class":"audience","computation_key":"power_users",)"
+            R"("computation_id":"aud_1"}},"timestamp":"2023-11-14T22:13:20.123Z",)"
+            R"("originalTimestamp":"2023-11-14T22:13:20.123Z","sentAt":"2023-11-14T22:13:20.123Z",)"
+            R"("receivedAt":"2023-11-14T22:13:20.123Z"})");
+  a.set_name("2024 Kunden – Ü");
+  EXPECT_THAT(AudienceIdentifyJson(a, "u", false, "m", absl::UnixEpoch()),
+              HasSubstr(R"("traits":{"2024_kunden_ü":false})"));
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
