@@ -922,6 +922,15 @@ absl::Status AdminCore::CreateDeletion(const std::string& who,
   record.set_user_id(user);
   record.set_request_id(request_id);
   common::ToProtoTime(absl::FromUnixMillis(absl::ToUnixMillis(now)), record.mutable_create_time());
+  for (const hookrelay::v1::Audience& a : snapshot->merged.audiences()) {
+    for (const std::string& source : a.sources()) {
+      if (std::find(record.source_ids().begin(), record.source_ids().end(), source) !=
+          record.source_ids().end()) {
+        plan.audience_ids.push_back(a.id());
+        break;
+      }
+    }
+  }
   const std::string body = DeleteEventJson(user, now);
   for (const std::string& source : record.source_ids()) {
     for (const Destination& d : snapshot->merged.destinations()) {
@@ -1012,6 +1021,158 @@ absl::Status AdminCore::ListDeletions(const std::string&,
     response->set_next_page_token(internal::EncodeIdPageToken(page->back().id()));
   }
   for (hookrelay::v1::Deletion& d : *page) *response->add_deletions() = std::move(d);
+  return absl::OkStatus();
+}
+
+
+absl::StatusOr<hookrelay::v1::AudienceResource> AdminCore::AudienceView(
+    const ConfigManager::Snapshot& snapshot, const hookrelay::v1::Audience& a) {
+  hookrelay::v1::AudienceResource r;
+  r.set_id(a.id());
+  r.set_name(a.name());
+  *r.mutable_sources() = a.sources();
+  *r.mutable_rule() = a.rule();
+  r.set_sync_interval_seconds(a.sync_interval_seconds() == 0 ? common::kDefaultAudienceSyncSeconds
+                                                             : a.sync_interval_seconds());
+  r.set_trait(common::AudienceTraitName(a.name()));
+  r.set_managed_by(snapshot.AudienceManagedBy(a.id()));
+  absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> state =
+      store_.GetAudienceState(a.id());
+  if (!state.ok()) return state.status();
+  if (state->has_value()) {
+    const hookrelay::v1::AudienceState& s = **state;
+    r.set_members(s.members());
+    hookrelay::v1::AudienceSync& sync = *r.mutable_last_sync();
+    common::ToProtoTime(absl::FromUnixMillis(s.last_sync_ms()), sync.mutable_time());
+    sync.set_evaluated(s.last_evaluated());
+    sync.set_entered(s.last_entered());
+    sync.set_exited(s.last_exited());
+    sync.set_duration_ms(s.last_duration_ms());
+    sync.set_first(s.last_first());
+  }
+  return r;
+}
+
+absl::Status AdminCore::ListAudiences(const std::string&,
+                                      const hookrelay::v1::ListAudiencesRequest& request,
+                                      hookrelay::v1::ListAudiencesResponse* response) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  std::shared_ptr<const ConfigManager::Snapshot> snapshot = (*config)->Get();
+  std::vector<const hookrelay::v1::Audience*> all;
+  for (const auto& a : snapshot->merged.audiences()) all.push_back(&a);
+  std::sort(all.begin(), all.end(), [](const auto* x, const auto* y) { return x->id() < y->id(); });
+  std::string next;
+  absl::StatusOr<std::vector<const hookrelay::v1::Audience*>> page =
+      Page(all, [](const hookrelay::v1::Audience& a) { return a.id(); }, request.page_size(),
+           request.page_token(), &next);
+  if (!page.ok()) return page.status();
+  for (const hookrelay::v1::Audience* a : *page) {
+    absl::StatusOr<hookrelay::v1::AudienceResource> view = AudienceView(*snapshot, *a);
+    if (!view.ok()) return view.status();
+    *response->add_audiences() = *std::move(view);
+  }
+  response->set_next_page_token(next);
+  return absl::OkStatus();
+}
+
+absl::Status AdminCore::GetAudience(const std::string&,
+                                    const hookrelay::v1::GetAudienceRequest& request,
+                                    hookrelay::v1::AudienceResource* response) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  std::shared_ptr<const ConfigManager::Snapshot> snapshot = (*config)->Get();
+  const hookrelay::v1::Audience* a = snapshot->FindAudience(request.id());
+  if (a == nullptr) return NotFound("audience", request.id());
+  absl::StatusOr<hookrelay::v1::AudienceResource> view = AudienceView(*snapshot, *a);
+  if (!view.ok()) return view.status();
+  *response = *std::move(view);
+  return absl::OkStatus();
+}
+
+absl::Status AdminCore::CreateAudience(const std::string& who,
+                                       const hookrelay::v1::CreateAudienceRequest& request,
+                                       hookrelay::v1::AudienceResource* response) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  AudienceSyncer* syncer = syncer_.load();
+  if (syncer == nullptr) return absl::FailedPreconditionError("audiences are not served here");
+  const hookrelay::v1::AudienceResource& in = request.audience();
+  if (!in.trait().empty()) return InvalidField("trait", "output only; it follows the name");
+  if (!in.managed_by().empty()) return InvalidField("managedBy", "output only; it cannot be set");
+  if (in.members() != 0) return InvalidField("members", "output only; it cannot be set");
+  if (in.has_last_sync()) return InvalidField("lastSync", "output only; it cannot be set");
+  hookrelay::v1::Audience a;
+  a.set_id(in.id().empty() ? internal::RandomToken("aud_", kIdLength, false) : in.id());
+  a.set_name(in.name());
+  *a.mutable_sources() = in.sources();
+  *a.mutable_rule() = in.rule();
+  a.set_sync_interval_seconds(in.sync_interval_seconds());
+  if ((*config)->Get()->FindAudience(a.id()) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("audience \"", absl::CHexEscape(a.id()), "\" already exists"));
+  }
+  absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
+      {who, "audience.create", absl::StrCat("audience ", a.id()), {"name", "sources", "rule"}},
+      {ConfigManager::Focus::Kind::kAudience, a.id()}, [&](Config& api) {
+        *api.add_audiences() = a;
+        return absl::OkStatus();
+      });
+  if (!snapshot.ok()) return snapshot.status();
+  // The first computation, before answering: its identify calls are enqueued when this returns.
+  absl::StatusOr<hookrelay::v1::AudienceState> state = syncer->SyncNow(a.id());
+  if (!state.ok()) {
+    common::LogWarning("first audience computation failed; the next sync retries",
+                       {{"audience", a.id()}, {"error", state.status().message()}});
+  }
+  absl::StatusOr<hookrelay::v1::AudienceResource> view =
+      AudienceView(**snapshot, *(*snapshot)->FindAudience(a.id()));
+  if (!view.ok()) return view.status();
+  *response = *std::move(view);
+  return absl::OkStatus();
+}
+
+absl::Status AdminCore::DeleteAudience(const std::string& who,
+                                       const hookrelay::v1::DeleteAudienceRequest& request,
+                                       hookrelay::v1::DeleteResponse*) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  std::shared_ptr<const ConfigManager::Snapshot> current = (*config)->Get();
+  if (current->FindAudience(request.id()) == nullptr) return NotFound("audience", request.id());
+  if (current->file_audiences.contains(request.id())) {
+    return FileObject("audience", request.id(), current->file_path);
+  }
+  absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
+      {who, "audience.delete", absl::StrCat("audience ", request.id()), {}},
+      {ConfigManager::Focus::Kind::kAudience, request.id()}, [&](Config& api) {
+        auto* audiences = api.mutable_audiences();
+        for (int i = 0; i < audiences->size(); ++i) {
+          if (audiences->Get(i).id() == request.id()) {
+            audiences->DeleteSubrange(i, 1);
+            return absl::OkStatus();
+          }
+        }
+        return NotFound("audience", request.id());
+      });
+  return snapshot.status();
+}
+
+absl::Status AdminCore::SyncAudience(const std::string& who,
+                                     const hookrelay::v1::SyncAudienceRequest& request,
+                                     hookrelay::v1::AudienceResource* response) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  AudienceSyncer* syncer = syncer_.load();
+  if (syncer == nullptr) return absl::FailedPreconditionError("audiences are not served here");
+  std::shared_ptr<const ConfigManager::Snapshot> snapshot = (*config)->Get();
+  const hookrelay::v1::Audience* a = snapshot->FindAudience(request.id());
+  if (a == nullptr) return NotFound("audience", request.id());
+  absl::StatusOr<hookrelay::v1::AudienceState> state = syncer->SyncNow(request.id());
+  if (!state.ok()) return state.status();
+  common::LogInfo("audience synced on request", {{"audience", request.id()}, {"who", who}});
+  absl::StatusOr<hookrelay::v1::AudienceResource> view = AudienceView(*snapshot, *a);
+  if (!view.ok()) return view.status();
+  *response = *std::move(view);
   return absl::OkStatus();
 }
 

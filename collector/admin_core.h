@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collector/audience_syncer.h"
 #include "collector/config_manager.h"
 #include "collector/dispatcher.h"
 #include "collector/job_store.h"
@@ -109,12 +110,31 @@ class AdminCore {
                              const hookrelay::v1::ListDeletionsRequest& request,
                              hookrelay::v1::ListDeletionsResponse* response);
 
+  // Audiences (SPEC §6.2). Needs SetAudienceSyncer for syncs (otherwise FAILED_PRECONDITION).
+  void SetAudienceSyncer(AudienceSyncer* syncer) { syncer_.store(syncer); }
+  absl::Status ListAudiences(const std::string& who,
+                             const hookrelay::v1::ListAudiencesRequest& request,
+                             hookrelay::v1::ListAudiencesResponse* response);
+  absl::Status GetAudience(const std::string& who, const hookrelay::v1::GetAudienceRequest& request,
+                           hookrelay::v1::AudienceResource* response);
+  absl::Status CreateAudience(const std::string& who,
+                              const hookrelay::v1::CreateAudienceRequest& request,
+                              hookrelay::v1::AudienceResource* response);
+  absl::Status DeleteAudience(const std::string& who,
+                              const hookrelay::v1::DeleteAudienceRequest& request,
+                              hookrelay::v1::DeleteResponse* response);
+  absl::Status SyncAudience(const std::string& who,
+                            const hookrelay::v1::SyncAudienceRequest& request,
+                            hookrelay::v1::AudienceResource* response);
+
   // Registers hookrelay_deletions_total and hookrelay_purged_jobs_total. Optional; call before
   // serving.
   void RegisterMetrics(prometheus::Registry& registry);
 
  private:
   absl::StatusOr<ConfigManager*> Manager();
+  absl::StatusOr<hookrelay::v1::AudienceResource> AudienceView(
+      const ConfigManager::Snapshot& snapshot, const hookrelay::v1::Audience& a);
   hookrelay::v1::DestinationResource DestinationView(const ConfigManager::Snapshot& snapshot,
                                                      const hookrelay::v1::Destination& d) const;
 
@@ -122,6 +142,7 @@ class AdminCore {
   ConfigManager* const config_;
   const common::Clock& clock_;
   std::atomic<Dispatcher*> dispatcher_{nullptr};
+  std::atomic<AudienceSyncer*> syncer_{nullptr};
   prometheus::Counter* deletions_total_ = nullptr;
   prometheus::Counter* purged_jobs_total_ = nullptr;
 

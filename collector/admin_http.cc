@@ -363,6 +363,44 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
     if (!(st = ParseBody(body, &req)).ok()) return ErrorReply(st);
     return Call(core, who, req, &AdminCore::ReplayDeadLetters);
   }
+  if (is(0, "audiences")) {
+    if (n == 1) {
+      if (method == http::verb::get) {
+        hookrelay::v1::ListAudiencesRequest req;
+        int32_t size = 0;
+        if (!(st = QueryInt(query, "page_size", &size)).ok()) return ErrorReply(st);
+        req.set_page_size(size);
+        if (auto it = query.find("page_token"); it != query.end()) req.set_page_token(it->second);
+        return Call(core, who, req, &AdminCore::ListAudiences);
+      }
+      if (method == http::verb::post) {
+        hookrelay::v1::CreateAudienceRequest req;
+        if (!(st = ParseBody(body, req.mutable_audience())).ok()) return ErrorReply(st);
+        return Call(core, who, req, &AdminCore::CreateAudience);
+      }
+      return MethodNotAllowed("GET, POST");
+    }
+    std::string id = segments[1];
+    if (n == 2 && absl::EndsWith(id, ":sync")) {
+      if (method != http::verb::post) return MethodNotAllowed("POST");
+      hookrelay::v1::SyncAudienceRequest req;
+      req.set_id(id.substr(0, id.size() - 5));
+      return Call(core, who, req, &AdminCore::SyncAudience);
+    }
+    if (n == 2) {
+      if (method == http::verb::get) {
+        hookrelay::v1::GetAudienceRequest req;
+        req.set_id(id);
+        return Call(core, who, req, &AdminCore::GetAudience);
+      }
+      if (method == http::verb::delete_) {
+        hookrelay::v1::DeleteAudienceRequest req;
+        req.set_id(id);
+        return Call(core, who, req, &AdminCore::DeleteAudience);
+      }
+      return MethodNotAllowed("GET, DELETE");
+    }
+  }
   if (is(0, "deletions")) {
     if (n == 1) {
       if (method == http::verb::get) {

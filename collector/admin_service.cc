@@ -138,4 +138,34 @@ grpc::ServerUnaryReactor* AdminService::ListDeletions(
   return Run(context, request, response, &AdminCore::ListDeletions);
 }
 
+grpc::ServerUnaryReactor* AdminService::ListAudiences(grpc::CallbackServerContext* context,
+                                             const hookrelay::v1::ListAudiencesRequest* request,
+                                             hookrelay::v1::ListAudiencesResponse* response) {
+  return Run(context, request, response, &AdminCore::ListAudiences);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetAudience(grpc::CallbackServerContext* context,
+                                             const hookrelay::v1::GetAudienceRequest* request,
+                                             hookrelay::v1::AudienceResource* response) {
+  return Run(context, request, response, &AdminCore::GetAudience);
+}
+
+grpc::ServerUnaryReactor* AdminService::CreateAudience(grpc::CallbackServerContext* context,
+                                             const hookrelay::v1::CreateAudienceRequest* request,
+                                             hookrelay::v1::AudienceResource* response) {
+  return Run(context, request, response, &AdminCore::CreateAudience);
+}
+
+grpc::ServerUnaryReactor* AdminService::DeleteAudience(grpc::CallbackServerContext* context,
+                                             const hookrelay::v1::DeleteAudienceRequest* request,
+                                             hookrelay::v1::DeleteResponse* response) {
+  return Run(context, request, response, &AdminCore::DeleteAudience);
+}
+
+grpc::ServerUnaryReactor* AdminService::SyncAudience(grpc::CallbackServerContext* context,
+                                             const hookrelay::v1::SyncAudienceRequest* request,
+                                             hookrelay::v1::AudienceResource* response) {
+  return Run(context, request, response, &AdminCore::SyncAudience);
+}
+
 }  // namespace hookrelay::collector

@@ -83,6 +83,21 @@ class AdminService final : public hookrelay::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ListDeletions(grpc::CallbackServerContext* context,
                                           const hookrelay::v1::ListDeletionsRequest* request,
                                           hookrelay::v1::ListDeletionsResponse* response) override;
+  grpc::ServerUnaryReactor* ListAudiences(grpc::CallbackServerContext* context,
+                                const hookrelay::v1::ListAudiencesRequest* request,
+                                hookrelay::v1::ListAudiencesResponse* response) override;
+  grpc::ServerUnaryReactor* GetAudience(grpc::CallbackServerContext* context,
+                                const hookrelay::v1::GetAudienceRequest* request,
+                                hookrelay::v1::AudienceResource* response) override;
+  grpc::ServerUnaryReactor* CreateAudience(grpc::CallbackServerContext* context,
+                                const hookrelay::v1::CreateAudienceRequest* request,
+                                hookrelay::v1::AudienceResource* response) override;
+  grpc::ServerUnaryReactor* DeleteAudience(grpc::CallbackServerContext* context,
+                                const hookrelay::v1::DeleteAudienceRequest* request,
+                                hookrelay::v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* SyncAudience(grpc::CallbackServerContext* context,
+                                const hookrelay::v1::SyncAudienceRequest* request,
+                                hookrelay::v1::AudienceResource* response) override;
 
  private:
   template <typename Request, typename Response>

@@ -184,7 +184,6 @@ AudienceInputs::AudienceInputs(const hookrelay::v1::Config& config) {
       SourceInputs& in = sources_[source];
       for (const AudienceCondition& c : a.rule().conditions()) {
         if (!c.trait().empty()) {
-          in.traits = true;
           continue;
         }
         absl::StatusOr<absl::Duration> window = common::ParseAudienceWindow(c.within());
@@ -200,10 +199,10 @@ AudienceInputs::AudienceInputs(const hookrelay::v1::Config& config) {
 bool AudienceInputs::DeltaFor(const std::string& source, hookrelay::v1::EventType type,
                               const std::string& event, const std::string& traits_json,
                               absl::Time at, hookrelay::v1::ProfileDelta* delta) const {
-  auto it = sources_.find(source);
-  if (it == sources_.end()) return false;
-  const SourceInputs& in = it->second;
-  if (type == hookrelay::v1::IDENTIFY && in.traits && !traits_json.empty()) {
+  // Traits are kept for every identify, so an audience defined later sees them; events are
+  // counted from the time an audience reads them (counting every event name of every user
+  // would make profiles unbounded).
+  if (type == hookrelay::v1::IDENTIFY && !traits_json.empty()) {
     if (!google::protobuf::util::JsonStringToMessage(traits_json, delta->mutable_traits()).ok()) {
       return false;
     }
@@ -211,8 +210,10 @@ bool AudienceInputs::DeltaFor(const std::string& source, hookrelay::v1::EventTyp
     return delta->traits().fields_size() > 0;
   }
   if (type == hookrelay::v1::TRACK) {
-    auto e = in.events.find(event);
-    if (e == in.events.end()) return false;
+    auto it = sources_.find(source);
+    if (it == sources_.end()) return false;
+    auto e = it->second.events.find(event);
+    if (e == it->second.events.end()) return false;
     delta->set_event(event);
     for (int64_t width : e->second) delta->add_bucket_seconds(width);
     delta->set_at_ms(absl::ToUnixMillis(at));

@@ -41,15 +41,17 @@ struct Evaluation {
 Evaluation EvaluateAudience(const hookrelay::v1::Audience& audience,
                             const std::vector<hookrelay::v1::Profile>& profiles, absl::Time now);
 
-// What ingest must record for the audiences of a configuration: per source, whether identify
-// traits are kept, and the events counted with their bucket widths.
+// What ingest records in profiles for the audiences of a configuration: identify traits, and per
+// source the events counted with their bucket widths.
 class AudienceInputs {
  public:
   explicit AudienceInputs(const hookrelay::v1::Config& config);
 
+  // True when no audience is configured.
   bool empty() const { return sources_.empty(); }
-  // The delta for an event of `source`, or false when the event changes no profile.
-  // `traits_json` is the identify's traits object (may be empty).
+  // The delta for an event of `source`, or false when the event changes no profile: an
+  // identify's traits always (an audience created later reads them), a track event when an
+  // audience of that source counts its name. `traits_json` is the identify's traits object.
   bool DeltaFor(const std::string& source, hookrelay::v1::EventType type, const std::string& event,
                 const std::string& traits_json, absl::Time at,
                 hookrelay::v1::ProfileDelta* delta) const;
@@ -58,7 +60,6 @@ class AudienceInputs {
   struct SourceInputs {
     // Event name → bucket widths.
     absl::flat_hash_map<std::string, std::vector<int64_t>> events;
-    bool traits = false;
   };
   absl::flat_hash_map<std::string, SourceInputs> sources_;
 };

@@ -184,6 +184,8 @@ TEST(AudienceEvalTest, InputsSelectWhatIngestRecords) {
             (std::vector<int64_t>{86400, 60}));
   EXPECT_FALSE(inputs.DeltaFor("web", hookrelay::v1::TRACK, "Other", "", kT0, &d));
   EXPECT_FALSE(inputs.DeltaFor("ios", hookrelay::v1::TRACK, "Order", "", kT0, &d));
+  ProfileDelta other_source;  // Traits are kept for every source (an audience may come later).
+  EXPECT_TRUE(inputs.DeltaFor("ios", hookrelay::v1::IDENTIFY, "", R"({"a":1})", kT0, &other_source));
   ProfileDelta t;
   ASSERT_TRUE(inputs.DeltaFor("web", hookrelay::v1::IDENTIFY, "", R"({"plan":"pro"})", kT0, &t));
   EXPECT_EQ(t.traits().fields().at("plan").string_value(), "pro");

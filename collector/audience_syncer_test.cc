@@ -95,6 +95,7 @@ class AudienceSyncerTest : public ::testing::Test {
     hookrelay::v1::ProfileDelta delta;
     if (inputs.DeltaFor(source, type, event, traits, clock_.Now(), &delta)) {
       delta.SerializeToString(&item.profile_delta);
+      item.log_profile_change = true;
     }
     absl::Notification done;
     store_->Append({std::move(item)}, [&](absl::StatusOr<AppendResult> r) {

@@ -170,6 +170,14 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
       absl::ConsumePrefix(&field, ".");
     }
     std::string json_field = JsonFieldPath(field);
+    // The file writes a rule as `all:` / `any:` lists; the API as match + conditions.
+    if (focus->kind == Focus::Kind::kAudience) {
+      for (const char* list : {"rule.all[", "rule.any["}) {
+        if (absl::StartsWith(json_field, list)) {
+          json_field = absl::StrCat("rule.conditions[", json_field.substr(9));
+        }
+      }
+    }
     texts.push_back(json_field.empty() ? problem : absl::StrCat(json_field, ": ", problem));
     violations.push_back({std::move(json_field), std::move(problem)});
   }
@@ -202,11 +210,6 @@ absl::Status ConfigManager::Start() {
   LogShadowed((*snapshot)->api, (*snapshot)->file_sources, (*snapshot)->file_destinations,
               file_path_);
   current_ = *std::move(snapshot);
-  if (current_->merged.audiences_size() > 0) {
-    common::LogWarning("audiences are validated and kept, but not evaluated yet: no identify "
-                       "calls are sent for them in this version",
-                       {{"audiences", current_->merged.audiences_size()}});
-  }
   common::LogInfo("configuration loaded",
                   {{"file", file_path_},
                    {"file_sources", file_.sources_size()},

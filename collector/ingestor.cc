@@ -61,7 +61,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
     // What the event changes in the user's profile (SPEC §6.2), taken before Normalize consumes
     // the raw event; only events some audience reads cost anything here.
     hookrelay::v1::ProfileDelta delta;
-    const bool profiled = !audience_inputs.empty() && !events[i].user_id.empty() &&
+    const bool profiled = !events[i].user_id.empty() &&
                           audience_inputs.DeltaFor(source_id, events[i].type, events[i].event,
                                                    events[i].traits, now, &delta);
     auto result = Normalize(std::move(events[i]), now);
@@ -78,7 +78,10 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
     if (!ev.user_id.empty()) {
       item.user_id = ev.user_id;
       item.source_id = source_id;
-      if (profiled) delta.SerializeToString(&item.profile_delta);
+      if (profiled) {
+        delta.SerializeToString(&item.profile_delta);
+        item.log_profile_change = !audience_inputs.empty();
+      }
     }
     types.push_back(ev.type);
     if (!WebhooksEnabled(ev.flags)) continue;

@@ -37,6 +37,9 @@ struct AppendItem {
   // A serialized v1::ProfileDelta merged into the (user_id, source_id) profile in the same write
   // (SPEC §6.2); empty when the event changes no profile.
   std::string profile_delta;
+  // Whether the change is logged for audience syncs (only while some audience exists: a new
+  // audience's first computation reads every profile, not the log).
+  bool log_profile_change = false;
 };
 
 struct AppendResult {

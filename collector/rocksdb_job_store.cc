@@ -930,7 +930,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         if (!item.profile_delta.empty()) {
           group.batch.Merge(profiles_cf_, ProfileKey(item.user_id, item.source_id),
                             item.profile_delta);
-          if (logged_users_.insert(user_hash).second) {
+          if (item.log_profile_change && logged_users_.insert(user_hash).second) {
             group.batch.Put(audiences_cf_, LogKey(next_log_seq_++), item.user_id);
           }
         }

@@ -24,6 +24,7 @@
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
 #include "collector/rocksdb_job_store.h"
+#include "collector/audience_syncer.h"
 #include "collector/routing.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -112,6 +113,7 @@ struct Server::Impl {
   std::unique_ptr<CollectorService> service;
   std::unique_ptr<ConfigManager> config;
   std::unique_ptr<AdminAuth> auth;
+  std::unique_ptr<AudienceSyncer> audiences;
   std::unique_ptr<AdminCore> admin_core;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<AdminHttpServer> admin_http;
@@ -195,14 +197,28 @@ absl::Status Server::Start() {
       [&s](const std::shared_ptr<const ConfigManager::Snapshot>& snapshot) {
         s.metrics->DeclareSources(SourceIds(snapshot->merged));
         s.routing->Set(std::make_shared<const Routing>(snapshot->merged));
+        if (s.audiences) {
+          s.audiences->SetConfig(std::make_shared<const hookrelay::v1::Config>(snapshot->merged));
+        }
         if (s.dispatcher) s.dispatcher->Notify();
         common::LogInfo("configuration in effect", {{"summary", Summary(snapshot->merged)},
                                                     {"version", snapshot->version}});
       });
+  {
+    AudienceSyncer::Options audience_options;
+    audience_options.clock = s.options.clock;
+    audience_options.registry = s.registry.get();
+    audience_options.on_enqueued = [&s] {
+      if (s.dispatcher) s.dispatcher->Notify();
+    };
+    s.audiences = std::make_unique<AudienceSyncer>(audience_options, *s.store);
+  }
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
+  s.audiences->Start();
   s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
   s.admin_core = std::make_unique<AdminCore>(*s.store, s.config.get(), *s.options.clock);
   s.admin_core->RegisterMetrics(*s.registry);
+  s.admin_core->SetAudienceSyncer(s.audiences.get());
 
   Dispatcher::Options dispatcher_options;
   dispatcher_options.lease_duration = s.options.lease_duration;
@@ -323,6 +339,7 @@ void Server::Shutdown() {
     s.ingestor->BeginShutdown();
     s.ingestor->WaitIdle();
   }
+  if (s.audiences) s.audiences->Shutdown();
   // Deliverers get up to 5 s to report the jobs they hold, then their streams end.
   if (s.dispatcher) s.dispatcher->Shutdown();
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -742,11 +742,11 @@ audiences:
 TEST(AudienceConfigTest, ViolationsNameTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{id: a, name: A, sources: [web], rule: {all: [{trait: plan, op: like, value: x}]}}",
-       "audiences[0].rule.all[0].op \"like\"; one of eq, neq"},
+       "audiences[0].rule.all[0].op: \"like\" is not one of eq, neq"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 2w}]}}",
-       "audiences[0].rule.all[0].within \"2w\": expected a unit m"},
+       "audiences[0].rule.all[0].within: \"2w\" expected a unit m"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 91d}]}}",
-       "within \"91d\": at most 90d"},
+       "within: \"91d\" at most 90d"},
       {"{id: a, name: A, sources: [nope], rule: {any: [{trait: t, op: exists}]}}",
        "audiences[0].sources: unknown source \"nope\""},
       {"{id: a, name: A, sources: [web], rule: {all: [{trait: n, op: gt, value: big}]}}",

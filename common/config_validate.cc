@@ -358,8 +358,9 @@ void ValidateCondition(const hookrelay::v1::AudienceCondition& c, const std::str
     const bool known = std::find(std::begin(kTraitOps), std::end(kTraitOps), c.op()) !=
                        std::end(kTraitOps);
     if (!known) {
-      errors.Add(absl::StrCat(path, ".op", c.op().empty() ? ": missing" : absl::StrCat(" ", Quote(c.op())),
-                              "; one of eq, neq, gt, gte, lt, lte, exists, contains"));
+      errors.Add(absl::StrCat(path, ".op: ",
+                              c.op().empty() ? "missing" : absl::StrCat(Quote(c.op()), " is not"),
+                              " one of eq, neq, gt, gte, lt, lte, exists, contains"));
       return;
     }
     const auto kind = c.value().kind_case();
@@ -369,9 +370,9 @@ void ValidateCondition(const hookrelay::v1::AudienceCondition& c, const std::str
                kind == google::protobuf::Value::kNullValue) {
       errors.Add(absl::StrCat(path, ".value: missing for op ", c.op()));
     } else if (IsNumericOp(c.op()) && kind != google::protobuf::Value::kNumberValue) {
-      errors.Add(absl::StrCat(path, ".value: op ", c.op(), " compares numbers; give a number"));
+      errors.Add(absl::StrCat(path, ".value: op ", c.op(), " compares numbers, give a number"));
     } else if (c.op() == "contains" && kind != google::protobuf::Value::kStringValue) {
-      errors.Add(absl::StrCat(path, ".value: op contains looks for a string; give a string"));
+      errors.Add(absl::StrCat(path, ".value: op contains looks for a string, give a string"));
     } else if (kind == google::protobuf::Value::kStructValue ||
                kind == google::protobuf::Value::kListValue) {
       errors.Add(absl::StrCat(path, ".value: a string, number or boolean"));
@@ -392,12 +393,12 @@ void ValidateCondition(const hookrelay::v1::AudienceCondition& c, const std::str
     errors.Add(absl::StrCat(path, ": an event condition needs count_gte and/or count_lte"));
   } else if (c.has_count_gte() && c.has_count_lte() && c.count_gte() > c.count_lte()) {
     errors.Add(absl::StrCat(path, ".count_lte: ", c.count_lte(), " is below count_gte ",
-                            c.count_gte(), "; nobody could match"));
+                            c.count_gte(), " (nobody could match)"));
   }
   if (c.within().empty()) {
-    errors.Add(absl::StrCat(path, ".within: missing; a window such as 15m, 1h or 30d"));
+    errors.Add(absl::StrCat(path, ".within: missing, a window such as 15m, 1h or 30d"));
   } else if (absl::StatusOr<absl::Duration> w = ParseAudienceWindow(c.within()); !w.ok()) {
-    errors.Add(absl::StrCat(path, ".within ", Quote(c.within()), ": ", w.status().message()));
+    errors.Add(absl::StrCat(path, ".within: ", Quote(c.within()), " ", w.status().message()));
   }
 }
 

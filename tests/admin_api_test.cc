@@ -263,6 +263,126 @@ TEST_F(AdminApiTest, SetupFlowFromAnEmptyCollector) {
   EXPECT_FALSE(absl::StrContains(collector_->Output(), kSecret));
 }
 
+// SPEC §6 through the real processes: an audience created through the API sends one signed
+// identify per member with context.personas; a later sync only the change; a deletion sends the
+// delete body exactly, purges, and the member count drops with no identify following.
+TEST_F(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
+  StartCollector();
+  StartDeliverer();
+  HttpResponse r =
+      admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   DestinationJson("orders", receiver_a_->Url(), true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto post = [&](const std::string& path, const std::string& body) {
+    absl::StatusOr<HttpResponse> t = HttpPost(collector_->IntField("http_port"), path, body, key);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->status, 200) << t->body;
+  };
+  post("/v1/identify", R"({"userId":"ada","traits":{"plan":"pro"},"messageId":"id-ada"})");
+  post("/v1/identify", R"({"userId":"bob","traits":{"plan":"free"},"messageId":"id-bob"})");
+  ASSERT_TRUE(WaitFor(*receiver_a_, "id-bob").has_value());
+
+  // Bad input names the field.
+  r = admin_->Call("POST", "/admin/v1/audiences",
+                   R"({"name":"Pro","sources":["shop"],"rule":{"match":"all","conditions":[)"
+                   R"({"trait":"plan","op":"like","value":"pro"}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, "rule.conditions[0].op")) << r.body;
+  r = admin_->Call("POST", "/admin/v1/audiences",
+                   R"({"name":"Pro","sources":["nope"],"rule":{"match":"all","conditions":[)"
+                   R"({"trait":"plan","op":"eq","value":"pro"}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, R"(unknown source \"nope\")")) << r.body;
+
+  r = admin_->Call("POST", "/admin/v1/audiences",
+                   R"({"id":"pro","name":"Pro Customers!","sources":["shop"],"rule":{"match":"all",)"
+                   R"("conditions":[{"trait":"plan","op":"eq","value":"pro"}]}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/trait"), "pro_customers");
+  EXPECT_EQ(JsonStr(r.body, "/members"), "1");
+  EXPECT_EQ(JsonAt(r.body, "/lastSync/first"), "true");
+  std::optional<receiver::ReceivedRequest> identify = WaitFor(*receiver_a_, "pro_customers");
+  ASSERT_TRUE(identify.has_value());
+  EXPECT_EQ(JsonStr(identify->body, "/type"), "identify");
+  EXPECT_EQ(JsonStr(identify->body, "/userId"), "ada");
+  EXPECT_EQ(JsonAt(identify->body, "/traits/pro_customers"), "true");
+  EXPECT_EQ(JsonStr(identify->body, "/context/personas/computation_class"), "audience");
+  EXPECT_EQ(JsonStr(identify->body, "/context/personas/computation_key"), "pro_customers");
+  EXPECT_EQ(JsonStr(identify->body, "/context/personas/computation_id"), "pro");
+  EXPECT_EQ(identify->Header("X-Signature"), deliverer::XSignature(kSecret, identify->body));
+
+  // bob upgrades: the next sync (on demand) sends bob only.
+  post("/v1/identify", R"({"userId":"bob","traits":{"plan":"pro"},"messageId":"id-bob-2"})");
+  ASSERT_TRUE(WaitFor(*receiver_a_, "id-bob-2").has_value());
+  const int64_t before_sync = receiver_a_->request_count();
+  r = admin_->Call("POST", "/admin/v1/audiences/pro:sync", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/members"), "2");
+  EXPECT_EQ(JsonStr(r.body, "/lastSync/evaluated"), "1");
+  EXPECT_EQ(JsonStr(r.body, "/lastSync/entered"), "1");
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (receiver_a_->request_count() < before_sync + 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_EQ(receiver_a_->request_count(), before_sync + 1);
+  EXPECT_TRUE(absl::StrContains(receiver_a_->Requests().back().body, R"("userId":"bob")"));
+
+  // Deleting ada: one delete notification (body exactly type/userId/timestamp), the member
+  // count drops, and no identify follows on the next sync.
+  r = admin_->Call("POST", "/admin/v1/deletions", R"({"userId":"ada","requestId":"gdpr-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/state"), "COMPLETED");
+  EXPECT_EQ(JsonStr(r.body, "/notifications"), "1");
+  EXPECT_EQ(JsonAt(r.body, "/sourceIds"), R"(["shop"])");
+  EXPECT_EQ(JsonAt(r.body, "/purgedProfile"), "true");
+  const std::string deletion = JsonStr(r.body, "/id");
+  std::optional<receiver::ReceivedRequest> deleted = WaitFor(*receiver_a_, R"("type":"delete")");
+  ASSERT_TRUE(deleted.has_value());
+  EXPECT_TRUE(absl::StartsWith(deleted->body, R"({"type":"delete","userId":"ada","timestamp":")"))
+      << deleted->body;
+  EXPECT_EQ(JsonAt(deleted->body, "/version"), "<missing>");
+  EXPECT_EQ(deleted->Header("X-Signature"), deliverer::XSignature(kSecret, deleted->body));
+  r = admin_->Call("POST", "/admin/v1/deletions", R"({"userId":"ada","requestId":"gdpr-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/id"), deletion);  // Idempotent.
+  r = admin_->Call("GET", absl::StrCat("/admin/v1/deletions/", deletion));
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = admin_->Call("GET", "/admin/v1/audiences/pro");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/members"), "1");
+  const int64_t before_last = receiver_a_->request_count();
+  r = admin_->Call("POST", "/admin/v1/audiences/pro:sync", "{}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/lastSync/exited"), "0");
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(receiver_a_->request_count(), before_last);
+  // The user id is not logged at info level.
+  EXPECT_FALSE(absl::StrContains(collector_->Output(), R"("user_id":"ada")"));
+
+  // Metrics users' dashboards rely on.
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c =
+      HttpConnection::Connect(collector_->IntField("metrics_port"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<HttpResponse> metrics = (*c)->Request("GET", "/metrics", "", {});
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  for (const char* line : {"hookrelay_deletions_total 1", "hookrelay_purged_jobs_total ",
+                           "hookrelay_audience_members{audience=\"pro\"} 1",
+                           "hookrelay_audience_changes_total{audience=\"pro\",direction=\"entered\"} 2",
+                           "hookrelay_audience_sync_seconds_count "}) {
+    EXPECT_TRUE(absl::StrContains(metrics->body, line)) << line;
+  }
+
+  // Deleting the audience sends nothing; it is gone.
+  r = admin_->Call("DELETE", "/admin/v1/audiences/pro");
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = admin_->Call("GET", "/admin/v1/audiences/pro");
+  EXPECT_EQ(r.status, 404) << r.body;
+}
+
 // Every limit violation names the field and the limit; nothing is stored.
 TEST_F(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
   StartCollector();

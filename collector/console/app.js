@@ -2026,10 +2026,46 @@
   // Audiences (SPEC §6.2): the list (membership, last sync, Sync now, Delete after an in-row
   // confirmation) and a create form whose rule's conditions are JSON.
 
-  // The trait an audience sets, as the collector derives it from the name: lower-case, every
-  // run of characters other than ASCII letters and digits one "_", none at either end.
+  // The trait an audience sets, as the collector derives it from the name
+  // (common::AudienceTraitName): letters and digits of any script are kept, capitals of ASCII,
+  // Latin-1, Greek and Cyrillic lower-cased; every run of anything else (spaces, punctuation,
+  // symbols, emoji of any script) becomes one "_", none at either end.
+  function traitSeparator(cp) {
+    return (cp >= 0x80 && cp <= 0xBF) || cp === 0xD7 || cp === 0xF7 ||
+      (cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) ||
+      (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF0F) ||
+      (cp >= 0xFF1A && cp <= 0xFF20) || (cp >= 0xFF3B && cp <= 0xFF40) ||
+      (cp >= 0xFF5B && cp <= 0xFF65) || (cp >= 0x1F000 && cp <= 0x1FAFF);
+  }
+
+  function traitLower(cp) {
+    if ((cp >= 0xC0 && cp <= 0xDE && cp !== 0xD7) || (cp >= 0x391 && cp <= 0x3A9 &&
+        cp !== 0x3A2) || (cp >= 0x410 && cp <= 0x42F)) return cp + 0x20;
+    if (cp >= 0x400 && cp <= 0x40F) return cp + 0x50;
+    return cp;
+  }
+
   function traitName(name) {
-    return String(name || '').toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_+|_+$/g, '');
+    var out = '';
+    var sep = false;
+    Array.from(String(name || '')).forEach(function (ch) {
+      var cp = ch.codePointAt(0);
+      var keep = cp < 0x80 ? /[A-Za-z0-9]/.test(ch) : !traitSeparator(cp);
+      if (!keep) {
+        sep = out !== '';
+        return;
+      }
+      if (sep) out += '_';
+      sep = false;
+      if (cp < 0x80) {
+        out += ch.toLowerCase();
+      } else if (cp < 0x800) {
+        out += String.fromCodePoint(traitLower(cp));
+      } else {
+        out += ch;
+      }
+    });
+    return out;
   }
 
   // One condition for people: `plan eq "pro"`, `"Order Completed" ≥ 3 times within 30d`.
@@ -2255,7 +2291,8 @@
       var left = [];
       var first = null;
       (e.violations || []).forEach(function (v) {
-        var raw = String(v.field || '');
+        // Paths are the resource's; a gRPC-style "audience." prefix is dropped.
+        var raw = String(v.field || '').replace(/^audience\./, '');
         var f = raw.replace(/_/g, '').toLowerCase();
         var d = v.description || '';
         if (f === 'name' || f === 'trait') {
@@ -2264,7 +2301,7 @@
         } else if (f === 'id') {
           idF.setError(d, 'server');
           first = first || idIn;
-        } else if (f === 'syncintervalseconds') {
+        } else if (f === 'syncintervalseconds' || f === 'syncinterval') {
           intervalF.setError(d, 'server');
           first = first || intervalIn;
         } else if (f.indexOf('sources') === 0) {
@@ -2303,7 +2340,8 @@
 
     var tbody = null;
 
-    function load(highlight) {
+    // Renders the list; `after` runs once it is shown (to place the focus).
+    function load(highlight, after) {
       box.hide();
       clear(listWrap);
       append(listWrap, loading());
@@ -2313,6 +2351,7 @@
         if (!audiences.length) {
           append(listWrap, h('p', {class: 'empty', id: 'audiences-empty',
             text: 'No audiences yet. Create one below.'}));
+          if (after) after();
           return;
         }
         tbody = h('tbody', null, audiences.map(function (a) {
@@ -2326,6 +2365,7 @@
           'Entered', 'Exited', 'Actions'].map(function (x) {
           return h('th', {scope: 'col', text: x});
         }))), tbody)));
+        if (after) after();
       }, function (e) {
         clear(listWrap);
         showApiError(box, e, 'Could not list the audiences');
@@ -2415,7 +2455,10 @@
             announce('Deleting audience ' + label + '…');
             api('DELETE', '/audiences/' + enc(a.id)).then(function () {
               announce('Deleted audience ' + label + '.', 'ok');
-              load();
+              // The focus was in the removed row: to the first row left, else to the form.
+              load('', function () {
+                (listWrap.querySelector('button.sync-audience') || nameIn).focus();
+              });
             }, function (e) {
               closeConfirm();
               showApiError(box, e, 'Could not delete ' + label);
