@@ -102,7 +102,7 @@ std::string FormatIso8601Millis(absl::Time t) {
 
 std::optional<absl::Time> ParseIso8601(std::string_view s) {
   size_t i = 0;
-  int year, month, day;
+  int year = 0, month = 0, day = 0;
   if (!Digits(s, &i, 4, &year) || i >= s.size() || s[i++] != '-' || !Digits(s, &i, 2, &month) ||
       i >= s.size() || s[i++] != '-' || !Digits(s, &i, 2, &day)) {
     return std::nullopt;

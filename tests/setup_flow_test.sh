@@ -74,7 +74,7 @@ start_collector() {
 head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$tmp/admin-token"
 printf 'demo-s3cret' >"$tmp/orders.secret"
 export HOOKRELAY_ADMIN_TOKEN_FILE="$tmp/admin-token"
-"$receiver" --address=127.0.0.1:0 --secret=demo-s3cret >"$tmp/receiver.log" 2>&1 &
+"$receiver" --address=127.0.0.1:0 --secret=demo-s3cret --print_bodies >"$tmp/receiver.log" 2>&1 &
 pids+=($!)
 wait_line "$tmp/receiver.log" "listening on"
 receiver_url=$(grep -o 'http://127.0.0.1:[0-9]*/' "$tmp/receiver.log" | head -1)
@@ -150,11 +150,37 @@ status=$(curl -sS -o /dev/null -w '%{http_code}' -u "$write_key:" -H 'Content-Ty
 [ "$status" = 401 ] || fail "revoked key answered $status"
 pass "revoked write key refused"
 
+# An audience and a deletion (README, "Audiences and deletions"): the bodies the receiver sees.
+curl -fsS -u "$new_key:" -H 'Content-Type: application/json' \
+  -d '{"userId":"ada","traits":{"plan":"pro"},"messageId":"aud-flow-1"}' \
+  "http://127.0.0.1:$http_port/v1/identify" >/dev/null
+wait_line "$tmp/receiver.log" 'aud-flow-1.*X-Signature: verified'
+"$ctl" audiences create --id=pro --name="Pro Customers" --source=shop \
+  --rule='{"match":"all","conditions":[{"trait":"plan","op":"eq","value":"pro"}]}' >"$tmp/audience.txt" ||
+  fail "audiences create: $(cat "$tmp/audience.txt")"
+wait_line "$tmp/receiver.log" '"traits":{"pro_customers":true},"context":{"personas":{"computation_class":"audience","computation_key":"pro_customers","computation_id":"pro"}}'
+grep -B1 '"pro_customers":true' "$tmp/receiver.log" | grep -q 'identify.*userId=ada.*X-Signature: verified' ||
+  fail "the identify was not signed or not for ada: $(grep -B1 pro_customers "$tmp/receiver.log")"
+[ "$("$ctl" -o json audiences get pro | grep -o '"members":"[0-9]*"')" = '"members":"1"' ] ||
+  fail "members: $("$ctl" -o json audiences get pro)"
+pass "audience: one signed identify with the trait and context.personas for the member"
+
+"$ctl" deletions create --user=ada --request-id=ticket-4711 >"$tmp/deletion.txt" ||
+  fail "deletions create: $(cat "$tmp/deletion.txt")"
+wait_line "$tmp/receiver.log" '^    {"type":"delete","userId":"ada","timestamp":"[0-9T:.Z-]*"}$'
+grep -B1 '{"type":"delete","userId":"ada"' "$tmp/receiver.log" | grep -q 'delete.*userId=ada.*X-Signature: verified' ||
+  fail "the delete was not signed: $(grep -B1 '"type":"delete"' "$tmp/receiver.log")"
+"$ctl" audiences sync pro >/dev/null
+[ "$("$ctl" -o json audiences get pro | grep -o '"members":"[0-9]*"')" = '"members":"0"' ] ||
+  fail "members after the deletion: $("$ctl" -o json audiences get pro)"
+[ "$(grep -c '"pro_customers":false' "$tmp/receiver.log")" = 0 ] || fail "an identify followed the deletion"
+pass "deletion: one signed delete body exactly, the member removed without an identify"
+
 # Restart: everything is still there.
 cleanup
 pids=()
 receiver_address=${receiver_url#http://}
-"$receiver" --address="${receiver_address%/}" --secret=demo-s3cret >>"$tmp/receiver.log" 2>&1 &
+"$receiver" --address="${receiver_address%/}" --secret=demo-s3cret --print_bodies >>"$tmp/receiver.log" 2>&1 &
 pids+=($!)
 start_collector
 "$ctl" destinations list | grep -q "app-hook" || fail "destinations gone after restart"

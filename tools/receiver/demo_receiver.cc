@@ -30,6 +30,7 @@ ABSL_FLAG(std::string, address, "127.0.0.1:9000", "host:port to listen on; port 
 ABSL_FLAG(std::string, secret, "",
           "the destination's shared secret, to verify X-Signature (empty: not checked)");
 ABSL_FLAG(std::string, secret_file, "", "a file holding the shared secret (instead of --secret)");
+ABSL_FLAG(bool, print_bodies, false, "print each request's body too, on the line after it");
 
 namespace hookrelay::receiver {
 namespace {
@@ -101,8 +102,17 @@ int main(int argc, char** argv) {
   options.address = absl::GetFlag(FLAGS_address);
   options.record = false;
   auto receiver = hookrelay::receiver::WebhookReceiver::Start(
-      options, [secret](const hookrelay::receiver::ReceivedRequest& request) {
-        const std::string line = hookrelay::receiver::Describe(request, secret);
+      options, [secret, bodies = absl::GetFlag(FLAGS_print_bodies)](
+                   const hookrelay::receiver::ReceivedRequest& request) {
+        std::string line = hookrelay::receiver::Describe(request, secret);
+        if (bodies) {
+          // JSON as received; control bytes (never in valid JSON) are shown as '?'.
+          std::string body = request.body;
+          for (char& c : body) {
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+          }
+          absl::StrAppend(&line, "    ", body, "\n");
+        }
         {
           absl::MutexLock lock(stdout_mu);
           std::fwrite(line.data(), 1, line.size(), stdout);
