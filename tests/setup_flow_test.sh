@@ -158,7 +158,7 @@ wait_line "$tmp/receiver.log" 'aud-flow-1.*X-Signature: verified'
 "$ctl" audiences create --id=pro --name="Pro Customers" --source=shop \
   --rule='{"match":"all","conditions":[{"trait":"plan","op":"eq","value":"pro"}]}' >"$tmp/audience.txt" ||
   fail "audiences create: $(cat "$tmp/audience.txt")"
-wait_line "$tmp/receiver.log" '"traits":{"pro_customers":true},"context":{"personas":{"computation_class":"audience","computation_key":"pro_customers","computation_id":"pro"}}'
+wait_line "$tmp/receiver.log" '"traits":{"pro_customers":true},"timestamp":"[^"]*","context":{"personas":{"computation_class":"audience","computation_key":"pro_customers","computation_id":"pro"}}}$'
 grep -B1 '"pro_customers":true' "$tmp/receiver.log" | grep -q 'identify.*userId=ada.*X-Signature: verified' ||
   fail "the identify was not signed or not for ada: $(grep -B1 pro_customers "$tmp/receiver.log")"
 [ "$("$ctl" -o json audiences get pro | grep -o '"members":"[0-9]*"')" = '"members":"1"' ] ||
