@@ -34,11 +34,18 @@ absl::StatusOr<std::unique_ptr<AdminTestServer>> AdminTestServer::Start(std::str
   ASSIGN_OR_RETURN(server->store_, RocksDbJobStore::Open(options));
   server->auth_ = std::make_unique<AdminAuth>(std::move(admin_token));
   // The configuration managed at run time, starting empty (no --config file).
+  AudienceSyncer::Options audience_options;
+  audience_options.clock = &server->clock_;
+  server->audiences_ = std::make_unique<AudienceSyncer>(audience_options, *server->store_);
+  AdminTestServer* s = server.get();
   server->config_ = std::make_unique<ConfigManager>(
-      *server->store_, "", [](const std::shared_ptr<const ConfigManager::Snapshot>&) {});
+      *server->store_, "", [s](const std::shared_ptr<const ConfigManager::Snapshot>& snapshot) {
+        s->audiences_->SetConfig(std::make_shared<const hookrelay::v1::Config>(snapshot->merged));
+      });
   RETURN_IF_ERROR(server->config_->Start());
   server->core_ = std::make_unique<AdminCore>(*server->store_, server->config_.get(),
                                               server->clock_);
+  server->core_->SetAudienceSyncer(server->audiences_.get());
   server->service_ = std::make_unique<AdminService>(*server->core_, *server->auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -64,6 +71,7 @@ AdminTestServer::~AdminTestServer() {
   service_.reset();
   core_.reset();
   config_.reset();
+  audiences_.reset();
   auth_.reset();
   store_.reset();
   if (!dir_.empty()) {

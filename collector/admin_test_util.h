@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "collector/admin_http.h"
 #include "collector/admin_service.h"
+#include "collector/audience_syncer.h"
 #include "collector/config_manager.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"
@@ -62,6 +63,7 @@ class AdminTestServer {
   common::ManualClock clock_;
   std::string dir_;
   std::unique_ptr<RocksDbJobStore> store_;
+  std::unique_ptr<AudienceSyncer> audiences_;
   std::unique_ptr<ConfigManager> config_;
   std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<AdminCore> core_;

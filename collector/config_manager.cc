@@ -177,6 +177,7 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
           json_field = absl::StrCat("rule.conditions[", json_field.substr(9));
         }
       }
+      if (json_field == "syncInterval") json_field = "syncIntervalSeconds";
     }
     texts.push_back(json_field.empty() ? problem : absl::StrCat(json_field, ": ", problem));
     violations.push_back({std::move(json_field), std::move(problem)});

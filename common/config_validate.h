@@ -63,8 +63,9 @@ inline constexpr uint32_t kMinAudienceSyncSeconds = 10;
 inline constexpr uint32_t kMaxAudienceSyncSeconds = 24 * 3600;
 
 // The trait an audience is sent as: lower-case, runs of anything but letters and digits become
-// one "_", trimmed ("Power Users!" -> "power_users"). ASCII letters are lower-cased; letters of
-// other scripts (multi-byte UTF-8) are kept as they are. "" when nothing is left.
+// one "_", trimmed ("Power Users!" -> "power_users"). Letters and digits of any script are kept;
+// capitals of ASCII, Latin-1, Greek and Cyrillic are lower-cased; punctuation, symbols and emoji
+// of any script separate words. "" when nothing is left.
 std::string AudienceTraitName(absl::string_view name);
 // "15m", "1h", "30d" (1 minute to 90 days).
 absl::StatusOr<absl::Duration> ParseAudienceWindow(absl::string_view text);

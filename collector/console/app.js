@@ -2119,9 +2119,9 @@
     var idIn = h('input', {type: 'text', id: 'audience-id', autocomplete: 'off',
       spellcheck: 'false'});
     var idF = field('Id (optional)', idIn, 'Generated when empty.');
-    var intervalIn = h('input', {type: 'number', id: 'audience-interval', min: '1', step: '1',
-      inputmode: 'numeric', placeholder: '60'});
-    var intervalF = field('Sync interval (seconds)', intervalIn, '60 when empty.');
+    var intervalIn = h('input', {type: 'number', id: 'audience-interval', min: '10',
+      max: '86400', step: '1', inputmode: 'numeric', placeholder: '60'});
+    var intervalF = field('Sync interval (seconds)', intervalIn, '10 to 86400; 60 when empty.');
 
     var sourcesErr = groupError();
     var sourceList = h('div', {class: 'checkbox-list', id: 'audience-sources'});
@@ -2231,7 +2231,9 @@
       }
       if (Array.isArray(parsed)) return {conditions: parsed};
       if (parsed && typeof parsed === 'object') {
-        if (Array.isArray(parsed.conditions)) return {match: parsed.match, conditions: parsed.conditions};
+        if (Array.isArray(parsed.conditions)) {
+          return {match: parsed.match, conditions: parsed.conditions};
+        }
         return {conditions: [parsed]};
       }
       rulesF.setError('Not a JSON array of conditions (see the placeholder).', 'client');

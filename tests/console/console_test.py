@@ -717,9 +717,12 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     empty = wait_for(lambda: b.css("#audiences-empty"), 10)
     check(empty is not None and "No audiences" in empty.text and audiences() == [],
           f"the list shows its empty state ({empty.text if empty else None!r})")
+    b.type("#audience-name", "Über Fans – 2025!")
+    trait = b.css("#audience-trait").text
+    check(trait == "über_fans_2025", f"the trait name is shown as it is typed ({trait!r})")
     b.type("#audience-name", "Console  Power-Users!")
     trait = b.css("#audience-trait").text
-    check(trait == "console_power_users", f"the trait name is shown as it is typed ({trait!r})")
+    check(trait == "console_power_users", f"... and follows every change ({trait!r})")
     aud_source = wait_for(lambda: b.css(f"#audience-source-{source_id}"), 10)
     check(aud_source is not None and not aud_source.is_selected(),
           "the form offers the sources as checkboxes, none ticked")
@@ -759,24 +762,35 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     aud = stored_aud[0] if stored_aud else {}
     check(bool(created) and len(stored_aud) == 1 and aud.get("name") == "Console  Power-Users!"
           and aud.get("trait") == "console_power_users" and aud.get("sources") == [source_id]
-          and (aud.get("rule") or {}).get("match") == "all" and aud.get("members") == "1",
-          f"the audience is created as the form said, one member: {aud} ({b.status_text()!r})")
+          and (aud.get("rule") or {}).get("match") == "all" and
+          (aud.get("lastSync") or {}).get("first") is True,
+          f"the audience is created as the form said, first computation done: {aud} "
+          f"({b.status_text()!r})")
+    members = int(aud.get("members", "0"))
     aud_id = aud.get("id", "")
     aud_sel = f"tr[data-audience-id='{aud_id}']"
     row = b.visible(aud_sel, 10)
     cells = [c.text for c in b.css_all(f"{aud_sel} td")] if row else []
-    check(len(cells) == 8 and "Console  Power-Users!".replace("  ", " ") in cells[0]
-          and cells[1] == "console_power_users" and source_id in cells[2] and cells[3] == "1"
-          and "first" in cells[4] and cells[5] == "1" and cells[6] == "0",
-          f"the list shows the audience with its trait, one member, one entered: {cells}")
+    check(len(cells) == 8 and "Console Power-Users!" in cells[0] and aud_id in cells[0]
+          and "trait plan eq \"pro\"" in cells[0]
+          and cells[1] == "console_power_users" and source_id in cells[2]
+          and cells[3] == str(members) and "first" in cells[4]
+          and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", cells[4])
+          and cells[5] == str(members) and cells[6] == "0",
+          f"the list shows the audience: name, id and rule, trait, source, members, last sync "
+          f"(first), entered, exited: {cells}")
     check(name_in.get_attribute("value") == "" and b.css("#audience-trait").text == "—",
           "the form is cleared")
-    line = wait_for(lambda: audience_identify("aud-u2", "console-aud-1"), 20)
-    check(line is not None and "X-Signature: verified" in line,
-          f"the member got the audience's identify, signed: {(line or '').strip()!r}")
+    # SPEC §6.2: the first computation reads the profiles as they are, so a user who identified
+    # as pro before the audience existed is a member, and gets the audience's identify.
+    line = wait_for(lambda: audience_identify("aud-u2", "console-aud-1"), 20) if members else None
+    check(members == 1 and line is not None and "X-Signature: verified" in line,
+          f"the user identified before the audience existed is a member at creation and gets "
+          f"the audience's identify, signed (members {members}): {(line or '').strip()!r}")
     b.shot("audience-created", row)
 
-    # Sync now: a second member, the row updated in place (a new last sync, not the first).
+    # Sync now: a user identified since, the row updated in place (a new last sync, not the
+    # first, one entered).
     first_sync = b.css(f"{aud_sel} td.cell-last-sync time").get_attribute("datetime") if row else ""
     check(identify("aud-u3", "console-aud-2") is True, "a second user becomes pro")
     check(receiver.wait_line("console-aud-2", timeout=20) is not None,
@@ -785,17 +799,19 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     synced = wait_for(lambda: b.css(f"{aud_sel} td.cell-last-sync time")
                       .get_attribute("datetime") != first_sync and b.css(aud_sel), 15)
     cells = [c.text for c in b.css_all(f"{aud_sel} td")] if synced else []
-    check(bool(synced) and len(cells) == 8 and cells[3] == "2" and "first" not in cells[4]
-          and cells[5] == "1" and cells[6] == "0" and "Synced" in b.status_text(),
-          f"Sync now updates the last sync: {first_sync} → "
+    check(bool(synced) and len(cells) == 8 and cells[3] == str(members + 1)
+          and "first" not in cells[4] and cells[5] == "1" and cells[6] == "0"
+          and "Synced" in b.status_text(),
+          f"Sync now updates the row: last sync {first_sync} → "
           f"{b.css(f'{aud_sel} td.cell-last-sync time').get_attribute('datetime')}, {cells} "
           f"({b.status_text()!r})")
     stored_aud = audiences() or [{}]
     last = stored_aud[0].get("lastSync") or {}
-    check(stored_aud[0].get("members") == "2" and last.get("entered") == "1" and
+    check(stored_aud[0].get("members") == str(members + 1) and last.get("entered") == "1" and
           not last.get("first"), f"the collector recorded the sync: {last}")
     line = wait_for(lambda: audience_identify("aud-u3", "console-aud-2"), 20)
-    check(line is not None, f"the new member got the identify: {(line or '').strip()!r}")
+    check(line is not None and "X-Signature: verified" in line,
+          f"the new member got the audience's identify, signed: {(line or '').strip()!r}")
     b.shot("audience-synced", b.css(aud_sel))
 
     # Delete: a confirmation in the row; Cancel keeps it; confirmed, it is gone.

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -33,11 +34,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "collector/admin_test_util.h"
+#include "collector/job_store.h"
+#include "collector/rocksdb_job_store.h"
 #include "common/time_format.h"
+#include "hookrelay/v1/job.pb.h"
 
 extern char** environ;
 
@@ -825,6 +830,309 @@ TEST(AudiencesUsageTest, UsageErrorsExit2WithoutCallingTheCollector) {
                               "--rule-file=FILE)"),
                     HasSubstr("[--id=ID] [--sync-interval=SECONDS]"),
                     HasSubstr("audiences sync ID")));
+}
+
+// One AudienceResource as hookrelayctl -o json prints it: a single line of the API's JSON.
+struct AudienceJson {
+  std::string id, name, trait, managed_by, members, match;
+  std::vector<std::string> sources;
+  bool synced = false, first = false;
+  std::string sync_time, evaluated, entered, exited;
+  int64_t sync_interval = -1;
+};
+
+AudienceJson ParseAudience(const std::string& line) {
+  AudienceJson a;
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  EXPECT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+  a.id = Str(e, "id");
+  a.name = Str(e, "name");
+  a.trait = Str(e, "trait");
+  a.managed_by = Str(e, "managedBy");
+  a.members = Str(e, "members");  // uint64: a string in protobuf JSON
+  a.sources = StrList(e, "sources");
+  simdjson::dom::element rule;
+  if (e["rule"].get(rule) == simdjson::SUCCESS) a.match = Str(rule, "match");
+  int64_t interval = 0;
+  if (e["syncIntervalSeconds"].get(interval) == simdjson::SUCCESS) a.sync_interval = interval;
+  simdjson::dom::element sync;
+  if (e["lastSync"].get(sync) == simdjson::SUCCESS) {
+    a.synced = true;
+    a.sync_time = Str(sync, "time");
+    a.evaluated = Str(sync, "evaluated");
+    a.entered = Str(sync, "entered");
+    a.exited = Str(sync, "exited");
+    bool first = false;
+    if (sync["first"].get(first) == simdjson::SUCCESS) a.first = first;
+  }
+  return a;
+}
+
+
+// create (a source made with `sources create`, a trait rule): the audience with its trait
+// snake_case(name), managedBy api and the first computation recorded; get reads it back as JSON
+// and as a table; list shows its row; sync records a later sync that is not the first; delete
+// removes it, after which get is NOT_FOUND.
+TEST_F(HookrelayctlTest, AudiencesCreateGetListSyncDelete) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"audiences", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("no audiences"));
+
+  const absl::Time t0 = server_->clock().Now();
+  r = Ctl({"-o", "json", "audiences", "create", "--name=Power Users!", "--source=web",
+           absl::StrCat("--rule=", kProRule), "--id=power", "--sync-interval=300"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  ASSERT_THAT(Lines(r.out), SizeIs(1)) << r;
+  const AudienceJson created = ParseAudience(r.out);
+  EXPECT_EQ(created.id, "power");
+  EXPECT_EQ(created.name, "Power Users!");
+  EXPECT_EQ(created.trait, "power_users");
+  EXPECT_EQ(created.managed_by, "api");
+  EXPECT_THAT(created.sources, ElementsAre("web"));
+  EXPECT_EQ(created.match, "all");
+  EXPECT_EQ(created.sync_interval, 300);
+  EXPECT_EQ(created.members, "0");  // nobody has identified as pro
+  ASSERT_TRUE(created.synced) << r.out;
+  EXPECT_TRUE(created.first);
+  EXPECT_EQ(common::ParseIso8601(created.sync_time), t0) << created.sync_time;
+  EXPECT_EQ(created.entered, "0");
+
+  // get, as JSON and as a table.
+  r = Ctl({"audiences", "get", "power", "--output=json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const AudienceJson got = ParseAudience(r.out);
+  EXPECT_EQ(got.id, "power");
+  EXPECT_EQ(got.trait, "power_users");
+  EXPECT_EQ(got.sync_time, created.sync_time);
+  r = Ctl({"audiences", "get", "power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(KeyValue(r.out, "id"), "power");
+  EXPECT_EQ(KeyValue(r.out, "name"), "Power Users!");
+  EXPECT_EQ(KeyValue(r.out, "trait"), "power_users");
+  EXPECT_EQ(KeyValue(r.out, "sources"), "web");
+  EXPECT_EQ(KeyValue(r.out, "rule"), "all of: trait plan eq \"pro\"");
+  EXPECT_EQ(KeyValue(r.out, "sync interval"), "300 s");
+  EXPECT_EQ(KeyValue(r.out, "managed by"), "api");
+  EXPECT_EQ(KeyValue(r.out, "members"), "0");
+  EXPECT_EQ(KeyValue(r.out, "last sync"), absl::StrCat(Iso(t0), " (first computation)"));
+
+  // A second audience, its rule from a file, an event condition, the interval by default.
+  const std::string file = WriteTempFile(
+      "buyers.json",
+      R"({"match":"any","conditions":[{"event":"Order Completed","countGte":3,"within":"30d"}]})");
+  r = Ctl({"-o", "json", "audiences", "create", "--name=Repeat buyers", "--source=web",
+           absl::StrCat("--rule-file=", file)});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const AudienceJson buyers = ParseAudience(r.out);
+  EXPECT_THAT(buyers.id, Not(""));
+  EXPECT_EQ(buyers.trait, "repeat_buyers");
+  EXPECT_EQ(buyers.match, "any");
+
+  // list: sorted by id, as JSON lines and as a table with the documented columns.
+  r = Ctl({"audiences", "list", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> ids;
+  for (const std::string& line : Lines(r.out)) ids.push_back(ParseAudience(line).id);
+  std::vector<std::string> sorted = {"power", buyers.id};
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(ids, sorted);
+  r = Ctl({"audiences", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_THAT(lines, SizeIs(3)) << r;
+  EXPECT_THAT(Fields(lines[0]), ElementsAre("ID", "NAME", "TRAIT", "SOURCES", "MEMBERS", "LAST",
+                                            "SYNC", "ENTERED", "EXITED"));
+  const std::string& power_row = lines[buyers.id < "power" ? 2 : 1];
+  // NAME has a space: "Power", "Users!".
+  EXPECT_THAT(Fields(power_row), ElementsAre("power", "Power", "Users!", "power_users", "web", "0",
+                                             Iso(t0), "0", "0"))
+      << power_row;
+
+  // sync: a later sync, not the first.
+  server_->clock().Advance(absl::Minutes(1));
+  r = Ctl({"-o", "json", "audiences", "sync", "power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const AudienceJson synced = ParseAudience(r.out);
+  EXPECT_EQ(synced.id, "power");
+  ASSERT_TRUE(synced.synced) << r.out;
+  EXPECT_FALSE(synced.first);
+  EXPECT_EQ(common::ParseIso8601(synced.sync_time), t0 + absl::Minutes(1)) << synced.sync_time;
+  EXPECT_EQ(synced.entered, "0");
+  EXPECT_EQ(synced.exited, "0");
+  r = Ctl({"audiences", "sync", "power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "last sync"), Iso(t0 + absl::Minutes(1)));
+  EXPECT_EQ(KeyValue(r.out, "entered"), "0");
+
+  // delete: gone from get and list.
+  r = Ctl({"audiences", "delete", "power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("deleted audience power"));
+  r = Ctl({"audiences", "get", "power"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("NOT_FOUND"));
+  r = Ctl({"-o", "json", "audiences", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  ASSERT_THAT(Lines(r.out), SizeIs(1)) << r;
+  EXPECT_EQ(ParseAudience(r.out).id, buyers.id);
+}
+
+// Stores a profile change the way ingest does for an identify in source web: `user`'s traits
+// merged with {"plan": plan}; `log` as ingest sets it while some audience exists.
+void StoreIdentify(collector::RocksDbJobStore& store, const std::string& user,
+                   const std::string& plan, bool log, absl::Time at) {
+  hookrelay::v1::ProfileDelta delta;
+  (*delta.mutable_traits()->mutable_fields())["plan"].set_string_value(plan);
+  delta.set_at_ms(absl::ToUnixMillis(at));
+  collector::AppendItem item;
+  item.dedup_key = collector::DedupKey("web", absl::StrCat("identify-", user, "-", plan));
+  item.user_id = user;
+  item.source_id = "web";
+  item.profile_delta = delta.SerializeAsString();
+  item.log_profile_change = log;
+  std::vector<collector::AppendItem> items;
+  items.push_back(std::move(item));
+  absl::Notification appended;
+  absl::Status status;
+  store.Append(std::move(items), [&](absl::StatusOr<collector::AppendResult> r) {
+    status = r.status();
+    appended.Notify();
+  });
+  appended.WaitForNotification();
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+// Membership from stored profiles, and what it sends: with a user of plan "pro" stored before
+// the audience exists (and one of plan "free"), create finds one member of two profiles and
+// enqueues one identify for the enabled destination, trait power_users true with the personas
+// context; a second "pro" user stored after, `audiences sync` enters (one entered, two members,
+// one more identify); the table shows it.
+TEST_F(HookrelayctlTest, AudiencesMembershipAndIdentifyCalls) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"destinations", "create", "--id=hook", "--source=web",
+           "--url=https://hooks.example.com/audiences", "--enabled"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  StoreIdentify(server_->store(), "u1", "pro", false, server_->clock().Now());
+  StoreIdentify(server_->store(), "u9", "free", false, server_->clock().Now());
+
+  r = Ctl({"-o", "json", "audiences", "create", "--name=Power Users", "--source=web",
+           absl::StrCat("--rule=", kProRule), "--id=power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const AudienceJson created = ParseAudience(r.out);
+  EXPECT_EQ(created.members, "1");
+  EXPECT_TRUE(created.first);
+  EXPECT_EQ(created.evaluated, "2");
+  EXPECT_EQ(created.entered, "1");
+  EXPECT_EQ(created.exited, "0");
+
+  // The first computation's identify calls are enqueued before create answers.
+  absl::StatusOr<std::vector<collector::LeasedJob>> leased =
+      server_->store().Lease(100, absl::Seconds(30));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  ASSERT_THAT(*leased, SizeIs(1));
+  const hookrelay::v1::Job& job = (*leased)[0].job;
+  EXPECT_EQ(job.type(), hookrelay::v1::IDENTIFY);
+  EXPECT_EQ(job.user_id(), "u1");
+  EXPECT_EQ(job.destination_id(), "hook");
+  simdjson::dom::parser parser;
+  simdjson::dom::element body;
+  ASSERT_EQ(parser.parse(job.event_json()).get(body), simdjson::SUCCESS) << job.event_json();
+  bool in_audience = false;
+  EXPECT_EQ(body["traits"]["power_users"].get(in_audience), simdjson::SUCCESS)
+      << job.event_json();
+  EXPECT_TRUE(in_audience) << job.event_json();
+  EXPECT_EQ(Str(body["context"]["personas"], "computation_key"), "power_users");
+  EXPECT_EQ(Str(body["context"]["personas"], "computation_id"), "power");
+
+  StoreIdentify(server_->store(), "u2", "pro", true, server_->clock().Now());
+  server_->clock().Advance(absl::Seconds(5));
+  r = Ctl({"-o", "json", "audiences", "sync", "power"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const AudienceJson synced = ParseAudience(r.out);
+  EXPECT_EQ(synced.members, "2");
+  EXPECT_FALSE(synced.first);
+  EXPECT_EQ(synced.entered, "1");
+  EXPECT_EQ(synced.exited, "0");
+  leased = server_->store().Lease(100, absl::Seconds(30));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  ASSERT_THAT(*leased, SizeIs(1));
+  EXPECT_EQ((*leased)[0].job.user_id(), "u2");
+  EXPECT_EQ((*leased)[0].job.type(), hookrelay::v1::IDENTIFY);
+
+  r = Ctl({"audiences", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_THAT(lines, SizeIs(2)) << r;
+  EXPECT_THAT(Fields(lines[1]),
+              ElementsAre("power", "Power", "Users", "power_users", "web", "2",
+                          Iso(server_->clock().Now()), "1", "0"))
+      << lines[1];
+}
+
+// Refusals exit 1 with the server's code and the field: a bad op names rule.conditions[0].op, a
+// bad window rule.conditions[1].within, an unknown source the sources; a duplicate id is
+// ALREADY_EXISTS; an unknown id is NOT_FOUND for get, delete and sync. Nothing is created.
+TEST_F(HookrelayctlTest, AudiencesServerErrorsExit1) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+
+  // Unknown ids, for the calls that need no computation.
+  for (const char* verb : {"get", "delete"}) {
+    r = Ctl({"audiences", verb, "no-such-audience"});
+    EXPECT_EQ(r.exit_code, 1) << verb << "\n" << r;
+    EXPECT_EQ(r.out, "") << verb;
+    EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: "), HasSubstr("no-such-audience"),
+                             HasSubstr("NOT_FOUND")))
+        << verb;
+  }
+
+  r = Ctl({"audiences", "create", "--name=Pro", "--source=web",
+           R"(--rule={"match":"all","conditions":[)"
+           R"({"trait":"plan","op":"equals","value":"pro"}]})"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: creating the audience: "),
+                           HasSubstr("INVALID_ARGUMENT"), HasSubstr("rule.conditions[0].op")));
+
+  r = Ctl({"audiences", "create", "--name=Buyers", "--source=web",
+           R"(--rule={"match":"all","conditions":[{"trait":"plan","op":"exists"},)"
+           R"({"event":"Order Completed","countGte":1,"within":"soon"}]})"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("rule.conditions[1].within")));
+
+  r = Ctl({"audiences", "create", "--name=Pro", "--source=web", "--source=nope",
+           absl::StrCat("--rule=", kProRule)});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("INVALID_ARGUMENT"), HasSubstr("sources"),
+                           HasSubstr("\"nope\"")));
+
+  r = Ctl({"-o", "json", "audiences", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "") << "a refused audience is not created";
+
+  r = Ctl({"audiences", "create", "--name=Pro", "--source=web", "--id=pro",
+           absl::StrCat("--rule=", kProRule)});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"audiences", "create", "--name=Pro again", "--source=web", "--id=pro",
+           absl::StrCat("--rule=", kProRule)});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("ALREADY_EXISTS"));
+
+  r = Ctl({"audiences", "sync", "no-such-audience"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, AllOf(StartsWith("hookrelayctl: syncing audience no-such-audience: "),
+                           HasSubstr("NOT_FOUND")));
 }
 
 // A port nothing listens on: UNAVAILABLE, naming the URL, exit 1.
