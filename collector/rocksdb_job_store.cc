@@ -442,13 +442,18 @@ rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cac
   return options;
 }
 
-rocksdb::ColumnFamilyOptions MakeProfileOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+// For families that ingest only appends to, in random key order, and that are read after a
+// flush (syncs, deletions): a vector memtable makes each insert O(1) instead of a skip-list
+// search per key (a read of an unflushed vector sorts it).
+rocksdb::ColumnFamilyOptions MakeAppendOnlyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options = MakeSmallOptions(cache);
-  options.merge_operator = std::make_shared<ProfileMerge>();
-  // Ingest only appends merge operands here, in random key order; syncs read after a flush. A
-  // vector memtable makes each append O(1) instead of a skip-list search per event (reads of an
-  // unflushed vector sort it, which only deletions do, once).
   options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  return options;
+}
+
+rocksdb::ColumnFamilyOptions MakeProfileOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
+  options.merge_operator = std::make_shared<ProfileMerge>();
   options.write_buffer_size = 32 << 20;
   return options;
 }
@@ -565,7 +570,7 @@ absl::Status RocksDbJobStore::OpenDb() {
       {kJobsCf, MakeJobsOptions(cache)},
       {kDedupCf, MakeDedupOptions(cache, clock_, options_.dedup_window)},
       {kDeadCf, MakeSmallOptions(cache)},
-      {kUsersCf, MakeSmallOptions(cache)},
+      {kUsersCf, MakeAppendOnlyOptions(cache)},
       {kDeletionsCf, MakeSmallOptions(cache)},
       {kProfilesCf, MakeProfileOptions(cache)},
       {kAudiencesCf, MakeSmallOptions(cache)},
@@ -1555,9 +1560,20 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   return replayed;
 }
 
+absl::Status RocksDbJobStore::FlushAppendOnly(rocksdb::ColumnFamilyHandle* family,
+                                              std::string_view what) {
+  // Reads of an append-only family come from SST files: its vector memtable would be sorted on
+  // every read. The flush is bounded by the memtable's size (8 or 32 MB).
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  flush.allow_write_stall = true;
+  return FromRocks(db_->Flush(flush, family), what);
+}
+
 absl::StatusOr<std::vector<std::string>> RocksDbJobStore::SourcesSeen(std::string_view user_id) {
   std::vector<std::string> sources;
   if (user_id.empty()) return sources;
+  RETURN_IF_ERROR(FlushAppendOnly(users_cf_, "flushing the user index"));
   std::string prefix;
   SeenPrefix(user_id, &prefix);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), users_cf_));
@@ -1621,6 +1637,8 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   const absl::flat_hash_set<std::string_view> sources(record.source_ids().begin(),
                                                       record.source_ids().end());
   const uint64_t user_hash = UserHash(user);
+  RETURN_IF_ERROR(FlushAppendOnly(users_cf_, "flushing the user index"));
+  RETURN_IF_ERROR(FlushAppendOnly(profiles_cf_, "flushing profiles"));
   rocksdb::WriteBatch batch;
 
   // 1. The user's pending jobs: candidates from the in-memory index, checked against their
@@ -1851,13 +1869,7 @@ absl::StatusOr<AudienceSyncInput> RocksDbJobStore::BeginAudienceSync(
     logged_users_.clear();
   });
   ASSIGN_OR_RETURN(input.state, GetAudienceState(audience_id));
-  // Profiles are read from SST files: a vector memtable would be sorted on every read.
-  rocksdb::FlushOptions flush;
-  flush.wait = true;
-  flush.allow_write_stall = true;
-  if (rocksdb::Status s = db_->Flush(flush, profiles_cf_); !s.ok()) {
-    return FromRocks(s, "flushing profiles");
-  }
+  RETURN_IF_ERROR(FlushAppendOnly(profiles_cf_, "flushing profiles"));
   absl::flat_hash_set<std::string> users;
   rocksdb::ReadOptions read;
   if (!input.state.has_value()) {

@@ -237,6 +237,7 @@ class RocksDbJobStore final : public JobStore {
   // marks, which must see every earlier write and come before every later one.
   void RunExclusive(std::function<void()> fn);
   absl::StatusOr<DeletionOutcome> ApplyDeletionNow(DeletionPlan& plan);
+  absl::Status FlushAppendOnly(rocksdb::ColumnFamilyHandle* family, std::string_view what);
   absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSyncNow(AudienceSyncPlan& plan);
   // Writes `batch` (synced) with `jobs` appended to it, then publishes the jobs. Exclusive ops
   // only.
