@@ -47,6 +47,8 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics) {
   }
   zero.push_back("hookrelay_jobs_oldest_ready_age_seconds 0");
   zero.push_back("hookrelay_ingest_duplicates_total 0");
+  zero.push_back("hookrelay_deletions_total 0");
+  zero.push_back("hookrelay_purged_jobs_total 0");
   for (const std::string& series : zero) {
     EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", series, "\n"))) << "missing: " << series;
   }
