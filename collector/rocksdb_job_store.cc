@@ -39,8 +39,10 @@
 // On-disk layout (column families):
 //   default  meta: "next_id" -> u64 BE (every id below it may have been used),
 //                  "lease_epoch" -> u64 BE (bumped on every Open).
-//   jobs     u64 BE job id -> u64 BE due_unix_ms ++ serialized v1::Job. The due prefix lets Open
-//            rebuild the ready/scheduled order without parsing any Job.
+//   jobs     u64 BE job id -> header ++ serialized v1::Job. Header: u64 BE due_unix_ms with bit 63
+//            set, then u64 BE UserHash(user_id); records written before the user index have
+//            only the due time (bit 63 clear). The header lets Open rebuild the ready/scheduled
+//            order and the per-user index without parsing any Job.
 //   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
 //            compaction filter; until then the window is also checked on lookup.
 //   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
@@ -80,6 +82,9 @@ constexpr int kLeaseEpochShift = 40;
 constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
 constexpr int kMaxHistory = 10;
 constexpr size_t kDueHeaderSize = 8;
+// Bit 63 of the due field: a user hash follows it (due times are positive, so it is free).
+constexpr uint64_t kUserHashFlag = uint64_t{1} << 63;
+constexpr size_t kUserHeaderSize = 16;
 // Replay writes (and publishes) in chunks of this many jobs.
 constexpr size_t kAdminChunk = 1024;
 
@@ -142,10 +147,16 @@ std::string DeadIndexKey(std::string_view user, std::string_view source, uint64_
   return key;
 }
 
-// In-memory hashes (never stored): 0 means "no user".
+// The user hash of the per-user index, stored in job headers: FNV-1a, stable across builds and
+// processes; 0 means "no user".
 uint64_t UserHash(std::string_view user) {
   if (user.empty()) return 0;
-  return std::hash<std::string_view>()(user) | 1;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : user) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h | 1;
 }
 uint64_t SeenHash(std::string_view user, std::string_view source) {
   const uint64_t h = std::hash<std::string_view>()(user) * 0x9e3779b97f4a7c15ULL;
@@ -225,15 +236,40 @@ std::string DeletionKey(std::string_view id) { return std::string("d").append(id
 std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
 
 void EncodeJobValue(const Job& job, std::string* out) {
-  out->resize(kDueHeaderSize);
-  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()), out->data());
+  out->resize(kUserHeaderSize);
+  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag, out->data());
+  EncodeU64(UserHash(job.user_id()), out->data() + 8);
   job.AppendToString(out);
 }
 
+size_t HeaderSize(rocksdb::Slice value) {
+  if (value.size() < kDueHeaderSize) return 0;
+  if ((DecodeU64(value.data()) & kUserHashFlag) == 0) return kDueHeaderSize;
+  return value.size() >= kUserHeaderSize ? kUserHeaderSize : 0;
+}
+
+// The due time of a record (0 when malformed).
+int64_t DueOf(rocksdb::Slice value) {
+  if (HeaderSize(value) == 0) return 0;
+  return static_cast<int64_t>(DecodeU64(value.data()) & ~kUserHashFlag);
+}
+
 bool ParseJobValue(rocksdb::Slice value, Job* job) {
-  return value.size() >= kDueHeaderSize &&
-         job->ParseFromArray(value.data() + kDueHeaderSize,
-                             static_cast<int>(value.size() - kDueHeaderSize));
+  const size_t header = HeaderSize(value);
+  return header != 0 && job->ParseFromArray(value.data() + header,
+                                            static_cast<int>(value.size() - header));
+}
+
+// The user hash of a record: from the header, or by parsing an old record. False when malformed.
+bool UserHashOf(rocksdb::Slice value, Job* scratch, uint64_t* hash) {
+  const size_t header = HeaderSize(value);
+  if (header == kUserHeaderSize) {
+    *hash = DecodeU64(value.data() + 8);
+    return true;
+  }
+  if (!ParseJobValue(value, scratch)) return false;
+  *hash = UserHash(scratch->user_id());
+  return true;
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
@@ -648,16 +684,16 @@ absl::Status RocksDbJobStore::Recover() {
     Job job;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, jobs_cf_));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != 8 || it->value().size() < kDueHeaderSize) {
+      if (it->key().size() != 8 || HeaderSize(it->value()) == 0) {
         return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
       }
       const uint64_t id = DecodeU64(it->key().data());
-      const int64_t due_ms = static_cast<int64_t>(DecodeU64(it->value().data()));
+      const int64_t due_ms = DueOf(it->value());
       (due_ms <= now_ms ? ready_ : scheduled_).push_back({due_ms, id});
       max_id = std::max(max_id, id);
-      // The user index needs the user id (Open's one parse per pending job).
-      if (!ParseJobValue(it->value(), &job)) return Malformed(kJobsCf, id);
-      IndexJobLocked(id, UserHash(job.user_id()));
+      uint64_t user_hash = 0;
+      if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
+      IndexJobLocked(id, user_hash);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
   }
@@ -1797,7 +1833,7 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
       ForgetJobLocked(p.id);
       int64_t due_ms = p.due_ms;
       if (auto o = overlay_.find(p.id); o != overlay_.end()) {
-        due_ms = static_cast<int64_t>(DecodeU64(o->second.value.data()));
+        due_ms = DueOf(o->second.value);
         overlay_.erase(o);  // Its pending write is skipped.
       }
       // A leased job finishes its attempt; with its record gone, a retry or bury drops it.

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "rocksdb/db.h"
 #include "collector/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/job.pb.h"
@@ -716,6 +717,50 @@ TEST_F(RocksDbJobStoreTest, DeletionInterruptedByAKillIsAllOrNothing) {
     store->reset();
     std::filesystem::remove_all(path);
   }
+}
+
+// Records written before the user index (an 8-byte due header, no user hash) are still read:
+// leased, and found by a deletion after Open indexed them by parsing.
+TEST_F(RocksDbJobStoreTest, RecordsOfTheEarlierFormatAreIndexed) {
+  Open();
+  store_.reset();
+  {
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_, &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_, families, &handles, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    rocksdb::ColumnFamilyHandle* jobs = nullptr;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "jobs") jobs = handles[i];
+    }
+    ASSERT_NE(jobs, nullptr);
+    Job job = MakeJob("s1", "d1", "old-user", "m-old");
+    job.set_id(7);
+    job.set_due_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    std::string value(8, '\0');
+    uint64_t due = static_cast<uint64_t>(job.due_unix_ms());
+    for (int i = 7; i >= 0; --i, due >>= 8) value[i] = static_cast<char>(due & 0xff);
+    job.AppendToString(&value);
+    const char key[8] = {0, 0, 0, 0, 0, 0, 0, 7};
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    ASSERT_TRUE(db->Put(sync, jobs, rocksdb::Slice(key, 8), value).ok());
+    for (rocksdb::ColumnFamilyHandle* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+  }
+  Open();
+  AppendAll(Items({OneJob(1, "d1", "old-user", "s1")}));
+  ExpectCounts(*store_, 2, 0, 0, 0);
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "old-user", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 2u);
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  EXPECT_EQ(leased[0].job.type(), hookrelay::v1::DELETE);
 }
 
 // Counts sees each state: ready, scheduled, leased, dead.
