@@ -34,11 +34,23 @@ std::string RunfilesPath(std::string_view workspace_relative) {
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string name,
                                                                   std::vector<std::string> args,
                                                                   std::string_view ready_msg) {
+  const std::string msg(ready_msg);
+  return StartWhen(
+      std::move(name), std::move(args),
+      [msg](const std::string& line) { return JsonStr(line, "/msg") == msg; },
+      absl::StrCat("log \"", msg, "\""), /*merge_stderr=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::StartWhen(
+    std::string name, std::vector<std::string> args,
+    const std::function<bool(const std::string&)>& ready, std::string_view what,
+    bool merge_stderr) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  if (merge_stderr) posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -51,13 +63,19 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(std::string na
     return absl::InternalError(absl::StrCat("posix_spawn ", args[0], ": ", strerror(rc)));
   }
   auto process = std::unique_ptr<ChildProcess>(new ChildProcess(std::move(name), pid, fds[0]));
-  const std::string msg(ready_msg);
-  if (!process->WaitForLine(
-          [&](const std::string& line) { return JsonStr(line, "/msg") == msg; })) {
-    return absl::DeadlineExceededError(absl::StrCat(process->name_, " did not log \"", msg,
-                                                    "\"; its output:\n", process->Output()));
+  if (!process->WaitForLine(ready)) {
+    return absl::DeadlineExceededError(absl::StrCat(process->name_, " did not ", std::string(what),
+                                                    "; its output:\n", process->Output()));
   }
-  process->ready_line_ = process->FindLine(msg);
+  {
+    absl::MutexLock lock(&process->mu_);
+    for (const std::string& line : process->lines_) {
+      if (ready(line)) {
+        process->ready_line_ = line;
+        break;
+      }
+    }
+  }
   return process;
 }
 

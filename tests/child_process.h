@@ -33,6 +33,12 @@ class ChildProcess {
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(std::string name,
                                                              std::vector<std::string> args,
                                                              std::string_view ready_msg);
+  // The same for any program: ready when a line of its output satisfies `ready` (`what` names
+  // the wait in errors); stderr joins stdout when `merge_stderr`.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> StartWhen(
+      std::string name, std::vector<std::string> args,
+      const std::function<bool(const std::string&)>& ready, std::string_view what,
+      bool merge_stderr);
   // SIGKILLs the child if it was not reaped yet.
   ~ChildProcess();
 

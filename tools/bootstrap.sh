@@ -12,8 +12,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # metrics, crypto, compression, HTTP server and client
   prometheus-cpp-dev libssl-dev zlib1g-dev libboost1.81-dev libcurl4-openssl-dev
-  # storage, JSON, config
-  librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev
+  # storage, JSON, config; the NATS C client for the JetStream engine
+  librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev libnats-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl
   # fuzzing (tools/fuzz.sh): clang and its libFuzzer / sanitizer runtimes
@@ -38,12 +38,25 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "bootstrap: packages done"
 fi
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "bootstrap: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "bootstrap: done"
+# The NATS server the JetStream engine is tested against: a pinned current release built from the
+# Go module proxy (Debian's nats-server 2.9.10 predates features hookrelay relies on). Kept
+# outside the tree; tests find it there (or at $HOOKRELAY_NATS_SERVER).
+nats_version=v2.14.9
+nats_dir="$HOME/.cache/hookrelay-nats/$nats_version"
+if [ -x "$nats_dir/nats-server" ]; then
+  echo "bootstrap: nats-server $nats_version present"
+else
+  echo "bootstrap: building nats-server $nats_version (go install, about a minute)"
+  mkdir -p "$nats_dir"
+  GOBIN="$nats_dir" GOFLAGS=-buildvcs=false go install "github.com/nats-io/nats-server/v2@$nats_version"
+  "$nats_dir/nats-server" --version
+fi
