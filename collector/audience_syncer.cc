@@ -210,6 +210,7 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
 
   AudienceSyncPlan plan;
   plan.audience_id = a.id();
+  plan.sources = sources;
   plan.log_position = input.log_position;
   plan.rechecks_done = std::move(input.rechecks_due);
   uint64_t entered = 0;

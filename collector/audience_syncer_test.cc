@@ -237,6 +237,44 @@ TEST_F(AudienceSyncerTest, DeletingAMember) {
   EXPECT_TRUE(Sent().empty());
 }
 
+// A user deleted between a sync's evaluation and its commit gets no identify, in either
+// direction, and the member count stays right.
+TEST_F(AudienceSyncerTest, DeletionBetweenEvaluationAndCommit) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  Identify("web", "u1", R"({"plan":"free"})");  // u1 is leaving...
+  Identify("web", "u2", R"({"plan":"pro"})");   // ...u2 entering.
+  const std::vector<std::string> sources = {"web", "ios"};
+  absl::StatusOr<AudienceSyncInput> input =
+      store_->BeginAudienceSync("aud_power", sources, clock_.Now());
+  ASSERT_TRUE(input.ok()) << input.status();
+  AudienceSyncPlan plan;
+  plan.audience_id = "aud_power";
+  plan.sources = sources;
+  plan.log_position = input->log_position;
+  for (const auto& [user, member] : {std::pair<std::string, bool>{"u1", false}, {"u2", true}}) {
+    plan.changes.emplace_back(user, member);
+    hookrelay::v1::Job& job = plan.jobs.emplace_back();
+    job.set_user_id(user);
+    job.set_destination_id("hook");
+    job.set_source_id("web");
+    job.set_type(hookrelay::v1::IDENTIFY);
+  }
+  for (const char* user : {"u1", "u2"}) {  // Both deleted before the commit.
+    DeletionPlan deletion;
+    deletion.record.set_id(absl::StrCat("del_", user));
+    deletion.record.set_user_id(user);
+    deletion.record.add_source_ids("web");
+    deletion.audience_ids.push_back("aud_power");
+    ASSERT_TRUE(store_->ApplyDeletion(std::move(deletion)).ok());
+  }
+  absl::StatusOr<AudienceState> state = store_->CommitAudienceSync(std::move(plan));
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->members(), 0u);
+  EXPECT_TRUE(Sent().empty());
+}
+
 // An audience removed from the configuration is dropped (nothing sent); defined again, it is
 // computed afresh.
 TEST_F(AudienceSyncerTest, DroppedAudienceStartsOver) {

@@ -91,6 +91,9 @@ struct AudienceUser {
 
 struct AudienceSyncPlan {
   std::string audience_id;
+  // The audience's sources (a change of a user deleted since the evaluation is dropped at commit:
+  // an entry needs a profile in one of them, an exit a membership still recorded).
+  std::vector<std::string> sources;
   uint64_t log_position = 0;
   // Membership changes: user → member now. The store adjusts the member count.
   std::vector<std::pair<std::string, bool>> changes;

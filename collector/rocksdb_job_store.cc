@@ -2016,6 +2016,44 @@ absl::StatusOr<hookrelay::v1::AudienceState> RocksDbJobStore::CommitAudienceSync
                    GetAudienceState(plan.audience_id));
   hookrelay::v1::AudienceState state = plan.stats;
   int64_t members = previous.has_value() ? static_cast<int64_t>(previous->members()) : 0;
+  // A user deleted after the evaluation (deletions run between writes, like this commit) gets no
+  // identify: an entry needs a profile still, an exit a membership still recorded.
+  if (!plan.changes.empty()) {
+    RETURN_IF_ERROR(FlushAppendOnly(profiles_cf_, "flushing profiles"));
+    absl::flat_hash_set<std::string> gone;
+    for (const auto& [user, member] : plan.changes) {
+      std::string ignored;
+      bool present = false;
+      if (member) {
+        for (const std::string& source : plan.sources) {
+          const rocksdb::Status s =
+              db_->Get(rocksdb::ReadOptions(), profiles_cf_, ProfileKey(user, source), &ignored);
+          if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "reading a profile");
+          if (s.ok()) {
+            present = true;
+            break;
+          }
+        }
+      } else {
+        const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), audiences_cf_,
+                                           MemberKey(plan.audience_id, user), &ignored);
+        if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "reading a membership");
+        present = s.ok();
+      }
+      if (!present) gone.insert(user);
+    }
+    if (!gone.empty()) {
+      plan.changes.erase(std::remove_if(plan.changes.begin(), plan.changes.end(),
+                                        [&](const auto& c) { return gone.contains(c.first); }),
+                         plan.changes.end());
+      plan.jobs.erase(std::remove_if(plan.jobs.begin(), plan.jobs.end(),
+                                     [&](const Job& j) { return gone.contains(j.user_id()); }),
+                      plan.jobs.end());
+      plan.rechecks.erase(std::remove_if(plan.rechecks.begin(), plan.rechecks.end(),
+                                         [&](const auto& r) { return gone.contains(r.first); }),
+                          plan.rechecks.end());
+    }
+  }
   rocksdb::WriteBatch batch;
   for (const auto& [user, member] : plan.changes) {
     const std::string key = MemberKey(plan.audience_id, user);
