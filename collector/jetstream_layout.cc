@@ -1,0 +1,200 @@
+#include "collector/jetstream_layout.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace hookrelay::collector {
+namespace {
+
+// JetStream's "not found" API error codes.
+constexpr int64_t kStreamNotFound = 10059;
+constexpr int64_t kConsumerNotFound = 10014;
+
+struct ApiReply {
+  std::string body;
+  int64_t error_code = 0;  // JetStream's err_code, 0 when none.
+  std::string error;
+};
+
+absl::StatusOr<ApiReply> Request(natsConnection* nc, const std::string& subject,
+                                 const std::string& body, absl::Duration timeout) {
+  natsMsg* reply = nullptr;
+  const natsStatus s = natsConnection_RequestString(&reply, nc, subject.c_str(), body.c_str(),
+                                                    absl::ToInt64Milliseconds(timeout));
+  if (s != NATS_OK) {
+    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": ",
+                                               natsStatus_GetText(s)));
+  }
+  ApiReply out;
+  out.body.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+  natsMsg_Destroy(reply);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(out.body).get(doc) != simdjson::SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": unreadable answer"));
+  }
+  simdjson::dom::object error;
+  if (doc["error"].get_object().get(error) == simdjson::SUCCESS) {
+    int64_t code = 0;
+    if (error["err_code"].get_int64().get(code) != simdjson::SUCCESS) code = -1;
+    out.error_code = code;
+    std::string_view description;
+    if (error["description"].get_string().get(description) != simdjson::SUCCESS) {
+      description = "(no description)";
+    }
+    out.error = std::string(description);
+  }
+  return out;
+}
+
+// The setting `key` of the config object in `body` ("config" of a stream or consumer info) as
+// compact text; "" when absent.
+std::string Setting(simdjson::dom::object config, std::string_view key) {
+  simdjson::dom::element e;
+  if (config[key].get(e) != simdjson::SUCCESS) return "";
+  if (e.is_string()) return std::string(e.get_string().value());
+  if (e.is_array()) {
+    std::vector<std::string> items;
+    for (simdjson::dom::element item : e.get_array()) {
+      std::string_view s;
+      if (item.get_string().get(s) == simdjson::SUCCESS) items.emplace_back(s);
+    }
+    std::sort(items.begin(), items.end());
+    return absl::StrJoin(items, ",");
+  }
+  return simdjson::minify(e);
+}
+
+struct Wanted {
+  std::string key;
+  std::string value;
+  std::string why;
+};
+
+absl::Status Check(const std::string& what, const std::string& info_body,
+                   const std::vector<Wanted>& wanted) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object config;
+  if (parser.parse(info_body)["config"].get_object().get(config) != simdjson::SUCCESS) {
+    return absl::UnavailableError(absl::StrCat(what, ": the info answer has no config"));
+  }
+  std::vector<std::string> problems;
+  for (const Wanted& w : wanted) {
+    const std::string found = Setting(config, w.key);
+    if (found != w.value) {
+      problems.push_back(absl::StrCat(w.key, " is ", found.empty() ? "unset" : found,
+                                      ", hookrelay needs ", w.value, " (", w.why, ")"));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " exists with other settings: ", absl::StrJoin(problems, "; "),
+      ". Change it (nats stream/consumer edit) or remove it so hookrelay creates it."));
+}
+
+absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
+                          const std::string& name, const std::string& config,
+                          const std::vector<Wanted>& wanted) {
+  absl::StatusOr<ApiReply> info =
+      Request(nc, absl::StrCat("$JS.API.STREAM.INFO.", name), "", layout.request_timeout);
+  if (!info.ok()) return info.status();
+  const std::string what = absl::StrCat("JetStream stream ", name);
+  if (info->error_code == 0) return Check(what, info->body, wanted);
+  if (info->error_code != kStreamNotFound) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", info->error));
+  }
+  absl::StatusOr<ApiReply> created =
+      Request(nc, absl::StrCat("$JS.API.STREAM.CREATE.", name), config, layout.request_timeout);
+  if (!created.ok()) return created.status();
+  if (created->error_code != 0) {
+    return absl::UnavailableError(absl::StrCat("creating ", what, ": ", created->error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace internal {
+
+std::string JobsStreamConfig(const JetStreamLayout& layout) {
+  return absl::StrCat(R"({"name":")", kJobsStream, R"(","subjects":[")", kReadySubject, R"(",")",
+                      kScheduleSubjects,
+                      R"("],"retention":"workqueue","storage":"file","num_replicas":)",
+                      layout.replicas,
+                      R"(,"allow_msg_schedules":true,"allow_rollup_hdrs":true,)"
+                      R"("duplicate_window":120000000000})");
+}
+
+std::string DeadStreamConfig(const JetStreamLayout& layout) {
+  return absl::StrCat(R"({"name":")", kDeadStream, R"(","subjects":[")", kDeadSubjects,
+                      R"("],"retention":"limits","storage":"file","num_replicas":)",
+                      layout.replicas, "}");
+}
+
+std::string DispatchConsumerConfig(const JetStreamLayout& layout) {
+  return absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":{"durable_name":")",
+                      kDispatchConsumer, R"(","filter_subject":")", kReadySubject,
+                      R"(","ack_policy":"explicit","ack_wait":)",
+                      absl::ToInt64Nanoseconds(layout.ack_wait),
+                      R"(,"max_deliver":-1,"max_ack_pending":)", layout.max_ack_pending,
+                      "}}");
+}
+
+}  // namespace internal
+
+absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout) {
+  if (layout.replicas != 1 && layout.replicas != 3 && layout.replicas != 5) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nats_replicas is ", layout.replicas, "; use 1, 3 or 5"));
+  }
+  if (layout.ack_wait < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("the JetStream lease (ack wait) must be at least 1s");
+  }
+  const std::string replicas = absl::StrCat(layout.replicas);
+  absl::Status st = EnsureStream(
+      nc, layout, kJobsStream, internal::JobsStreamConfig(layout),
+      {{"subjects", absl::StrCat(kReadySubject, ",", kScheduleSubjects), "jobs and retries"},
+       {"retention", "workqueue", "each job is taken once"},
+       {"storage", "file", "acknowledged events survive restarts"},
+       {"num_replicas", replicas, "--nats_replicas"},
+       {"allow_msg_schedules", "true", "retries are message schedules"}});
+  if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kDeadStream, internal::DeadStreamConfig(layout),
+                    {{"subjects", kDeadSubjects, "dead letters by destination"},
+                     {"storage", "file", "dead letters survive restarts"},
+                     {"num_replicas", replicas, "--nats_replicas"}});
+  if (!st.ok()) return st;
+
+  const std::string what = absl::StrCat("JetStream consumer ", kJobsStream, "/", kDispatchConsumer);
+  absl::StatusOr<ApiReply> info = Request(
+      nc, absl::StrCat("$JS.API.CONSUMER.INFO.", kJobsStream, ".", kDispatchConsumer), "",
+      layout.request_timeout);
+  if (!info.ok()) return info.status();
+  if (info->error_code == 0) {
+    return Check(what, info->body,
+                 {{"filter_subject", kReadySubject, "it dispatches due jobs"},
+                  {"ack_policy", "explicit", "each job is settled"},
+                  {"ack_wait", absl::StrCat(absl::ToInt64Nanoseconds(layout.ack_wait)), "the lease"},
+                  {"max_deliver", "-1", "retries are hookrelay's"}});
+  }
+  if (info->error_code != kConsumerNotFound) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", info->error));
+  }
+  absl::StatusOr<ApiReply> created = Request(
+      nc, absl::StrCat("$JS.API.CONSUMER.CREATE.", kJobsStream, ".", kDispatchConsumer),
+      internal::DispatchConsumerConfig(layout), layout.request_timeout);
+  if (!created.ok()) return created.status();
+  if (created->error_code != 0) {
+    return absl::UnavailableError(absl::StrCat("creating ", what, ": ", created->error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hookrelay::collector

@@ -1,0 +1,59 @@
+// The JetStream engine's streams and consumer (issue 12; docs/DESIGN.md, "The JetStream
+// engine"): created when missing, checked when present. A setting that matters and differs is a
+// start-up error naming the stream, the setting, what is there and what hookrelay needs — never
+// a silent change of someone's stream.
+//
+//   HR_JOBS   subjects hr.jobs.ready (due now) and hr.jobs.sched.* (retries: one message-schedule
+//             definition per job); work-queue retention, file storage, `replicas` copies,
+//             message schedules allowed.
+//   HR_DEAD   subject hr.dead.> (dead letters by destination); limits retention, file storage.
+//   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready, explicit acks, ack wait = the
+//             lease, no delivery limit (retries are hookrelay's, by schedule).
+//
+// Streams and consumers are created through the JSON API: cnats 3.4 (Debian) predates
+// `allow_msg_schedules`.
+#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_
+#define HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_
+
+#include <nats/nats.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace hookrelay::collector {
+
+inline constexpr char kJobsStream[] = "HR_JOBS";
+inline constexpr char kDeadStream[] = "HR_DEAD";
+inline constexpr char kDispatchConsumer[] = "dispatch";
+inline constexpr char kReadySubject[] = "hr.jobs.ready";
+inline constexpr char kScheduleSubjects[] = "hr.jobs.sched.*";
+inline constexpr char kDeadSubjects[] = "hr.dead.>";
+
+struct JetStreamLayout {
+  // --nats_replicas: copies of every stream (1, 3 or 5).
+  int replicas = 3;
+  // The lease of a dispatched job (the consumer's ack wait).
+  absl::Duration ack_wait = absl::Seconds(90);
+  // Jobs dispatched and not yet settled, across every collector.
+  int max_ack_pending = 100'000;
+  // How long one API request may take (leader elections make the first ones slow).
+  absl::Duration request_timeout = absl::Seconds(5);
+};
+
+// Creates what is missing and checks what exists; idempotent. Errors: INVALID_ARGUMENT for bad
+// options, FAILED_PRECONDITION for a mismatch (the message says what to change), UNAVAILABLE
+// when the cluster does not answer (the caller retries).
+absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout);
+
+namespace internal {
+// The JSON configs sent to the API (for tests and docs).
+std::string JobsStreamConfig(const JetStreamLayout& layout);
+std::string DeadStreamConfig(const JetStreamLayout& layout);
+std::string DispatchConsumerConfig(const JetStreamLayout& layout);
+}  // namespace internal
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_

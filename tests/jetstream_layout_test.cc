@@ -1,0 +1,126 @@
+// The JetStream engine's streams and consumer on a real 3-node cluster: created when missing,
+// left alone when they match (idempotent), and a mismatch in a setting that matters is a clear
+// start-up error naming the setting.
+#include "collector/jetstream_layout.h"
+
+#include <nats/nats.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/nats_cluster.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using ::testing::HasSubstr;
+
+class JetStreamLayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<test::NatsCluster>> started = test::NatsCluster::Start(3);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = *std::move(started);
+    urls_ = absl::StrSplit(cluster_->urls(), ',');
+    std::vector<const char*> servers;
+    for (const std::string& u : urls_) servers.push_back(u.c_str());
+    ASSERT_EQ(natsOptions_Create(&opts_), NATS_OK);
+    ASSERT_EQ(natsOptions_SetServers(opts_, servers.data(), static_cast<int>(servers.size())),
+              NATS_OK);
+    ASSERT_EQ(natsConnection_Connect(&nc_, opts_), NATS_OK);
+  }
+  void TearDown() override {
+    if (nc_ != nullptr) natsConnection_Destroy(nc_);
+    if (opts_ != nullptr) natsOptions_Destroy(opts_);
+  }
+
+  // Ensure, retried while the cluster elects its leaders (UNAVAILABLE).
+  absl::Status Ensure(const JetStreamLayout& layout) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    absl::Status st = EnsureJetStreamLayout(nc_, layout);
+    while (absl::IsUnavailable(st) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(300));
+      st = EnsureJetStreamLayout(nc_, layout);
+    }
+    return st;
+  }
+
+  std::string Api(const std::string& subject, const std::string& body = "") {
+    natsMsg* reply = nullptr;
+    if (natsConnection_RequestString(&reply, nc_, subject.c_str(), body.c_str(), 5000) != NATS_OK) {
+      return "";
+    }
+    std::string out(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+    natsMsg_Destroy(reply);
+    return out;
+  }
+
+  std::unique_ptr<test::NatsCluster> cluster_;
+  std::vector<std::string> urls_;
+  natsOptions* opts_ = nullptr;
+  natsConnection* nc_ = nullptr;
+};
+
+TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
+  JetStreamLayout layout;
+  ASSERT_TRUE(Ensure(layout).ok()) << Ensure(layout);
+  const std::string jobs = Api("$JS.API.STREAM.INFO.HR_JOBS");
+  EXPECT_THAT(jobs, HasSubstr(R"("num_replicas":3)"));
+  EXPECT_THAT(jobs, HasSubstr(R"("allow_msg_schedules":true)"));
+  EXPECT_THAT(jobs, HasSubstr(R"("retention":"workqueue")"));
+  EXPECT_THAT(Api("$JS.API.CONSUMER.INFO.HR_JOBS.dispatch"), HasSubstr(R"("ack_policy":"explicit")"));
+
+  // Idempotent: a second collector starting finds everything as it should be.
+  EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());
+
+  // Another replication or lease: refused, naming the setting, nothing changed.
+  JetStreamLayout r1 = layout;
+  r1.replicas = 1;
+  absl::Status st = EnsureJetStreamLayout(nc_, r1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("HR_JOBS"));
+  EXPECT_THAT(st.message(), HasSubstr("num_replicas is 3, hookrelay needs 1 (--nats_replicas)"));
+  JetStreamLayout lease = layout;
+  lease.ack_wait = absl::Seconds(30);
+  st = EnsureJetStreamLayout(nc_, lease);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("HR_JOBS/dispatch"));
+  EXPECT_THAT(st.message(), HasSubstr("ack_wait is 90000000000, hookrelay needs 30000000000"));
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));
+}
+
+TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {
+  // Someone's HR_DEAD with other subjects and memory storage.
+  std::string answer;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    answer = Api("$JS.API.STREAM.CREATE.HR_DEAD",
+                 R"({"name":"HR_DEAD","subjects":["other.>"],"storage":"memory","num_replicas":3})");
+    if (!absl::StrContains(answer, "\"error\"") && !answer.empty()) break;
+    absl::SleepFor(absl::Milliseconds(300));
+  } while (absl::Now() < deadline);
+  ASSERT_FALSE(absl::StrContains(answer, "\"error\"")) << answer;
+  const absl::Status st = Ensure(JetStreamLayout());
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("JetStream stream HR_DEAD exists with other settings"));
+  EXPECT_THAT(st.message(), HasSubstr("subjects is other.>, hookrelay needs hr.dead.>"));
+  EXPECT_THAT(st.message(), HasSubstr("storage is memory, hookrelay needs file"));
+}
+
+TEST(JetStreamLayoutOptionsTest, BadOptions) {
+  JetStreamLayout layout;
+  layout.replicas = 2;
+  EXPECT_EQ(EnsureJetStreamLayout(nullptr, layout).code(), absl::StatusCode::kInvalidArgument);
+  layout.replicas = 3;
+  layout.ack_wait = absl::Milliseconds(10);
+  EXPECT_EQ(EnsureJetStreamLayout(nullptr, layout).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
