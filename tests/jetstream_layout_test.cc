@@ -75,6 +75,8 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(jobs, HasSubstr(R"("allow_msg_schedules":true)"));
   EXPECT_THAT(jobs, HasSubstr(R"("retention":"workqueue")"));
   EXPECT_THAT(Api("$JS.API.CONSUMER.INFO.HR_JOBS.dispatch"), HasSubstr(R"("ack_policy":"explicit")"));
+  const std::string dead = Api("$JS.API.STREAM.INFO.HR_DEAD");
+  EXPECT_THAT(dead, HasSubstr(R"("subjects":["hr.dead.\u003e"])")) << dead;
 
   // Idempotent: a second collector starting finds everything as it should be.
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());

@@ -1,0 +1,139 @@
+// The JetStream engine's job flow (issue 12, in progress; docs/DESIGN.md, "The JetStream
+// engine"): jobs as messages of HR_JOBS, leased through the shared durable pull consumer, retried
+// through message schedules, dead-lettered to HR_DEAD. Not selectable with --store yet: the
+// job-store seam is being reshaped for it (issue 12 §1), and dedup over 24 h, dead-letter
+// listing and replay, deletions, audiences and config are still to come; those calls answer
+// UNIMPLEMENTED naming the issue.
+//
+// What holds already:
+// - Append completes when every job of the batch has its publish ack from the stream at the
+//   configured replication (asynchronous, pipelined publishes); each job carries a Nats-Msg-Id
+//   derived from its event's dedup key and destination, so a retried publish is stored once
+//   within the stream's duplicate window (2 min).
+// - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
+//   used). A job leased by a collector that dies returns to the others when it expires.
+// - Retry publishes the job with the attempt recorded to hr.jobs.sched.<job id> as a one-shot
+//   schedule for not_before (rounded up to a whole second), then acks the leased message: the
+//   job waits in the stream, outside the consumer's ack-pending window, and the server makes it
+//   ready at its time. A crash between the two re-delivers (at-least-once).
+// - Job ids are the stream sequence of the message leased (a retried job gets a new one).
+#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
+#define HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
+
+#include <nats/nats.h>
+
+#include <cstdint>
+#include <deque>
+#include <thread>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "collector/jetstream_layout.h"
+#include "collector/job_store.h"
+#include "common/clock.h"
+
+namespace hookrelay::collector {
+
+class JetStreamJobStore final : public JobStore {
+ public:
+  struct Options {
+    // --nats_url: comma-separated nats:// URLs.
+    std::string urls;
+    JetStreamLayout layout;
+    // Time for attempt stamps and retry due times (the server owns when a schedule fires). Not
+    // owned; nullptr = real time.
+    const common::Clock* clock = nullptr;
+    // How long to wait for the cluster at start (streams created or checked).
+    absl::Duration connect_timeout = absl::Seconds(30);
+  };
+
+  static absl::StatusOr<std::unique_ptr<JetStreamJobStore>> Open(Options options);
+  ~JetStreamJobStore() override;
+
+  void Append(std::vector<AppendItem> items, AppendCallback done) override;
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) override;
+  absl::Status Complete(uint64_t job_id, uint64_t lease) override;
+  absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                     const hookrelay::v1::Attempt& attempt) override;
+  absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                    const hookrelay::v1::Attempt& attempt) override;
+  absl::Status WriteHealth() const override;
+  JobCounts Counts() override;
+  absl::Time NextDue() override;
+
+  // Not yet on this engine (issue 12): UNIMPLEMENTED.
+  absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) override;
+  absl::StatusOr<size_t> Replay(const DeadFilter& filter) override;
+  absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id) override;
+  absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) override;
+  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id) override;
+  absl::StatusOr<std::vector<hookrelay::v1::Deletion>> ListDeletions(std::string_view before_id,
+                                                                     size_t limit) override;
+  absl::StatusOr<AudienceSyncInput> BeginAudienceSync(std::string_view audience_id,
+                                                      const std::vector<std::string>& sources,
+                                                      absl::Time now) override;
+  absl::StatusOr<std::vector<AudienceUser>> ReadAudienceUsers(
+      std::string_view audience_id, const std::vector<std::string>& users,
+      const std::vector<std::string>& sources) override;
+  absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSync(AudienceSyncPlan plan) override;
+  absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> GetAudienceState(
+      std::string_view audience_id) override;
+  absl::Status DropAudience(std::string_view audience_id) override;
+  absl::StatusOr<std::optional<std::string>> LoadConfig() override;
+  absl::Status SaveConfig(std::string_view bytes) override;
+
+ private:
+  // One Append waiting for its publish acks.
+  struct PendingAppend {
+    size_t outstanding = 0;
+    absl::Status status;
+    AppendResult result;
+    AppendCallback done;
+  };
+  struct Leased {
+    natsMsg* msg = nullptr;
+    uint64_t lease = 0;
+  };
+
+  JetStreamJobStore(Options options, const common::Clock& clock);
+  static void OnPublishAck(jsCtx* js, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* self);
+  void Acked(natsMsg* msg, const absl::Status& status, bool duplicate);
+  // Takes the leased message of (job_id, lease) out of the map, or says why not.
+  absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
+  absl::Status PublishSync(const std::string& subject, const std::string& body,
+                           const std::vector<std::pair<std::string, std::string>>& headers);
+
+  const Options options_;
+  const common::Clock& clock_;
+  natsOptions* nats_options_ = nullptr;
+  natsConnection* nc_ = nullptr;
+  jsCtx* js_ = nullptr;
+  natsSubscription* dispatch_ = nullptr;
+
+  absl::Mutex mu_;
+  struct Publishing {
+    std::shared_ptr<PendingAppend> append;
+    size_t item = 0;
+    absl::Time first_failure = absl::InfiniteFuture();
+  };
+  absl::flat_hash_map<natsMsg*, Publishing> publishing_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Leased> leased_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  // Lease() fetches one batch at a time.
+  absl::Mutex fetch_mu_;
+  // Publishes refused for a moment (no responders while a node rejoins, a leader election) are
+  // sent again after a pause, for up to kRepublishFor, by this thread.
+  void RepublishLoop();
+  std::deque<std::pair<absl::Time, natsMsg*>> republish_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread republisher_;
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
