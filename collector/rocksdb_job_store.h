@@ -23,10 +23,17 @@
 // user was seen in are keys of the `users` family, written in the append's own batch the first
 // time a (user, source) pair is seen (a bounded cache of pairs already written keeps repeats off
 // the hot path); the user's dead letters are indexed there when buried; the user's pending jobs
-// are indexed in memory only (rebuilt by Open from the jobs it reads anyway). ApplyDeletion runs
-// on the preparer thread between two group commits: it waits for the group being written, then
-// reads and writes only the user's keys, so appends queue behind it for a time proportional to
-// that user's data. Purged jobs still in the ready/scheduled heaps are tombstoned and skipped.
+// are indexed in memory only (rebuilt by Open from the user hash in each job's header).
+// ApplyDeletion runs on the preparer thread between two group commits (a kExclusive op): it waits
+// for the group being written, then reads and writes only the user's keys, so appends queue
+// behind it for a time proportional to that user's data. Purged jobs still in the ready/scheduled
+// heaps are tombstoned and skipped.
+//
+// Audience profiles (SPEC §6.2) are merge operands in the `profiles` family, written in the
+// append's batch; the `audiences` family holds the profile change log, memberships, rechecks and
+// sync states. Audience commits and change-log marks are kExclusive ops too. The `users` and
+// `profiles` families only take appends on the hot path, in random key order: they have vector
+// memtables (O(1) inserts) and are flushed before a deletion or a sync reads them.
 //
 // A full disk or an I/O error: the store never aborts. A failed write fails its appends (with
 // UNAVAILABLE and a message without file paths), marks the store unwritable (WriteHealth, the
