@@ -14,6 +14,8 @@ namespace {
 using hookrelay::v1::Job;
 
 constexpr absl::Duration kRepublishFor = absl::Seconds(10);
+constexpr char kConfigBucket[] = "hr_config";
+constexpr char kConfigKey[] = "config";
 
 constexpr int kMaxHistory = 10;
 
@@ -90,6 +92,19 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   if (s != NATS_OK) return NatsError("JetStream context", s);
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
 
+  // The configuration bucket: bound when it exists, created (replicated like the jobs) when not.
+  s = js_KeyValue(&store->config_kv_, store->js_, kConfigBucket);
+  if (s == NATS_NOT_FOUND) {
+    kvConfig kv_config;
+    kvConfig_Init(&kv_config);
+    kv_config.Bucket = kConfigBucket;
+    kv_config.History = 5;
+    kv_config.StorageType = js_FileStorage;
+    kv_config.Replicas = o.layout.replicas;
+    s = js_CreateKeyValue(&store->config_kv_, store->js_, &kv_config);
+  }
+  if (s != NATS_OK) return NatsError("the configuration bucket hr_config", s);
+
   jsSubOptions sub_options;
   jsSubOptions_Init(&sub_options);
   sub_options.Stream = kJobsStream;
@@ -156,6 +171,7 @@ JetStreamJobStore::~JetStreamJobStore() {
     for (auto& [id, leased] : leased_) natsMsg_Destroy(leased.msg);  // Their leases expire.
     leased_.clear();
   }
+  if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   if (js_ != nullptr) jsCtx_Destroy(js_);
   if (nc_ != nullptr) natsConnection_Destroy(nc_);
@@ -478,10 +494,21 @@ absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> JetStreamJobStore::G
 }
 absl::Status JetStreamJobStore::DropAudience(std::string_view) { return NotYet("audiences"); }
 absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
-  return NotYet("configuration at run time");
+  kvEntry* entry = nullptr;
+  const natsStatus s = kvStore_Get(&entry, config_kv_, kConfigKey);
+  if (s == NATS_NOT_FOUND) return std::optional<std::string>();
+  if (s != NATS_OK) return NatsError("reading the stored configuration", s);
+  std::string value(static_cast<const char*>(kvEntry_Value(entry)),
+                    static_cast<size_t>(kvEntry_ValueLen(entry)));
+  kvEntry_Destroy(entry);
+  return std::optional<std::string>(std::move(value));
 }
-absl::Status JetStreamJobStore::SaveConfig(std::string_view) {
-  return NotYet("configuration at run time");
+
+absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
+  uint64_t revision = 0;
+  const natsStatus s = kvStore_Put(&revision, config_kv_, kConfigKey, bytes.data(),
+                                   static_cast<int>(bytes.size()));
+  return s == NATS_OK ? absl::OkStatus() : NatsError("writing the configuration", s);
 }
 
 }  // namespace hookrelay::collector

@@ -2,8 +2,8 @@
 // engine"): jobs as messages of HR_JOBS, leased through the shared durable pull consumer, retried
 // through message schedules, dead-lettered to HR_DEAD. Not selectable with --store yet: the
 // job-store seam is being reshaped for it (issue 12 §1), and dedup over 24 h, dead-letter
-// listing and replay, deletions, audiences and config are still to come; those calls answer
-// UNIMPLEMENTED naming the issue.
+// listing and replay, deletions, audiences and config watches are still to come; those calls
+// answer UNIMPLEMENTED naming the issue.
 //
 // What holds already:
 // - Append completes when every job of the batch has its publish ack from the stream at the
@@ -63,6 +63,11 @@ class JetStreamJobStore final : public JobStore {
   absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
                     const hookrelay::v1::Attempt& attempt) override;
   absl::Status WriteHealth() const override;
+  // The configuration managed at run time, in the KV bucket hr_config (key "config"), replicated
+  // like the jobs: every collector of the cluster reads the same one. (Watching it for changes
+  // made through another collector is still to come.)
+  absl::StatusOr<std::optional<std::string>> LoadConfig() override;
+  absl::Status SaveConfig(std::string_view bytes) override;
   JobCounts Counts() override;
   absl::Time NextDue() override;
 
@@ -84,8 +89,6 @@ class JetStreamJobStore final : public JobStore {
   absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> GetAudienceState(
       std::string_view audience_id) override;
   absl::Status DropAudience(std::string_view audience_id) override;
-  absl::StatusOr<std::optional<std::string>> LoadConfig() override;
-  absl::Status SaveConfig(std::string_view bytes) override;
 
  private:
   // One Append waiting for its publish acks.
@@ -114,6 +117,7 @@ class JetStreamJobStore final : public JobStore {
   natsConnection* nc_ = nullptr;
   jsCtx* js_ = nullptr;
   natsSubscription* dispatch_ = nullptr;
+  kvStore* config_kv_ = nullptr;
 
   absl::Mutex mu_;
   struct Publishing {

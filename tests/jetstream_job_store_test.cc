@@ -137,6 +137,18 @@ TEST(JetStreamJobStoreTest, JobFlowOnAThreeNodeCluster) {
   EXPECT_TRUE(LeaseN(store, 1, absl::Milliseconds(300)).empty());
   EXPECT_EQ(store.Counts().ready, 0);
 
+  // The configuration managed at run time is the cluster's: another collector reads it.
+  EXPECT_FALSE(store.LoadConfig().value_or(std::optional<std::string>("x")).has_value());
+  ASSERT_TRUE(store.SaveConfig(std::string("v1\0bytes", 8)).ok());
+  ASSERT_TRUE(store.SaveConfig("v2").ok());
+  {
+    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> other = JetStreamJobStore::Open(options);
+    ASSERT_TRUE(other.ok()) << other.status();
+    absl::StatusOr<std::optional<std::string>> loaded = (*other)->LoadConfig();
+    ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+    EXPECT_EQ(**loaded, "v2");
+  }
+
   // Not on this engine yet: a clear refusal, not a silent no-op.
   EXPECT_EQ(store.ListDead(DeadFilter()).status().code(), absl::StatusCode::kUnimplemented);
 }
