@@ -17,6 +17,11 @@ ABSL_FLAG(std::string, config, "",
           "read-only through the admin API; without it the collector is set up through the "
           "admin API alone");
 ABSL_FLAG(std::string, data_dir, "./data", "embedded job store directory");
+ABSL_FLAG(std::string, store, "embedded",
+          "job store engine: embedded (RocksDB under --data_dir) or jetstream (a NATS JetStream "
+          "cluster at --nats_url; a preview, see docs/DESIGN.md)");
+ABSL_FLAG(std::string, nats_url, "", "--store=jetstream: comma-separated nats:// URLs");
+ABSL_FLAG(int, nats_replicas, 3, "--store=jetstream: copies of every stream (1, 3 or 5)");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",
           "gRPC address (Ingest, Subscribe, Admin, health, reflection); port 0 picks a free port");
 ABSL_FLAG(std::string, http_address, "0.0.0.0:8080", "HTTP tracking API address (/v1/*)");
@@ -54,6 +59,13 @@ int main(int argc, char** argv) {
   hookrelay::collector::Server::Options options;
   options.config_path = absl::GetFlag(FLAGS_config);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.store = absl::GetFlag(FLAGS_store);
+  options.nats_url = absl::GetFlag(FLAGS_nats_url);
+  options.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
+  if (options.store == "jetstream" && options.nats_url.empty()) {
+    hookrelay::common::LogError("--store=jetstream needs --nats_url (nats://host:port,...)");
+    return 2;
+  }
   options.grpc_address = absl::GetFlag(FLAGS_grpc_address);
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);

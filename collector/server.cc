@@ -23,6 +23,7 @@
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
+#include "collector/jetstream_job_store.h"
 #include "collector/rocksdb_job_store.h"
 #include "collector/audience_syncer.h"
 #include "collector/routing.h"
@@ -107,7 +108,7 @@ struct Server::Impl {
   std::shared_ptr<JobCountsCollectable> job_counts;
   std::unique_ptr<IngestMetrics> metrics;
   std::unique_ptr<RoutingHolder> routing;
-  std::unique_ptr<RocksDbJobStore> store;
+  std::unique_ptr<JobStore> store;
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<CollectorService> service;
@@ -167,25 +168,47 @@ absl::Status Server::Start() {
   s.metrics_port = s.exposer->port();
   s.metrics = std::make_unique<IngestMetrics>(*s.registry);
 
-  RocksDbJobStore::Options store_options;
-  store_options.path = s.options.data_dir;
-  store_options.clock = s.options.clock;
-  store_options.dedup_window = s.options.dedup_window;
-  store_options.registry = s.registry.get();
-  store_options.on_write_health = [&s](bool writable) {
-    {
-      absl::MutexLock lock(&s.health_mu);
-      s.store_writable = writable;
-    }
-    s.PublishHealth();
-  };
-  absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
-  if (!store.ok()) return store.status();
-  s.store = *std::move(store);
+  if (s.options.store == "jetstream") {
+    JetStreamJobStore::Options store_options;
+    store_options.urls = s.options.nats_url;
+    store_options.layout.replicas = s.options.nats_replicas;
+    store_options.layout.ack_wait = s.options.lease_duration;
+    store_options.clock = s.options.clock;
+    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store =
+        JetStreamJobStore::Open(store_options);
+    if (!store.ok()) return store.status();
+    s.store = *std::move(store);
+    common::LogWarning("the JetStream engine is a preview: dead-letter listing and replay, "
+                       "deletions and audiences answer UNIMPLEMENTED, de-duplication covers "
+                       "2 minutes; see docs/DESIGN.md",
+                       {{"nats_url", s.options.nats_url}, {"replicas", s.options.nats_replicas}});
+  } else if (s.options.store == "embedded") {
+    RocksDbJobStore::Options store_options;
+    store_options.path = s.options.data_dir;
+    store_options.clock = s.options.clock;
+    store_options.dedup_window = s.options.dedup_window;
+    store_options.registry = s.registry.get();
+    store_options.on_write_health = [&s](bool writable) {
+      {
+        absl::MutexLock lock(&s.health_mu);
+        s.store_writable = writable;
+      }
+      s.PublishHealth();
+    };
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
+    if (!store.ok()) return store.status();
+    s.store = *std::move(store);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store=", s.options.store, ": use embedded or jetstream"));
+  }
   s.job_counts = std::make_shared<JobCountsCollectable>(*s.store, *s.options.clock);
   s.exposer->Add(s.job_counts);
   const JobCounts counts = s.store->Counts();
-  common::LogInfo("job store opened", {{"data_dir", s.options.data_dir},
+  const std::string where =
+      s.options.store == "embedded" ? s.options.data_dir : s.options.nats_url;
+  common::LogInfo("job store opened", {{"store", s.options.store},
+                                       {"at", where},
                                        {"ready", counts.ready},
                                        {"scheduled", counts.scheduled},
                                        {"dead", counts.dead}});
