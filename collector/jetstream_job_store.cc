@@ -24,6 +24,19 @@ absl::Status NotYet(std::string_view what) {
       std::string(what), " is not available on the JetStream engine yet (issue 12); use --store=embedded"));
 }
 
+// Runs `call` again while it fails in a way that passes within seconds (a node rejoining, a leader
+// election: no responders, a timeout), for up to 10 s.
+template <typename Call>
+natsStatus RetryPassing(Call call) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  natsStatus s = call();
+  while ((s == NATS_NO_RESPONDERS || s == NATS_TIMEOUT) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(200));
+    s = call();
+  }
+  return s;
+}
+
 absl::Status NatsError(std::string_view what, natsStatus s) {
   return absl::UnavailableError(
       absl::StrCat("JetStream: ", std::string(what), ": ", natsStatus_GetText(s)));
@@ -93,7 +106,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
 
   // The configuration bucket: bound when it exists, created (replicated like the jobs) when not.
-  s = js_KeyValue(&store->config_kv_, store->js_, kConfigBucket);
+  s = RetryPassing([&] { return js_KeyValue(&store->config_kv_, store->js_, kConfigBucket); });
   if (s == NATS_NOT_FOUND) {
     kvConfig kv_config;
     kvConfig_Init(&kv_config);
@@ -101,7 +114,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
     kv_config.History = 5;
     kv_config.StorageType = js_FileStorage;
     kv_config.Replicas = o.layout.replicas;
-    s = js_CreateKeyValue(&store->config_kv_, store->js_, &kv_config);
+    s = RetryPassing([&] { return js_CreateKeyValue(&store->config_kv_, store->js_, &kv_config); });
   }
   if (s != NATS_OK) return NatsError("the configuration bucket hr_config", s);
 
@@ -495,7 +508,7 @@ absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> JetStreamJobStore::G
 absl::Status JetStreamJobStore::DropAudience(std::string_view) { return NotYet("audiences"); }
 absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
   kvEntry* entry = nullptr;
-  const natsStatus s = kvStore_Get(&entry, config_kv_, kConfigKey);
+  const natsStatus s = RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); });
   if (s == NATS_NOT_FOUND) return std::optional<std::string>();
   if (s != NATS_OK) return NatsError("reading the stored configuration", s);
   std::string value(static_cast<const char*>(kvEntry_Value(entry)),
@@ -506,8 +519,10 @@ absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
 
 absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
   uint64_t revision = 0;
-  const natsStatus s = kvStore_Put(&revision, config_kv_, kConfigKey, bytes.data(),
-                                   static_cast<int>(bytes.size()));
+  const natsStatus s = RetryPassing([&] {
+    return kvStore_Put(&revision, config_kv_, kConfigKey, bytes.data(),
+                       static_cast<int>(bytes.size()));
+  });
   return s == NATS_OK ? absl::OkStatus() : NatsError("writing the configuration", s);
 }
 
