@@ -68,16 +68,21 @@ absl::StatusOr<hookrelay::v1::SourceKind> ParseKind(std::string_view kind) {
                                                      "\" is not web, mobile or server"));
 }
 
+// A list call's page_size: 0 (the default) up to the limit.
+absl::Status CheckPageSize(int32_t page_size) {
+  if (page_size >= 0 && page_size <= AdminCore::kMaxPageSize) return absl::OkStatus();
+  return InvalidField(
+      "pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
+                               "; at most ", AdminCore::kMaxPageSize, " (0 = ",
+                               AdminCore::kDefaultPageSize, ")"));
+}
+
 // The page of `ids` (sorted) after `token`, at most `page_size`; sets next_page_token.
 template <typename T, typename IdOf>
 absl::StatusOr<std::vector<const T*>> Page(const std::vector<const T*>& all, IdOf id_of,
                                            int32_t page_size, const std::string& token,
                                            std::string* next_page_token) {
-  if (page_size < 0 || page_size > AdminCore::kMaxPageSize) {
-    return InvalidField("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
-                                            "; at most ", AdminCore::kMaxPageSize, " (0 = ",
-                                            AdminCore::kDefaultPageSize, ")"));
-  }
+  if (absl::Status st = CheckPageSize(page_size); !st.ok()) return st;
   const size_t size = page_size == 0 ? AdminCore::kDefaultPageSize : page_size;
   std::string after;
   if (!token.empty()) {
@@ -771,11 +776,7 @@ absl::Status AdminCore::ListDeadLetters(const std::string&,
                                         const hookrelay::v1::ListDeadLettersRequest& request,
                                         hookrelay::v1::ListDeadLettersResponse* response) {
   const int32_t page_size = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
-  if (page_size < 0 || page_size > kMaxPageSize) {
-    return InvalidField("pageSize", absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
-                                            "; at most ", kMaxPageSize, " (0 = ",
-                                            kDefaultPageSize, ")"));
-  }
+  if (absl::Status st = CheckPageSize(page_size); !st.ok()) return st;
   absl::StatusOr<DeadFilter> filter = ToDeadFilter(request.filter());
   if (!filter.ok()) return filter.status();
   if (!request.page_token().empty()) {
@@ -1002,11 +1003,7 @@ absl::Status AdminCore::ListDeletions(const std::string&,
                                       const hookrelay::v1::ListDeletionsRequest& request,
                                       hookrelay::v1::ListDeletionsResponse* response) {
   const int32_t page_size = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
-  if (page_size < 0 || page_size > kMaxPageSize) {
-    return InvalidField("pageSize",
-                        absl::StrCat(page_size, page_size < 0 ? " is negative" : " is over the limit",
-                                     "; at most ", kMaxPageSize, " (0 = ", kDefaultPageSize, ")"));
-  }
+  if (absl::Status st = CheckPageSize(page_size); !st.ok()) return st;
   std::string before;
   if (!request.page_token().empty()) {
     absl::StatusOr<std::string> decoded = internal::DecodeIdPageToken(request.page_token());

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/strings.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -17,7 +18,6 @@ constexpr absl::Duration kRepublishFor = absl::Seconds(10);
 constexpr char kConfigBucket[] = "hr_config";
 constexpr char kConfigKey[] = "config";
 
-constexpr int kMaxHistory = 10;
 
 absl::Status NotYet(std::string_view what) {
   return absl::UnimplementedError(absl::StrCat(
@@ -45,24 +45,9 @@ absl::Status NatsError(std::string_view what, natsStatus s) {
 // A stable message id for a job: its event's dedup key (hashed: it may hold any byte) and its
 // destination.
 std::string JobMsgId(const std::string& dedup_key, const std::string& destination) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : dedup_key) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return absl::StrFormat("%016x-%s", h, destination);
+  return absl::StrFormat("%016x-%s", common::Fnv1a64(dedup_key), destination);
 }
 
-void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, Job& job) {
-  job.set_attempts(job.attempts() + 1);
-  if (job.first_attempt_unix_ms() == 0) {
-    job.set_first_attempt_unix_ms(attempt.at_unix_ms() != 0 ? attempt.at_unix_ms() : now_ms);
-  }
-  *job.add_history() = attempt;
-  if (job.history_size() > kMaxHistory) {
-    job.mutable_history()->DeleteSubrange(0, job.history_size() - kMaxHistory);
-  }
-}
 
 }  // namespace
 

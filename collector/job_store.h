@@ -220,6 +220,12 @@ class JobStore {
   virtual absl::Time NextDue() = 0;
 };
 
+// Counts a delivery attempt in a job: attempts + 1, the first attempt's time (the retry window
+// counts from it), the attempt appended to the history (the newest kMaxJobHistory kept). Both
+// engines record attempts this way.
+inline constexpr int kMaxJobHistory = 10;
+void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, hookrelay::v1::Job& job);
+
 // The dedup key of an event: unique per (source, messageId).
 inline std::string DedupKey(std::string_view source_id, std::string_view message_id) {
   std::string key;

@@ -35,6 +35,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/strings.h"
 
 // On-disk layout (column families):
 //   default  meta: "next_id" -> u64 BE (every id below it may have been used),
@@ -80,7 +81,6 @@ constexpr char kProbeKey[] = "write_probe";
 // 2^40 leases per epoch: over 60 days at 200k leases/s before the epoch has to move on.
 constexpr int kLeaseEpochShift = 40;
 constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
-constexpr int kMaxHistory = 10;
 constexpr size_t kDueHeaderSize = 8;
 // Bit 63 of the due field: a user hash follows it (due times are positive, so it is free).
 constexpr uint64_t kUserHashFlag = uint64_t{1} << 63;
@@ -150,13 +150,7 @@ std::string DeadIndexKey(std::string_view user, std::string_view source, uint64_
 // The user hash of the per-user index, stored in job headers: FNV-1a, stable across builds and
 // processes; 0 means "no user".
 uint64_t UserHash(std::string_view user) {
-  if (user.empty()) return 0;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : user) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h | 1;
+  return user.empty() ? 0 : common::Fnv1a64(user) | 1;
 }
 uint64_t SeenHash(std::string_view user, std::string_view source) {
   const uint64_t h = std::hash<std::string_view>()(user) * 0x9e3779b97f4a7c15ULL;
@@ -338,17 +332,6 @@ class RocksDbLogBridge : public rocksdb::Logger {
 absl::Status Malformed(std::string_view cf, uint64_t id) {
   return absl::DataLossError(
       absl::StrFormat("job store: malformed record in column family %s (job %d)", cf, id));
-}
-
-// Counts an attempt: attempts + 1, the first attempt's time, the bounded history.
-void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, Job& job) {
-  job.set_attempts(job.attempts() + 1);
-  if (job.first_attempt_unix_ms() == 0) {
-    job.set_first_attempt_unix_ms(attempt.at_unix_ms() != 0 ? attempt.at_unix_ms() : now_ms);
-  }
-  auto* history = job.mutable_history();
-  *history->Add() = attempt;
-  if (history->size() > kMaxHistory) history->DeleteSubrange(0, history->size() - kMaxHistory);
 }
 
 bool MatchesDead(const Job& job, const DeadFilter& filter) {
@@ -1785,18 +1768,8 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
 
   // 3. The notifications, due now.
   const int64_t now_ms = ToMillis(clock_.Now());
-  std::vector<uint64_t> new_ids;
-  std::string value;
-  for (Job& job : plan.notifications) {
-    const uint64_t id = next_id_++;
-    job.set_id(id);
-    job.set_due_unix_ms(now_ms);
-    EncodeJobValue(job, &value);
-    batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
-    new_ids.push_back(id);
-    ++touched;
-  }
-  if (!new_ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+  const std::vector<uint64_t> new_ids = PutNewJobs(plan.notifications, now_ms, batch);
+  touched += new_ids.size();
 
   // 4. The record, in the same write: it exists if and only if all of the above happened.
   record.set_state(Deletion::COMPLETED);
@@ -1857,9 +1830,8 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   return outcome;
 }
 
-absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
-                                            std::vector<Job>& jobs, std::string_view what) {
-  const int64_t now_ms = ToMillis(clock_.Now());
+std::vector<uint64_t> RocksDbJobStore::PutNewJobs(std::vector<Job>& jobs, int64_t now_ms,
+                                                  rocksdb::WriteBatch& batch) {
   std::vector<uint64_t> ids;
   ids.reserve(jobs.size());
   std::string value;
@@ -1872,6 +1844,13 @@ absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
     ids.push_back(id);
   }
   if (!ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+  return ids;
+}
+
+absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
+                                            std::vector<Job>& jobs, std::string_view what) {
+  const int64_t now_ms = ToMillis(clock_.Now());
+  const std::vector<uint64_t> ids = PutNewJobs(jobs, now_ms, batch);
   rocksdb::WriteOptions sync;
   sync.sync = true;
   if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) return WriteFailed(s, what);

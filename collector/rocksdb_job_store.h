@@ -246,6 +246,10 @@ class RocksDbJobStore final : public JobStore {
   absl::StatusOr<DeletionOutcome> ApplyDeletionNow(DeletionPlan& plan);
   absl::Status FlushAppendOnly(rocksdb::ColumnFamilyHandle* family, std::string_view what);
   absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSyncNow(AudienceSyncPlan& plan);
+  // Gives `jobs` ids and due time `now_ms`, and puts them (and the id high-water mark) in
+  // `batch`; returns the ids. Preparer thread (exclusive ops) only.
+  std::vector<uint64_t> PutNewJobs(std::vector<hookrelay::v1::Job>& jobs, int64_t now_ms,
+                                   rocksdb::WriteBatch& batch);
   // Writes `batch` (synced) with `jobs` appended to it, then publishes the jobs. Exclusive ops
   // only.
   absl::Status WriteWithJobs(rocksdb::WriteBatch& batch, std::vector<hookrelay::v1::Job>& jobs,

@@ -1,0 +1,17 @@
+#include "collector/job_store.h"
+
+namespace hookrelay::collector {
+
+void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms,
+                   hookrelay::v1::Job& job) {
+  job.set_attempts(job.attempts() + 1);
+  if (job.first_attempt_unix_ms() == 0) {
+    job.set_first_attempt_unix_ms(attempt.at_unix_ms() != 0 ? attempt.at_unix_ms() : now_ms);
+  }
+  *job.add_history() = attempt;
+  if (job.history_size() > kMaxJobHistory) {
+    job.mutable_history()->DeleteSubrange(0, job.history_size() - kMaxJobHistory);
+  }
+}
+
+}  // namespace hookrelay::collector
