@@ -250,17 +250,35 @@ std::shared_ptr<const ConfigManager::Snapshot> ConfigManager::Get() const {
 absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Apply(
     const Audit& audit, const Focus& focus, absl::FunctionRef<absl::Status(Config& api)> mutate) {
   absl::MutexLock lock(&mu_);
-  Config api = current_->api;
-  if (absl::Status st = mutate(api); !st.ok()) return st;
-  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot = Build(std::move(api), current_->version + 1, &focus);
-  if (!snapshot.ok()) return snapshot.status();
-  hookrelay::v1::StoredConfig stored;
-  stored.set_version((*snapshot)->version);
-  *stored.mutable_config() = (*snapshot)->api;
-  if (absl::Status st = store_.SaveConfig(stored.SerializeAsString()); !st.ok()) {
-    return absl::UnavailableError(absl::StrCat("the change could not be stored: ", st.message()));
+  // A replicated engine refuses a save that would overwrite a change made through another
+  // collector since this one last read the configuration (ABORTED): read it again and re-apply
+  // the change to it, a few times at most.
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    Config api = current_->api;
+    if (absl::Status st = mutate(api); !st.ok()) return st;
+    absl::StatusOr<std::shared_ptr<Snapshot>> snapshot =
+        Build(std::move(api), current_->version + 1, &focus);
+    if (!snapshot.ok()) return snapshot.status();
+    hookrelay::v1::StoredConfig stored;
+    stored.set_version((*snapshot)->version);
+    *stored.mutable_config() = (*snapshot)->api;
+    absl::Status saved = store_.SaveConfig(stored.SerializeAsString());
+    if (absl::IsAborted(saved) && attempt < kAttempts) {
+      if (absl::Status st = ReloadStoredLocked(); !st.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("the change could not be stored: ", st.message()));
+      }
+      continue;
+    }
+    if (!saved.ok()) {
+      return absl::Status(absl::IsAborted(saved) ? absl::StatusCode::kAborted
+                                                 : absl::StatusCode::kUnavailable,
+                          absl::StrCat("the change could not be stored: ", saved.message()));
+    }
+    current_ = *std::move(snapshot);
+    break;
   }
-  current_ = *std::move(snapshot);
   common::LogInfo("admin change", {{"who", audit.who},
                                    {"action", audit.action},
                                    {"object", audit.object},
@@ -268,6 +286,44 @@ absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Ap
                                    {"version", current_->version}});
   publish_(current_);
   return current_;
+}
+
+absl::Status ConfigManager::ReloadStoredLocked() {
+  absl::StatusOr<std::optional<std::string>> bytes = store_.LoadConfig();
+  if (!bytes.ok()) return bytes.status();
+  if (!bytes->has_value()) return absl::OkStatus();
+  return AdoptStoredLocked(**bytes);
+}
+
+absl::Status ConfigManager::AdoptStoredLocked(const std::string& bytes) {
+  hookrelay::v1::StoredConfig stored;
+  if (!stored.ParseFromString(bytes)) {
+    return absl::DataLossError("the stored configuration cannot be parsed");
+  }
+  if (current_ != nullptr && stored.version() <= current_->version) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot =
+      Build(stored.config(), stored.version(), nullptr);
+  if (!snapshot.ok()) return snapshot.status();
+  current_ = *std::move(snapshot);
+  common::LogInfo("configuration changed through another collector",
+                  {{"version", current_->version},
+                   {"api_sources", current_->api.sources_size()},
+                   {"api_destinations", current_->api.destinations_size()},
+                   {"api_audiences", current_->api.audiences_size()}});
+  publish_(current_);
+  return absl::OkStatus();
+}
+
+absl::Status ConfigManager::AdoptStored(const std::string& bytes) {
+  absl::MutexLock lock(&mu_);
+  if (current_ == nullptr) return absl::OkStatus();  // Start() reads it.
+  absl::Status st = AdoptStoredLocked(bytes);
+  if (!st.ok()) {
+    common::LogError("a configuration stored by another collector was not applied; the running "
+                     "one stays",
+                     {{"error", st.ToString()}});
+  }
+  return st;
 }
 
 }  // namespace hookrelay::collector

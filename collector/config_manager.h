@@ -84,11 +84,20 @@ class ConfigManager {
       const Audit& audit, const Focus& focus,
       absl::FunctionRef<absl::Status(hookrelay::v1::Config& api)> mutate);
 
+  // A configuration saved by another collector sharing the engine (JobStore::WatchConfig):
+  // published when newer than the running one. An error (it does not validate with this
+  // collector's file objects) is logged and the running config stays.
+  absl::Status AdoptStored(const std::string& bytes);
+
  private:
   // Builds a snapshot from API objects and the current file objects; validates it.
   absl::StatusOr<std::shared_ptr<Snapshot>> Build(hookrelay::v1::Config api, uint64_t version,
                                                   const Focus* focus) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Reads the stored API objects again (after a save refused as ABORTED).
+  absl::Status ReloadStoredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptStoredLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobStore& store_;
   const std::string file_path_;

@@ -7,7 +7,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
+#include "absl/strings/escaping.h"
+#include <simdjson.h>
+#include <limits>
 
 namespace hookrelay::collector {
 namespace {
@@ -69,6 +74,23 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   }
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(store->nats_options_, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(store->nats_options_, 250);
+  // Publishes made while reconnecting wait in a bounded buffer (8 MB); beyond it they fail.
+  if (s == NATS_OK) s = natsOptions_SetReconnectBufSize(store->nats_options_, 8 << 20);
+  store->events_ = new ConnectionEvents;
+  store->events_->urls = o.urls;
+  store->events_->on_write_health = o.on_write_health;
+  if (s == NATS_OK) {
+    s = natsOptions_SetDisconnectedCB(store->nats_options_, &JetStreamJobStore::OnDisconnected,
+                                      store->events_);
+  }
+  if (s == NATS_OK) {
+    s = natsOptions_SetReconnectedCB(store->nats_options_, &JetStreamJobStore::OnReconnected,
+                                     store->events_);
+  }
+  if (s == NATS_OK) {
+    s = natsOptions_SetClosedCB(store->nats_options_, &JetStreamJobStore::OnClosed,
+                                store->events_);
+  }
   if (s != NATS_OK) return absl::InvalidArgumentError(absl::StrCat("--nats_url: ", natsStatus_GetText(s)));
   s = natsConnection_Connect(&store->nc_, store->nats_options_);
   if (s != NATS_OK) return NatsError(absl::StrCat("connecting to ", o.urls), s);
@@ -145,6 +167,9 @@ JetStreamJobStore::~JetStreamJobStore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  if (config_watcher_ != nullptr) kvWatcher_Stop(config_watcher_);
+  if (watcher_.joinable()) watcher_.join();
+  if (config_watcher_ != nullptr) kvWatcher_Destroy(config_watcher_);
   if (republisher_.joinable()) republisher_.join();
   {
     // Messages waiting to be sent again: their appends fail.
@@ -168,11 +193,19 @@ JetStreamJobStore::~JetStreamJobStore() {
     absl::MutexLock lock(&mu_);
     for (auto& [id, leased] : leased_) natsMsg_Destroy(leased.msg);  // Their leases expire.
     leased_.clear();
+    for (auto& [due, msg] : held_) natsMsg_Destroy(msg);
+    held_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   if (js_ != nullptr) jsCtx_Destroy(js_);
-  if (nc_ != nullptr) natsConnection_Destroy(nc_);
+  if (events_ != nullptr) events_->store_closed = true;
+  if (nc_ != nullptr) {
+    natsConnection_Close(nc_);  // The closed callback frees events_.
+    natsConnection_Destroy(nc_);
+  } else {
+    delete events_;  // No connection: no callback.
+  }
   if (nats_options_ != nullptr) natsOptions_Destroy(nats_options_);
   // Appends whose acks never came.
   absl::flat_hash_map<natsMsg*, Publishing> left;
@@ -236,6 +269,10 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
 }
 
 void JetStreamJobStore::Append(std::vector<AppendItem> items, AppendCallback done) {
+  if (absl::Status health = WriteHealth(); !health.ok()) {
+    std::move(done)(health);
+    return;
+  }
   auto pending = std::make_shared<PendingAppend>();
   pending->result.stored.assign(items.size(), true);
   pending->done = std::move(done);
@@ -283,18 +320,37 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   absl::MutexLock fetch_lock(&fetch_mu_);
+  const absl::Time now = clock_.Now();
+  const int64_t now_ms = absl::ToUnixMillis(now);
+  // Held jobs whose time has come first, then a fetch.
+  std::vector<natsMsg*> msgs;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!held_.empty() && held_.begin()->first <= now_ms && msgs.size() < max) {
+      msgs.push_back(held_.begin()->second);
+      held_.erase(held_.begin());
+    }
+  }
   natsMsgList list{};
-  jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s =
-      natsSubscription_Fetch(&list, dispatch_, static_cast<int>(std::min<size_t>(max, 256)), 20, &code);
-  // Nothing ready; or a node that has just (re)joined does not know the consumer yet: nothing
-  // now, the caller asks again.
-  if (s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS) return out;
-  if (s != NATS_OK) return NatsError("fetching jobs", s);
-  const absl::Time deadline = clock_.Now() + options_.layout.ack_wait;
-  for (int i = 0; i < list.Count; ++i) {
-    natsMsg* msg = list.Msgs[i];
-    list.Msgs[i] = nullptr;
+  if (msgs.size() < max) {
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = natsSubscription_Fetch(
+        &list, dispatch_, static_cast<int>(std::min<size_t>(max - msgs.size(), 256)), 20, &code);
+    // TIMEOUT: nothing ready. NO_RESPONDERS: a node that has just (re)joined does not know the
+    // consumer yet. Either way nothing now: the caller asks again.
+    if (s != NATS_OK && s != NATS_TIMEOUT && s != NATS_NO_RESPONDERS && msgs.empty()) {
+      return NatsError("fetching jobs", s);
+    }
+    if (s == NATS_OK) {
+      for (int i = 0; i < list.Count; ++i) {
+        msgs.push_back(list.Msgs[i]);
+        list.Msgs[i] = nullptr;
+      }
+    }
+    natsMsgList_Destroy(&list);
+  }
+  const absl::Time deadline = now + options_.layout.ack_wait;
+  for (natsMsg* msg : msgs) {
     jsMsgMetaData* meta = nullptr;
     LeasedJob leased;
     if (natsMsg_GetMetaData(&meta, msg) != NATS_OK ||
@@ -306,8 +362,14 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
     }
     leased.job.set_id(meta->Sequence.Stream);
     jsMsgMetaData_Destroy(meta);
-    leased.deadline = deadline;
     absl::MutexLock lock(&mu_);
+    const int64_t due = leased.job.due_unix_ms();
+    if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
+    if (due > now_ms) {  // Early on this collector's clock: held until it is due.
+      held_.emplace(due, msg);
+      continue;
+    }
+    leased.deadline = deadline;
     leased.lease = next_lease_++;
     auto [it, inserted] = leased_.try_emplace(leased.job.id(), Leased{msg, leased.lease});
     if (!inserted) {  // Redelivered after its lease expired: the new lease wins.
@@ -316,7 +378,6 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
     }
     out.push_back(std::move(leased));
   }
-  natsMsgList_Destroy(&list);
   return out;
 }
 
@@ -374,21 +435,30 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   job.set_id(job_id);
   const absl::Time now = clock_.Now();
   RecordAttempt(attempt, absl::ToUnixMillis(now), job);
-  // Schedules fire on whole seconds: round up, never early.
-  const int64_t due_s = (absl::ToUnixMillis(not_before) + 999) / 1000;
-  job.set_due_unix_ms(due_s * 1000);
+  job.set_due_unix_ms(absl::ToUnixMillis(not_before));
+  // The server fires schedules on its own (real) time, on whole seconds: the delay on the
+  // store's clock is carried over to real time, rounded up, never early.
+  const absl::Duration delay = std::min(not_before - now, options_.max_schedule_delay);
+  const int64_t fire_s = (absl::ToUnixMillis(absl::Now() + delay) + 999) / 1000;
   const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts());
   absl::Status st;
-  if (not_before <= now) {
+  if (delay <= absl::ZeroDuration()) {
+    // Due now (or held here until due, with a manual clock).
     st = PublishSync(kReadySubject, job.SerializeAsString(), {{"Nats-Msg-Id", id}});
   } else {
     st = PublishSync(
         absl::StrCat("hr.jobs.sched.", job_id), job.SerializeAsString(),
         {{"Nats-Msg-Id", id},
          {"Nats-Schedule",
-          absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(due_s),
+          absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(fire_s),
                                                 absl::UTCTimeZone()))},
          {"Nats-Schedule-Target", kReadySubject}});
+  }
+  if (st.ok() && not_before > now) {
+    absl::MutexLock lock(&mu_);
+    // Bounded: entries of jobs leased by other collectors are forgotten after a while.
+    if (scheduled_due_.size() >= 100'000) scheduled_due_.erase(scheduled_due_.begin());
+    scheduled_due_.insert(job.due_unix_ms());
   }
   if (st.ok()) {
     const natsStatus s = natsMsg_Ack(*msg, nullptr);
@@ -449,16 +519,111 @@ JobCounts JetStreamJobStore::Counts() {
     counts.dead = static_cast<int64_t>(si->State.Msgs);
     jsStreamInfo_Destroy(si);
   }
+  {
+    // Held jobs are ack-pending on the server but wait for their time here.
+    absl::MutexLock lock(&mu_);
+    const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
+    counts.leased -= held;
+    counts.scheduled += held;
+  }
   return counts;
 }
 
-absl::Time JetStreamJobStore::NextDue() { return absl::InfiniteFuture(); }  // The server's.
-
-absl::StatusOr<std::vector<Job>> JetStreamJobStore::ListDead(const DeadFilter&) {
-  return NotYet("listing dead letters");
+absl::Time JetStreamJobStore::NextDue() {
+  absl::MutexLock lock(&mu_);
+  int64_t next = std::numeric_limits<int64_t>::max();
+  if (!scheduled_due_.empty()) next = *scheduled_due_.begin();
+  if (!held_.empty()) next = std::min(next, held_.begin()->first);
+  return next == std::numeric_limits<int64_t>::max() ? absl::InfiniteFuture()
+                                                     : absl::FromUnixMillis(next);
 }
-absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter&) {
-  return NotYet("replaying dead letters");
+
+absl::StatusOr<std::optional<JetStreamJobStore::DeadLetter>> JetStreamJobStore::NextDead(
+    uint64_t seq, const DeadFilter& filter) {
+  const std::string subject = filter.destination_id.empty()
+                                  ? std::string(kDeadSubjects)
+                                  : absl::StrCat("hr.dead.", filter.destination_id);
+  const std::string request =
+      absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")", subject, R"("})");
+  absl::StatusOr<JetStreamApiReply> reply;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // Passing failures: up to 10 s.
+    reply = JetStreamApi(nc_, absl::StrCat("$JS.API.STREAM.MSG.GET.", kDeadStream), request,
+                         options_.layout.request_timeout);
+    if (reply.ok() || !absl::IsUnavailable(reply.status())) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  if (!reply.ok()) return reply.status();
+  constexpr int64_t kNoMessageFound = 10037;
+  if (reply->error_code == kNoMessageFound) return std::optional<DeadLetter>();
+  if (reply->error_code != 0) {
+    return absl::UnavailableError(absl::StrCat("JetStream: reading dead letters: ", reply->error));
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::object message;
+  uint64_t found = 0;
+  std::string_view data64;
+  if (parser.parse(reply->body)["message"].get_object().get(message) != simdjson::SUCCESS ||
+      message["seq"].get_uint64().get(found) != simdjson::SUCCESS) {
+    return absl::DataLossError("JetStream: an unreadable answer reading dead letters");
+  }
+  if (message["data"].get_string().get(data64) != simdjson::SUCCESS) data64 = "";
+  std::string data;
+  DeadLetter dead;
+  dead.seq = found;
+  if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &data) ||
+      !dead.job.ParseFromString(data)) {
+    return absl::DataLossError(absl::StrCat("JetStream: dead letter ", found, " is unreadable"));
+  }
+  dead.job.set_id(found);
+  return std::optional<DeadLetter>(std::move(dead));
+}
+
+namespace {
+bool DeadInRange(const Job& job, const DeadFilter& filter) {
+  const absl::Time at = absl::FromUnixMillis(job.dead_at_unix_ms());
+  return at >= filter.from && at <= filter.to;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<Job>> JetStreamJobStore::ListDead(const DeadFilter& filter) {
+  std::vector<Job> out;
+  uint64_t seq = filter.after_id + 1;
+  while (out.size() < filter.limit) {
+    absl::StatusOr<std::optional<DeadLetter>> next = NextDead(seq, filter);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    seq = (*next)->seq + 1;
+    if (DeadInRange((*next)->job, filter)) out.push_back(std::move((*next)->job));
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter& filter) {
+  size_t replayed = 0;
+  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  for (uint64_t seq = 1;;) {
+    absl::StatusOr<std::optional<DeadLetter>> next = NextDead(seq, filter);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    DeadLetter& dead = **next;
+    seq = dead.seq + 1;
+    if (!DeadInRange(dead.job, filter)) continue;
+    // A fresh retry window; attempts and history stay for the record.
+    Job job = std::move(dead.job);
+    job.set_id(0);
+    job.set_first_attempt_unix_ms(0);
+    job.clear_dead_reason();
+    job.set_dead_at_unix_ms(0);
+    job.set_due_unix_ms(now_ms);
+    RETURN_IF_ERROR(PublishSync(kReadySubject, job.SerializeAsString(),
+                                {{"Nats-Msg-Id", absl::StrCat("replay-", dead.seq)}}));
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s =
+        RetryPassing([&] { return js_DeleteMsg(js_, kDeadStream, dead.seq, nullptr, &code); });
+    if (s != NATS_OK && s != NATS_NOT_FOUND) return NatsError("removing a replayed dead letter", s);
+    ++replayed;
+  }
+  return replayed;
 }
 absl::StatusOr<std::vector<std::string>> JetStreamJobStore::SourcesSeen(std::string_view) {
   return NotYet("the per-user index");
@@ -498,17 +663,132 @@ absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
   if (s != NATS_OK) return NatsError("reading the stored configuration", s);
   std::string value(static_cast<const char*>(kvEntry_Value(entry)),
                     static_cast<size_t>(kvEntry_ValueLen(entry)));
+  {
+    absl::MutexLock lock(&mu_);
+    config_revision_ = std::max(config_revision_, kvEntry_Revision(entry));
+  }
   kvEntry_Destroy(entry);
   return std::optional<std::string>(std::move(value));
 }
 
 absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
+  uint64_t last = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    last = config_revision_;
+  }
+  // Compare-and-set on the revision this collector knows: a save made through another
+  // collector meanwhile is never overwritten unseen.
   uint64_t revision = 0;
   const natsStatus s = RetryPassing([&] {
-    return kvStore_Put(&revision, config_kv_, kConfigKey, bytes.data(),
-                       static_cast<int>(bytes.size()));
+    return last == 0 ? kvStore_Create(&revision, config_kv_, kConfigKey, bytes.data(),
+                                      static_cast<int>(bytes.size()))
+                     : kvStore_Update(&revision, config_kv_, kConfigKey, bytes.data(),
+                                      static_cast<int>(bytes.size()), last);
   });
-  return s == NATS_OK ? absl::OkStatus() : NatsError("writing the configuration", s);
+  if (s == NATS_OK) {
+    absl::MutexLock lock(&mu_);
+    config_revision_ = std::max(config_revision_, revision);
+    return absl::OkStatus();
+  }
+  // Refused: someone else's save, or ours landed and only its answer was lost.
+  kvEntry* entry = nullptr;
+  if (RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); }) == NATS_OK) {
+    const bool ours = static_cast<size_t>(kvEntry_ValueLen(entry)) == bytes.size() &&
+                      std::string_view(static_cast<const char*>(kvEntry_Value(entry)),
+                                       bytes.size()) == bytes;
+    const uint64_t now_revision = kvEntry_Revision(entry);
+    kvEntry_Destroy(entry);
+    if (ours) {
+      absl::MutexLock lock(&mu_);
+      config_revision_ = std::max(config_revision_, now_revision);
+      return absl::OkStatus();
+    }
+    if (now_revision != last) {
+      return absl::AbortedError(
+          "the configuration was changed through another collector meanwhile");
+    }
+  }
+  return NatsError("writing the configuration", s);
+}
+
+void JetStreamJobStore::WatchConfig(ConfigChanged changed) {
+  const bool start = changed != nullptr;
+  {
+    absl::MutexLock lock(&callback_mu_);  // Waits for a call in progress.
+    config_changed_ = std::move(changed);
+  }
+  if (!start || config_watcher_ != nullptr) return;
+  kvWatchOptions watch_options;
+  kvWatchOptions_Init(&watch_options);
+  watch_options.IncludeHistory = false;
+  const natsStatus s = RetryPassing(
+      [&] { return kvStore_Watch(&config_watcher_, config_kv_, kConfigKey, &watch_options); });
+  if (s != NATS_OK) {
+    config_watcher_ = nullptr;
+    common::LogError("cannot watch the configuration bucket: changes made through other "
+                     "collectors apply here only after a restart",
+                     {{"bucket", kConfigBucket}, {"error", natsStatus_GetText(s)}});
+    return;
+  }
+  watcher_ = std::thread([this] { WatchLoop(config_watcher_); });
+}
+
+void JetStreamJobStore::WatchLoop(kvWatcher* watcher) {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    kvEntry* entry = nullptr;
+    const natsStatus s = kvWatcher_Next(&entry, watcher, 500);
+    if (s == NATS_TIMEOUT) continue;
+    if (s != NATS_OK) {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
+    if (entry == nullptr) continue;  // The end of the initial values.
+    if (kvEntry_Operation(entry) == kvOp_Put) {
+      const uint64_t revision = kvEntry_Revision(entry);
+      bool newer = false;
+      {
+        absl::MutexLock lock(&mu_);
+        newer = revision > config_revision_;
+        if (newer) config_revision_ = revision;
+      }
+      if (newer) {
+        std::string value(static_cast<const char*>(kvEntry_Value(entry)),
+                          static_cast<size_t>(kvEntry_ValueLen(entry)));
+        absl::MutexLock lock(&callback_mu_);
+        if (config_changed_ != nullptr) config_changed_(std::move(value));
+      }
+    }
+    kvEntry_Destroy(entry);
+  }
+}
+
+void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
+  auto* events = static_cast<ConnectionEvents*>(closure);
+  if (events->store_closed) return;
+  common::LogWarning("lost the connection to the JetStream cluster: events are refused (503) "
+                     "until it is back",
+                     {{"nats_url", events->urls}});
+  if (events->on_write_health) events->on_write_health(false);
+}
+
+void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
+  auto* events = static_cast<ConnectionEvents*>(closure);
+  if (events->store_closed) return;
+  char url[256] = "";
+  natsConnection_GetConnectedUrl(nc, url, sizeof(url));
+  common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
+  if (events->on_write_health) events->on_write_health(true);
+}
+
+void JetStreamJobStore::OnClosed(natsConnection*, void* closure) {
+  delete static_cast<ConnectionEvents*>(closure);  // The connection's last callback.
 }
 
 }  // namespace hookrelay::collector

@@ -23,7 +23,12 @@
 #include <nats/nats.h>
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <thread>
 #include <memory>
 #include <string>
@@ -50,6 +55,12 @@ class JetStreamJobStore final : public JobStore {
     const common::Clock* clock = nullptr;
     // How long to wait for the cluster at start (streams created or checked).
     absl::Duration connect_timeout = absl::Seconds(30);
+    // A (source, messageId) is de-duplicated for this long.
+    absl::Duration dedup_window = absl::Hours(24);
+    // Called with false when the connection to the cluster is lost and true when it is back.
+    std::function<void(bool writable)> on_write_health;
+    // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
+    absl::Duration max_schedule_delay = absl::InfiniteDuration();
   };
 
   static absl::StatusOr<std::unique_ptr<JetStreamJobStore>> Open(Options options);
@@ -67,13 +78,24 @@ class JetStreamJobStore final : public JobStore {
   // like the jobs: every collector of the cluster reads the same one. (Watching it for changes
   // made through another collector is still to come.)
   absl::StatusOr<std::optional<std::string>> LoadConfig() override;
+  // ABORTED when another collector saved since this one last loaded, saved or watched it.
   absl::Status SaveConfig(std::string_view bytes) override;
+  // Watches the KV key: a save made through any collector reaches the others within the
+  // cluster's propagation time (milliseconds).
+  void WatchConfig(ConfigChanged changed) override;
   JobCounts Counts() override;
+  // The earliest due time among the retries this collector scheduled and the jobs it holds
+  // (see Options::max_schedule_delay); InfiniteFuture when none.
   absl::Time NextDue() override;
 
-  // Not yet on this engine (issue 12): UNIMPLEMENTED.
+  // Dead letters are messages of HR_DEAD (subject hr.dead.<destination>); a dead letter's id
+  // here is its HR_DEAD sequence. Listing reads from after_id on, one message per request.
   absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) override;
+  // Publishes each matching dead letter as a ready job (a fresh retry window), then deletes it
+  // from HR_DEAD. A crash in between replays it again at most once more (at-least-once).
   absl::StatusOr<size_t> Replay(const DeadFilter& filter) override;
+
+  // Not yet on this engine (issue 12): UNIMPLEMENTED.
   absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id) override;
   absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) override;
   absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id) override;
@@ -102,6 +124,25 @@ class JetStreamJobStore final : public JobStore {
     natsMsg* msg = nullptr;
     uint64_t lease = 0;
   };
+  // A dead letter read from HR_DEAD.
+  struct DeadLetter {
+    uint64_t seq = 0;
+    hookrelay::v1::Job job;
+  };
+  // The next dead letter at or after `seq` matching the filter's destination; nullopt at the end.
+  absl::StatusOr<std::optional<DeadLetter>> NextDead(uint64_t seq, const DeadFilter& filter);
+  // What the connection's callbacks use: it lives until the connection's last callback (closed),
+  // which may run after the store is gone.
+  struct ConnectionEvents {
+    std::atomic<bool> store_closed{false};
+    std::string urls;
+    std::function<void(bool writable)> on_write_health;
+  };
+  static void OnDisconnected(natsConnection* nc, void* events);
+  static void OnReconnected(natsConnection* nc, void* events);
+  static void OnClosed(natsConnection* nc, void* events);
+  ConnectionEvents* events_ = nullptr;
+  void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
   static void OnPublishAck(jsCtx* js, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* self);
@@ -120,6 +161,18 @@ class JetStreamJobStore final : public JobStore {
   kvStore* config_kv_ = nullptr;
 
   absl::Mutex mu_;
+  // Retries scheduled through the server by this collector, by due time (ms of the store's
+  // clock), until they come back; and jobs fetched before their due time on the store's clock,
+  // held until it (only with a manual clock or a clock behind the server's).
+  std::multiset<int64_t> scheduled_due_ ABSL_GUARDED_BY(mu_);
+  std::multimap<int64_t, natsMsg*> held_ ABSL_GUARDED_BY(mu_);
+  // The KV revision of the configuration this collector last loaded, saved or saw.
+  uint64_t config_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  // The config watch: its callback (replaced or cleared under callback_mu_) and thread.
+  absl::Mutex callback_mu_;
+  ConfigChanged config_changed_ ABSL_GUARDED_BY(callback_mu_);
+  kvWatcher* config_watcher_ = nullptr;
+  std::thread watcher_;
   struct Publishing {
     std::shared_ptr<PendingAppend> append;
     size_t item = 0;

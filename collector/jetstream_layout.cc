@@ -17,43 +17,6 @@ namespace {
 constexpr int64_t kStreamNotFound = 10059;
 constexpr int64_t kConsumerNotFound = 10014;
 
-struct ApiReply {
-  std::string body;
-  int64_t error_code = 0;  // JetStream's err_code, 0 when none.
-  std::string error;
-};
-
-absl::StatusOr<ApiReply> Request(natsConnection* nc, const std::string& subject,
-                                 const std::string& body, absl::Duration timeout) {
-  natsMsg* reply = nullptr;
-  const natsStatus s = natsConnection_RequestString(&reply, nc, subject.c_str(), body.c_str(),
-                                                    absl::ToInt64Milliseconds(timeout));
-  if (s != NATS_OK) {
-    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": ",
-                                               natsStatus_GetText(s)));
-  }
-  ApiReply out;
-  out.body.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
-  natsMsg_Destroy(reply);
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(out.body).get(doc) != simdjson::SUCCESS) {
-    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": unreadable answer"));
-  }
-  simdjson::dom::object error;
-  if (doc["error"].get_object().get(error) == simdjson::SUCCESS) {
-    int64_t code = 0;
-    if (error["err_code"].get_int64().get(code) != simdjson::SUCCESS) code = -1;
-    out.error_code = code;
-    std::string_view description;
-    if (error["description"].get_string().get(description) != simdjson::SUCCESS) {
-      description = "(no description)";
-    }
-    out.error = std::string(description);
-  }
-  return out;
-}
-
 // The setting `key` of the config object in `body` ("config" of a stream or consumer info) as
 // compact text; "" when absent.
 std::string Setting(simdjson::dom::object config, std::string_view key) {
@@ -102,16 +65,16 @@ absl::Status Check(const std::string& what, const std::string& info_body,
 absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
                           const std::string& name, const std::string& config,
                           const std::vector<Wanted>& wanted) {
-  absl::StatusOr<ApiReply> info =
-      Request(nc, absl::StrCat("$JS.API.STREAM.INFO.", name), "", layout.request_timeout);
+  absl::StatusOr<JetStreamApiReply> info =
+      JetStreamApi(nc, absl::StrCat("$JS.API.STREAM.INFO.", name), "", layout.request_timeout);
   if (!info.ok()) return info.status();
   const std::string what = absl::StrCat("JetStream stream ", name);
   if (info->error_code == 0) return Check(what, info->body, wanted);
   if (info->error_code != kStreamNotFound) {
     return absl::UnavailableError(absl::StrCat(what, ": ", info->error));
   }
-  absl::StatusOr<ApiReply> created =
-      Request(nc, absl::StrCat("$JS.API.STREAM.CREATE.", name), config, layout.request_timeout);
+  absl::StatusOr<JetStreamApiReply> created =
+      JetStreamApi(nc, absl::StrCat("$JS.API.STREAM.CREATE.", name), config, layout.request_timeout);
   if (!created.ok()) return created.status();
   if (created->error_code != 0) {
     return absl::UnavailableError(absl::StrCat("creating ", what, ": ", created->error));
@@ -120,6 +83,38 @@ absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
 }
 
 }  // namespace
+
+absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::string& subject,
+                                 const std::string& body, absl::Duration timeout) {
+  natsMsg* reply = nullptr;
+  const natsStatus s = natsConnection_RequestString(&reply, nc, subject.c_str(), body.c_str(),
+                                                    absl::ToInt64Milliseconds(timeout));
+  if (s != NATS_OK) {
+    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": ",
+                                               natsStatus_GetText(s)));
+  }
+  JetStreamApiReply out;
+  out.body.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+  natsMsg_Destroy(reply);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(out.body).get(doc) != simdjson::SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("JetStream API ", subject, ": unreadable answer"));
+  }
+  simdjson::dom::object error;
+  if (doc["error"].get_object().get(error) == simdjson::SUCCESS) {
+    int64_t code = 0;
+    if (error["err_code"].get_int64().get(code) != simdjson::SUCCESS) code = -1;
+    out.error_code = code;
+    std::string_view description;
+    if (error["description"].get_string().get(description) != simdjson::SUCCESS) {
+      description = "(no description)";
+    }
+    out.error = std::string(description);
+  }
+  return out;
+}
+
 
 namespace internal {
 
@@ -173,7 +168,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
   if (!st.ok()) return st;
 
   const std::string what = absl::StrCat("JetStream consumer ", kJobsStream, "/", kDispatchConsumer);
-  absl::StatusOr<ApiReply> info = Request(
+  absl::StatusOr<JetStreamApiReply> info = JetStreamApi(
       nc, absl::StrCat("$JS.API.CONSUMER.INFO.", kJobsStream, ".", kDispatchConsumer), "",
       layout.request_timeout);
   if (!info.ok()) return info.status();
@@ -187,7 +182,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
   if (info->error_code != kConsumerNotFound) {
     return absl::UnavailableError(absl::StrCat(what, ": ", info->error));
   }
-  absl::StatusOr<ApiReply> created = Request(
+  absl::StatusOr<JetStreamApiReply> created = JetStreamApi(
       nc, absl::StrCat("$JS.API.CONSUMER.CREATE.", kJobsStream, ".", kDispatchConsumer),
       internal::DispatchConsumerConfig(layout), layout.request_timeout);
   if (!created.ok()) return created.status();

@@ -17,9 +17,11 @@
 
 #include <nats/nats.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace hookrelay::collector {
@@ -46,6 +48,16 @@ struct JetStreamLayout {
 // options, FAILED_PRECONDITION for a mismatch (the message says what to change), UNAVAILABLE
 // when the cluster does not answer (the caller retries).
 absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout);
+
+// One JetStream JSON API request ($JS.API.…): the answer's body, and its error when it has one.
+// UNAVAILABLE when nothing answered in time.
+struct JetStreamApiReply {
+  std::string body;
+  int64_t error_code = 0;  // JetStream's err_code, 0 when none.
+  std::string error;
+};
+absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::string& subject,
+                                               const std::string& body, absl::Duration timeout);
 
 namespace internal {
 // The JSON configs sent to the API (for tests and docs).

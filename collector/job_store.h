@@ -212,8 +212,16 @@ class JobStore {
   // The configuration managed at run time (admin API, SPEC §9) lives with the jobs, in the
   // engine in use: the bytes last saved, or nullopt before the first save. SaveConfig is durable
   // when it returns OK (fsync / replicated).
+  // An engine shared by several collectors refuses a save with ABORTED when another collector
+  // saved since this one last loaded or saw the configuration (the caller reads it again and
+  // re-applies its change), so that no change made elsewhere is overwritten unseen.
   virtual absl::StatusOr<std::optional<std::string>> LoadConfig() = 0;
   virtual absl::Status SaveConfig(std::string_view bytes) = 0;
+  // Calls `changed` with the stored bytes each time another process sharing the engine saves the
+  // configuration (on a store thread; must not block long). An engine that belongs to one
+  // collector never calls it. Call at most once.
+  using ConfigChanged = absl::AnyInvocable<void(std::string bytes)>;
+  virtual void WatchConfig(ConfigChanged changed) { (void)changed; }
 
   virtual JobCounts Counts() = 0;
   // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).

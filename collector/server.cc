@@ -23,8 +23,7 @@
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
-#include "collector/jetstream_job_store.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/job_store_factory.h"
 #include "collector/audience_syncer.h"
 #include "collector/routing.h"
 #include "common/config.h"
@@ -168,47 +167,30 @@ absl::Status Server::Start() {
   s.metrics_port = s.exposer->port();
   s.metrics = std::make_unique<IngestMetrics>(*s.registry);
 
-  if (s.options.store == "jetstream") {
-    JetStreamJobStore::Options store_options;
-    store_options.urls = s.options.nats_url;
-    store_options.layout.replicas = s.options.nats_replicas;
-    store_options.layout.ack_wait = s.options.lease_duration;
-    store_options.clock = s.options.clock;
-    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store =
-        JetStreamJobStore::Open(store_options);
-    if (!store.ok()) return store.status();
-    s.store = *std::move(store);
-    common::LogWarning("the JetStream engine is a preview: dead-letter listing and replay, "
-                       "deletions and audiences answer UNIMPLEMENTED, de-duplication covers "
-                       "2 minutes; see docs/DESIGN.md",
-                       {{"nats_url", s.options.nats_url}, {"replicas", s.options.nats_replicas}});
-  } else if (s.options.store == "embedded") {
-    RocksDbJobStore::Options store_options;
-    store_options.path = s.options.data_dir;
-    store_options.clock = s.options.clock;
-    store_options.dedup_window = s.options.dedup_window;
-    store_options.registry = s.registry.get();
-    store_options.on_write_health = [&s](bool writable) {
-      {
-        absl::MutexLock lock(&s.health_mu);
-        s.store_writable = writable;
-      }
-      s.PublishHealth();
-    };
-    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(store_options);
-    if (!store.ok()) return store.status();
-    s.store = *std::move(store);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--store=", s.options.store, ": use embedded or jetstream"));
-  }
+  JobStoreOptions store_options;
+  store_options.engine = s.options.store;
+  store_options.data_dir = s.options.data_dir;
+  store_options.nats_url = s.options.nats_url;
+  store_options.nats_replicas = s.options.nats_replicas;
+  store_options.lease_duration = s.options.lease_duration;
+  store_options.dedup_window = s.options.dedup_window;
+  store_options.clock = s.options.clock;
+  store_options.registry = s.registry.get();
+  store_options.max_schedule_delay = s.options.max_schedule_delay_for_testing;
+  store_options.on_write_health = [&s](bool writable) {
+    {
+      absl::MutexLock lock(&s.health_mu);
+      s.store_writable = writable;
+    }
+    s.PublishHealth();
+  };
+  absl::StatusOr<std::unique_ptr<JobStore>> store = OpenJobStore(store_options);
+  if (!store.ok()) return store.status();
+  s.store = *std::move(store);
   s.job_counts = std::make_shared<JobCountsCollectable>(*s.store, *s.options.clock);
   s.exposer->Add(s.job_counts);
   const JobCounts counts = s.store->Counts();
-  const std::string where =
-      s.options.store == "embedded" ? s.options.data_dir : s.options.nats_url;
-  common::LogInfo("job store opened", {{"store", s.options.store},
-                                       {"at", where},
+  common::LogInfo("job store opened", {{"store", DescribeJobStore(store_options)},
                                        {"ready", counts.ready},
                                        {"scheduled", counts.scheduled},
                                        {"dead", counts.dead}});
@@ -237,6 +219,10 @@ absl::Status Server::Start() {
     s.audiences = std::make_unique<AudienceSyncer>(audience_options, *s.store);
   }
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
+  // Changes saved through another collector sharing the engine (JetStream) apply here too.
+  s.store->WatchConfig([config = s.config.get()](std::string bytes) {
+    (void)config->AdoptStored(bytes);
+  });
   s.audiences->Start();
   s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
   s.admin_core = std::make_unique<AdminCore>(*s.store, s.config.get(), *s.options.clock);
@@ -379,6 +365,7 @@ void Server::Shutdown() {
   if (s.admin_core) s.admin_core->SetDispatcher(nullptr);
   s.dispatcher.reset();
   s.admin_core.reset();
+  if (s.store) s.store->WatchConfig(nullptr);  // No more calls into the config manager.
   s.config.reset();
   s.job_counts.reset();
   // The store first: closing it joins its threads, which may still be returning from an Ingestor

@@ -24,6 +24,7 @@
 #include "hookrelay/v1/collector.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 #include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
@@ -69,9 +70,16 @@ std::string DestinationJson(const std::string& id, const std::string& url, bool 
                       R"(","urls":[{"url":")", url, R"(","headers":{"X-Api-Key":"k1"}}]})");
 }
 
-class AdminApiTest : public ::testing::Test {
+// Every test runs on both job-store engines (tests/test_engines.h).
+class AdminApiTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    if (engine->engine == "jetstream") {
+      engine_flags_ = {"--store=jetstream", absl::StrCat("--nats_url=", engine->nats_url),
+                       "--nats_replicas=3"};
+    }
     dir_ = MakeTempDir("admin-api");
     token_file_ = dir_ + "/admin-token";
     ASSERT_TRUE(WriteFile(token_file_, absl::StrCat(kToken, "\n")).ok());
@@ -84,8 +92,9 @@ class AdminApiTest : public ::testing::Test {
   }
 
   void StartCollector(const std::string& config = "") {
-    auto c = StartCollectorProcess(config, dir_ + "/data",
-                                   {absl::StrCat("--admin_token_file=", token_file_)});
+    std::vector<std::string> flags = engine_flags_;
+    flags.push_back(absl::StrCat("--admin_token_file=", token_file_));
+    auto c = StartCollectorProcess(config, dir_ + "/data", flags);
     ASSERT_TRUE(c.ok()) << c.status();
     collector_ = *std::move(c);
     admin_ = std::make_unique<Admin>(collector_->IntField("admin_http_port"), kToken);
@@ -133,6 +142,7 @@ class AdminApiTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  std::vector<std::string> engine_flags_;
   std::string dir_;
   std::string token_file_;
   std::unique_ptr<WebhookReceiver> receiver_a_;
@@ -142,7 +152,7 @@ class AdminApiTest : public ::testing::Test {
   std::unique_ptr<Admin> admin_;
 };
 
-TEST_F(AdminApiTest, SetupFlowFromAnEmptyCollector) {
+TEST_P(AdminApiTest, SetupFlowFromAnEmptyCollector) {
   StartCollector();
   StartDeliverer();
 
@@ -266,7 +276,10 @@ TEST_F(AdminApiTest, SetupFlowFromAnEmptyCollector) {
 // SPEC §6 through the real processes: an audience created through the API sends one signed
 // identify per member with context.personas; a later sync only the change; a deletion sends the
 // delete body exactly, purges, and the member count drops with no identify following.
-TEST_F(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
+TEST_P(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
+  if (GetParam() == "jetstream") {
+    GTEST_SKIP() << "deletions and audiences are not on the JetStream engine yet (issue 12)";
+  }
   StartCollector();
   StartDeliverer();
   HttpResponse r =
@@ -384,7 +397,7 @@ TEST_F(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
 }
 
 // Every limit violation names the field and the limit; nothing is stored.
-TEST_F(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
+TEST_P(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
   StartCollector();
   HttpResponse r =
       admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"web"})");
@@ -443,7 +456,7 @@ TEST_F(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
 
 // Without the token: 401 for the admin API and Subscribe; the JSON API refuses cross-origin
 // requests and non-JSON bodies.
-TEST_F(AdminApiTest, AuthenticationForAdminAndSubscribe) {
+TEST_P(AdminApiTest, AuthenticationForAdminAndSubscribe) {
   StartCollector();
   EXPECT_EQ(admin_->Call("GET", "/admin/v1/sources", "", std::string()).status, 401);
   EXPECT_EQ(admin_->Call("GET", "/admin/v1/sources", "", std::string("wrong")).status, 401);
@@ -515,7 +528,7 @@ TEST_F(AdminApiTest, AuthenticationForAdminAndSubscribe) {
 
 // Objects of the --config file are read-only through the API and marked as such; API objects
 // live beside them.
-TEST_F(AdminApiTest, FileObjectsAreReadOnly) {
+TEST_P(AdminApiTest, FileObjectsAreReadOnly) {
   const std::string config = dir_ + "/config.yaml";
   ASSERT_TRUE(WriteFile(config, absl::StrCat(R"(sources:
   - {id: web, name: Web, kind: web, write_keys: [wk_file_key]}
@@ -547,6 +560,8 @@ destinations:
   EXPECT_TRUE(WaitFor(*receiver_a_, "file-1").has_value());
   EXPECT_TRUE(WaitFor(*receiver_b_, "file-1").has_value());
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, AdminApiTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

@@ -333,7 +333,8 @@ absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& 
   return jobs;
 }
 
-InProcessCollector::InProcessCollector(std::string_view name, std::string config_yaml)
+InProcessCollector::InProcessCollector(std::string_view name, std::string config_yaml,
+                                       EngineSetup engine)
     : clock_(absl::FromUnixSeconds(kNowUnixSeconds)) {
   dir_ = MakeTempDir(name);
   config_path_ = dir_ + "/collector.yaml";
@@ -351,6 +352,14 @@ InProcessCollector::InProcessCollector(std::string_view name, std::string config
   options.metrics_address = "127.0.0.1:0";
   options.admin_http_address = "127.0.0.1:0";
   options.clock = &clock_;
+  if (engine.engine == "jetstream") {
+    options.store = "jetstream";
+    options.nats_url = engine.nats_url;
+    options.nats_replicas = 3;
+    // The manual clock runs hours of retries in milliseconds; the server's schedules run on
+    // real time: retries come back at once and wait in the collector until the clock is there.
+    options.max_schedule_delay_for_testing = absl::ZeroDuration();
+  }
   server_ = std::make_unique<collector::Server>(options);
 }
 

@@ -116,9 +116,16 @@ absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& 
 
 // A collector::Server on 127.0.0.1 with port 0 everywhere, a temp data dir, TestConfigYaml()
 // written next to it, and a manual clock at kNowUnixSeconds.
+// The job-store engine a test collector runs on (tests/test_engines.h prepares one).
+struct EngineSetup {
+  std::string engine = "embedded";  // or "jetstream"
+  std::string nats_url;             // jetstream: the cluster
+};
+
 class InProcessCollector {
  public:
-  explicit InProcessCollector(std::string_view name, std::string config_yaml = TestConfigYaml());
+  explicit InProcessCollector(std::string_view name, std::string config_yaml = TestConfigYaml(),
+                              EngineSetup engine = {});
   ~InProcessCollector();
 
   absl::Status Start();

@@ -1,6 +1,7 @@
 // SPEC §5.3 end to end, under a manual clock: an event goes in over HTTP, the in-process
 // deliverer POSTs it to a real receiver on 127.0.0.1, the outcome goes back to the collector's
 // store, and the test moves time to each retry. Hours of retrying run in well under a second.
+// Every test runs on both job-store engines.
 #include <atomic>
 #include <cstdint>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "hookrelay/v1/job.pb.h"
 #include "tests/collector_test_util.h"
 #include "tests/pipeline_test_util.h"
+#include "tests/test_engines.h"
 #include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
@@ -75,12 +77,27 @@ bool Empty(const JobCounts& c) {
   return c.ready == 0 && c.leased == 0 && c.scheduled == 0 && c.dead == 0;
 }
 
+// Each test runs on both engines (tests/test_engines.h).
+class DeliveryRulesTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+  }
+  InProcessPipeline::Options Opts(InProcessPipeline::Options options = {}) const {
+    options.engine = engine_;
+    return options;
+  }
+  EngineSetup engine_;
+};
+
 // 5xx for the whole window: retried with growing delays until 4 h after the first attempt,
 // then dead-lettered with its attempt history.
-TEST(DeliveryRulesTest, ServerErrorsForFourHoursDeadLetter) {
+TEST_P(DeliveryRulesTest, ServerErrorsForFourHoursDeadLetter) {
   auto receiver = StartReceiver([](const ReceivedRequest&) { return Status(503); });
   ASSERT_NE(receiver, nullptr);
-  InProcessPipeline p("rules_5xx", PipelineConfig({receiver->Url()}, "s3cr3t"));
+  InProcessPipeline p("rules_5xx", PipelineConfig({receiver->Url()}, "s3cr3t"), Opts());
   ASSERT_TRUE(p.Start().ok());
   const absl::Time start = p.clock().Now();
   ASSERT_TRUE(SendTrack(p));
@@ -140,10 +157,10 @@ TEST(DeliveryRulesTest, ServerErrorsForFourHoursDeadLetter) {
 }
 
 // 500, 500, 200: delivered on the third attempt, each with the same body and messageId.
-TEST(DeliveryRulesTest, DeliveredOnThirdAttempt) {
+TEST_P(DeliveryRulesTest, DeliveredOnThirdAttempt) {
   auto receiver = StartReceiver(Sequence({Status(500), Status(500)}));
   ASSERT_NE(receiver, nullptr);
-  InProcessPipeline p("rules_third", PipelineConfig({receiver->Url()}, "s3cr3t"));
+  InProcessPipeline p("rules_third", PipelineConfig({receiver->Url()}, "s3cr3t"), Opts());
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   for (int i = 1; i <= 2; ++i) {
@@ -179,10 +196,10 @@ TEST(DeliveryRulesTest, DeliveredOnThirdAttempt) {
 }
 
 // A 4xx other than 429 is permanent: dead at once, never retried.
-TEST(DeliveryRulesTest, BadRequestIsDeadAtOnce) {
+TEST_P(DeliveryRulesTest, BadRequestIsDeadAtOnce) {
   auto receiver = StartReceiver([](const ReceivedRequest&) { return Status(400); });
   ASSERT_NE(receiver, nullptr);
-  InProcessPipeline p("rules_400", PipelineConfig({receiver->Url()}, ""));
+  InProcessPipeline p("rules_400", PipelineConfig({receiver->Url()}, ""), Opts());
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(receiver->WaitForRequests(1, kPipelineWait));
@@ -200,12 +217,12 @@ TEST(DeliveryRulesTest, BadRequestIsDeadAtOnce) {
 }
 
 // 429 with Retry-After: 120 → not retried before 120 s, then delivered.
-TEST(DeliveryRulesTest, TooManyRequestsHonoursRetryAfter) {
+TEST_P(DeliveryRulesTest, TooManyRequestsHonoursRetryAfter) {
   Response busy = Status(429);
   busy.headers.push_back({"Retry-After", "120"});
   auto receiver = StartReceiver(Sequence({busy}));
   ASSERT_NE(receiver, nullptr);
-  InProcessPipeline p("rules_429", PipelineConfig({receiver->Url()}, ""));
+  InProcessPipeline p("rules_429", PipelineConfig({receiver->Url()}, ""), Opts());
   ASSERT_TRUE(p.Start().ok());
   const absl::Time sent = p.clock().Now();
   ASSERT_TRUE(SendTrack(p));
@@ -222,12 +239,12 @@ TEST(DeliveryRulesTest, TooManyRequestsHonoursRetryAfter) {
 }
 
 // No answer within the default 5 s: a timeout, retried (real time: curl's timer).
-TEST(DeliveryRulesTest, TimeoutAfterFiveSecondsIsRetried) {
+TEST_P(DeliveryRulesTest, TimeoutAfterFiveSecondsIsRetried) {
   Response slow;
   slow.delay = absl::Seconds(8);
   auto receiver = StartReceiver(Sequence({slow}));
   ASSERT_NE(receiver, nullptr);
-  InProcessPipeline p("rules_timeout", PipelineConfig({receiver->Url()}, ""));
+  InProcessPipeline p("rules_timeout", PipelineConfig({receiver->Url()}, ""), Opts());
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(receiver->WaitForRequests(1, kPipelineWait));
@@ -246,12 +263,13 @@ TEST(DeliveryRulesTest, TimeoutAfterFiveSecondsIsRetried) {
 }
 
 // Two URLs, one failing and one succeeding: delivered; the failed URL is not retried.
-TEST(DeliveryRulesTest, OneOfTwoUrlsSucceeds) {
+TEST_P(DeliveryRulesTest, OneOfTwoUrlsSucceeds) {
   auto failing = StartReceiver([](const ReceivedRequest&) { return Status(500); });
   auto working = StartReceiver(nullptr);
   ASSERT_NE(failing, nullptr);
   ASSERT_NE(working, nullptr);
-  InProcessPipeline p("rules_two", PipelineConfig({failing->Url(), working->Url("/b")}, "k"));
+  InProcessPipeline p("rules_two", PipelineConfig({failing->Url(), working->Url("/b")}, "k"),
+                      Opts());
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(failing->WaitForRequests(1, kPipelineWait));
@@ -266,7 +284,7 @@ TEST(DeliveryRulesTest, OneOfTwoUrlsSucceeds) {
 
 // A self-signed HTTPS receiver gets no request: a TLS error, logged, counted, dead at once.
 // The same receiver trusted through --ca_file gets the event.
-TEST(DeliveryRulesTest, SelfSignedCertificateIsRefused) {
+TEST_P(DeliveryRulesTest, SelfSignedCertificateIsRefused) {
   absl::StatusOr<receiver::SelfSignedCert> cert = receiver::GenerateSelfSignedCert();
   ASSERT_TRUE(cert.ok()) << cert.status();
   WebhookReceiver::Options tls;
@@ -275,7 +293,7 @@ TEST(DeliveryRulesTest, SelfSignedCertificateIsRefused) {
   ASSERT_NE(receiver, nullptr);
   ASSERT_THAT(receiver->Url(), StartsWith("https://"));
   {
-    InProcessPipeline p("rules_tls", PipelineConfig({receiver->Url()}, "s"));
+    InProcessPipeline p("rules_tls", PipelineConfig({receiver->Url()}, "s"), Opts());
     ASSERT_TRUE(p.Start().ok());
     ASSERT_TRUE(SendTrack(p));
     ASSERT_TRUE(p.WaitForCounts([](const JobCounts& c) { return c.dead == 1; }));
@@ -289,11 +307,12 @@ TEST(DeliveryRulesTest, SelfSignedCertificateIsRefused) {
     EXPECT_EQ(receiver->request_count(), 0);
     EXPECT_GE(receiver->connection_count(), 1);  // the handshake was attempted
   }
+  ASSERT_TRUE(PrepareEngine(GetParam()).ok());  // The shared engine forgets that dead letter.
   const std::string ca_path = MakeTempDir("rules_tls_ca") + "/ca.pem";
   ASSERT_TRUE(WriteFile(ca_path, cert->cert_pem).ok());
   InProcessPipeline::Options trusted;
   trusted.ca_file = ca_path;
-  InProcessPipeline p("rules_tls_trusted", PipelineConfig({receiver->Url()}, "s"), trusted);
+  InProcessPipeline p("rules_tls_trusted", PipelineConfig({receiver->Url()}, "s"), Opts(trusted));
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(receiver->WaitForRequests(1, kPipelineWait));
@@ -303,12 +322,12 @@ TEST(DeliveryRulesTest, SelfSignedCertificateIsRefused) {
 }
 
 // Without --allow_private_networks a receiver on loopback is refused before connecting.
-TEST(DeliveryRulesTest, PrivateNetworkReceiverIsRefused) {
+TEST_P(DeliveryRulesTest, PrivateNetworkReceiverIsRefused) {
   auto receiver = StartReceiver(nullptr);
   ASSERT_NE(receiver, nullptr);
   InProcessPipeline::Options strict;
   strict.allow_private_networks = false;
-  InProcessPipeline p("rules_private", PipelineConfig({receiver->Url()}, ""), strict);
+  InProcessPipeline p("rules_private", PipelineConfig({receiver->Url()}, ""), Opts(strict));
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(p.WaitForCounts([](const JobCounts& c) { return c.dead == 1; }));
@@ -318,11 +337,11 @@ TEST(DeliveryRulesTest, PrivateNetworkReceiverIsRefused) {
 
 // A destination disabled while its job waits for a retry: the job is dead-lettered, not sent;
 // replay after re-enabling delivers it.
-TEST(DeliveryRulesTest, DisabledDestinationStopsDeliveryAndReplayResumes) {
+TEST_P(DeliveryRulesTest, DisabledDestinationStopsDeliveryAndReplayResumes) {
   auto receiver = StartReceiver(Sequence({Status(503)}));
   ASSERT_NE(receiver, nullptr);
   const std::string enabled = PipelineConfig({receiver->Url()}, "");
-  InProcessPipeline p("rules_disable", enabled);
+  InProcessPipeline p("rules_disable", enabled, Opts());
   ASSERT_TRUE(p.Start().ok());
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(receiver->WaitForRequests(1, kPipelineWait));
@@ -347,6 +366,8 @@ TEST(DeliveryRulesTest, DisabledDestinationStopsDeliveryAndReplayResumes) {
   ASSERT_TRUE(receiver->WaitForRequests(2, kPipelineWait));
   ASSERT_TRUE(p.WaitForCounts(Empty));
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, DeliveryRulesTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,110 @@ TEST(JetStreamEndToEndTest, TwoCollectorsTwoDeliverersOneCluster) {
   }
   (*b)->Signal(SIGTERM);
   EXPECT_EQ((*b)->Wait(), 0);
+}
+
+// Configuration lives in the cluster's KV bucket and every collector watches it: a change made
+// through one collector is in effect on another within a second (and so for the deliverers it
+// feeds); changes made through two collectors at once are all kept (compare-and-set on the KV
+// revision, re-applied on a conflict).
+TEST(JetStreamEndToEndTest, ConfigChangesReachEveryCollectorWithinASecond) {
+  absl::StatusOr<std::unique_ptr<NatsCluster>> cluster = NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string dir = MakeTempDir("jetstream-config");
+  auto first = receiver::WebhookReceiver::Start(receiver::WebhookReceiver::Options{}, nullptr);
+  auto second = receiver::WebhookReceiver::Start(receiver::WebhookReceiver::Options{}, nullptr);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const std::vector<std::string> engine = {"--store=jetstream",
+                                           absl::StrCat("--nats_url=", (*cluster)->urls()),
+                                           "--nats_replicas=3"};
+  auto a = StartCollectorProcess("", dir + "/a", engine);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = StartCollectorProcess("", dir + "/b", engine);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int admin_a = (*a)->IntField("admin_http_port");
+  const int admin_b = (*b)->IntField("admin_http_port");
+  auto d = StartDelivererProcess({(*b)->IntField("grpc_port")}, {});
+  ASSERT_TRUE(d.ok()) << d.status();
+
+  // Waits until `get` on collector b answers 200 with `want` in the body; how long it took.
+  auto seen_on_b = [&](const std::string& target, const std::string& want) -> absl::Duration {
+    const absl::Time start = absl::Now();
+    while (absl::Now() - start < absl::Seconds(10)) {
+      HttpResponse r = Admin(admin_b, "GET", target);
+      if (r.status == 200 && absl::StrContains(r.body, want)) return absl::Now() - start;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::InfiniteDuration();
+  };
+
+  HttpResponse r = Admin(admin_a, "POST", "/admin/v1/sources",
+                         R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  EXPECT_LT(seen_on_b("/admin/v1/sources/shop", key), absl::Seconds(1));
+  r = Admin(admin_a, "POST", "/admin/v1/destinations",
+            absl::StrCat(R"({"id":"orders","sources":["shop"],"enabled":true,"urls":[{"url":")",
+                         (*first)->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(seen_on_b("/admin/v1/destinations/orders", (*first)->Url()), absl::Seconds(1));
+
+  auto track = [&](const std::string& id) {
+    absl::StatusOr<HttpResponse> t =
+        HttpPost((*b)->IntField("http_port"), "/v1/track",
+                 absl::StrCat(R"({"userId":"u1","event":"Ordered","messageId":")", id, R"("})"),
+                 key);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->status, 200) << t->body;
+  };
+  track("before-change");
+  ASSERT_TRUE((*first)->WaitForRequests(1, absl::Seconds(20)));
+
+  // The URL changed through a: b's deliverer posts the next event to the new one.
+  r = Admin(admin_a, "PATCH", "/admin/v1/destinations/orders",
+            absl::StrCat(R"({"urls":[{"url":")", (*second)->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(seen_on_b("/admin/v1/destinations/orders", (*second)->Url()), absl::Seconds(1));
+  track("after-change");
+  ASSERT_TRUE((*second)->WaitForRequests(1, absl::Seconds(20)));
+  EXPECT_EQ(JsonStr((*second)->Requests()[0].body, "/messageId"), "after-change");
+  EXPECT_EQ((*first)->request_count(), 1);
+
+  // Ten sources created through a and b at the same time: none is lost.
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 5; ++i) {
+        const HttpResponse created =
+            Admin(w == 0 ? admin_a : admin_b, "POST", "/admin/v1/sources",
+                  absl::StrCat(R"({"id":"s)", w, "-", i, R"(","name":"S","kind":"server"})"));
+        EXPECT_EQ(created.status, 200) << created.body;
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  for (int admin : {admin_a, admin_b}) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    int found = 0;
+    while (absl::Now() < deadline) {
+      const HttpResponse list = Admin(admin, "GET", "/admin/v1/sources?pageSize=100");
+      found = 0;
+      for (int w = 0; w < 2; ++w) {
+        for (int i = 0; i < 5; ++i) {
+          found += absl::StrContains(list.body, absl::StrCat("\"s", w, "-", i, "\"")) ? 1 : 0;
+        }
+      }
+      if (found == 10) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(found, 10) << "collector on admin port " << admin;
+  }
+
+  (*d)->Signal(SIGTERM);
+  EXPECT_EQ((*d)->Wait(), 0);
+  for (auto* c : {&*a, &*b}) {
+    (*c)->Signal(SIGTERM);
+    EXPECT_EQ((*c)->Wait(), 0);
+  }
 }
 
 }  // namespace

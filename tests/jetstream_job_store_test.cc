@@ -150,7 +150,7 @@ TEST(JetStreamJobStoreTest, JobFlowOnAThreeNodeCluster) {
   }
 
   // Not on this engine yet: a clear refusal, not a silent no-op.
-  EXPECT_EQ(store.ListDead(DeadFilter()).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(store.SourcesSeen("u1").status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "hookrelay/v1/collector.grpc.pb.h"
 #include "tests/collector_test_util.h"
 #include "tests/pipeline_test_util.h"
+#include "tests/test_engines.h"
 #include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
@@ -118,11 +119,18 @@ std::vector<hookrelay::v1::Event> GrpcEvents() {
   return events;
 }
 
-TEST(PipelineE2eTest, EveryTypeOverHttpAndGrpcReachesTheReceiverSigned) {
+// On both job-store engines (tests/test_engines.h).
+class PipelineE2eTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PipelineE2eTest, EveryTypeOverHttpAndGrpcReachesTheReceiverSigned) {
   auto on = WebhookReceiver::Start({});
   auto off = WebhookReceiver::Start({});
   ASSERT_TRUE(on.ok() && off.ok());
-  InProcessPipeline p("e2e", Config(**on, **off));
+  absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  InProcessPipeline::Options options;
+  options.engine = *engine;
+  InProcessPipeline p("e2e", Config(**on, **off), options);
   ASSERT_TRUE(p.Start().ok());
 
   absl::StatusOr<HttpResponse> http = HttpPost(p.collector().http_port(), "/v1/batch",
@@ -201,8 +209,12 @@ TEST(PipelineE2eTest, EveryTypeOverHttpAndGrpcReachesTheReceiverSigned) {
   EXPECT_EQ(JsonStr(by_id["g-alias"].body, "/Previous ID"), "anon-2");
 }
 
+INSTANTIATE_TEST_SUITE_P(Engines, PipelineE2eTest, EngineParams(), EngineParamName);
+
 // Several collectors, one deliverer: jobs from each come back settled on their own stream.
-TEST(PipelineE2eTest, OneDelivererServesTwoCollectors) {
+// Embedded engine only: collectors on the JetStream engine share one store (and de-duplicate
+// each other's events), which tests/jetstream_e2e_test.cc covers.
+TEST(PipelineE2eTwoStoresTest, OneDelivererServesTwoCollectors) {
   auto on = WebhookReceiver::Start({});
   ASSERT_TRUE(on.ok());
   InProcessCollector a("e2e_two_a", PipelineConfig({(*on)->Url("/a")}, ""));

@@ -18,7 +18,7 @@ InProcessPipeline::InProcessPipeline(std::string_view name, std::string config_y
 
 InProcessPipeline::InProcessPipeline(std::string_view name, std::string config_yaml,
                                      Options options)
-    : options_(std::move(options)), collector_(name, std::move(config_yaml)) {}
+    : options_(std::move(options)), collector_(name, std::move(config_yaml), options_.engine) {}
 
 InProcessPipeline::~InProcessPipeline() { Stop(); }
 

@@ -34,6 +34,8 @@ class InProcessPipeline {
     std::string ca_file;
     bool allow_private_networks = true;
     uint32_t credits = 200;
+    // The collector's job-store engine.
+    EngineSetup engine;
   };
 
   InProcessPipeline(std::string_view name, std::string config_yaml);

@@ -1,0 +1,52 @@
+#include "collector/job_store_factory.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collector/jetstream_job_store.h"
+#include "collector/rocksdb_job_store.h"
+
+namespace hookrelay::collector {
+
+absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& options) {
+  if (options.engine == "embedded") {
+    if (options.data_dir.empty()) return absl::InvalidArgumentError("--data_dir is empty");
+    RocksDbJobStore::Options o;
+    o.path = options.data_dir;
+    o.clock = options.clock;
+    o.dedup_window = options.dedup_window;
+    o.registry = options.registry;
+    o.on_write_health = options.on_write_health;
+    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(std::move(o));
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<JobStore>(*std::move(store));
+  }
+  if (options.engine == "jetstream") {
+    if (options.nats_url.empty()) {
+      return absl::InvalidArgumentError("--store=jetstream needs --nats_url (nats://host:port,...)");
+    }
+    JetStreamJobStore::Options o;
+    o.urls = options.nats_url;
+    o.layout.replicas = options.nats_replicas;
+    o.layout.ack_wait = options.lease_duration;
+    o.clock = options.clock;
+    o.dedup_window = options.dedup_window;
+    o.on_write_health = options.on_write_health;
+    o.max_schedule_delay = options.max_schedule_delay;
+    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(std::move(o));
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<JobStore>(*std::move(store));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--store=", options.engine, ": use embedded or jetstream"));
+}
+
+std::string DescribeJobStore(const JobStoreOptions& options) {
+  if (options.engine == "jetstream") {
+    return absl::StrCat("jetstream at ", options.nats_url, ", ", options.nats_replicas,
+                        options.nats_replicas == 1 ? " replica" : " replicas");
+  }
+  return absl::StrCat(options.engine, " at ", options.data_dir);
+}
+
+}  // namespace hookrelay::collector

@@ -1,0 +1,82 @@
+#include "tests/test_engines.h"
+
+#include <nats/nats.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "collector/jetstream_layout.h"
+#include "tests/nats_cluster.h"
+
+namespace hookrelay::test {
+namespace {
+
+absl::Mutex cluster_mu;
+NatsCluster* cluster ABSL_GUARDED_BY(cluster_mu) = nullptr;
+
+void StopCluster() {
+  absl::MutexLock lock(&cluster_mu);
+  delete cluster;
+  cluster = nullptr;
+}
+
+// Deletes hookrelay's streams and the config bucket's stream.
+absl::Status Empty(const std::string& urls) {
+  natsOptions* options = nullptr;
+  natsConnection* nc = nullptr;
+  natsStatus s = natsOptions_Create(&options);
+  std::vector<std::string> list = absl::StrSplit(urls, ',');
+  std::vector<const char*> servers;
+  for (const std::string& u : list) servers.push_back(u.c_str());
+  if (s == NATS_OK) {
+    s = natsOptions_SetServers(options, servers.data(), static_cast<int>(servers.size()));
+  }
+  if (s == NATS_OK) s = natsConnection_Connect(&nc, options);
+  absl::Status st;
+  if (s != NATS_OK) {
+    st = absl::UnavailableError(absl::StrCat("connecting to ", urls, ": ", natsStatus_GetText(s)));
+  }
+  for (const char* stream : {"HR_JOBS", "HR_DEAD", "KV_hr_config"}) {
+    if (!st.ok()) break;
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<collector::JetStreamApiReply> reply = collector::JetStreamApi(
+          nc, absl::StrCat("$JS.API.STREAM.DELETE.", stream), "", absl::Seconds(5));
+      constexpr int64_t kStreamNotFound = 10059;
+      if (reply.ok() && (reply->error_code == 0 || reply->error_code == kStreamNotFound)) break;
+      if (attempt == 50) {
+        st = reply.ok() ? absl::InternalError(absl::StrCat("deleting ", stream, ": ", reply->error))
+                        : reply.status();
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+  if (nc != nullptr) natsConnection_Destroy(nc);
+  if (options != nullptr) natsOptions_Destroy(options);
+  return st;
+}
+
+}  // namespace
+
+absl::StatusOr<EngineSetup> PrepareEngine(std::string_view engine) {
+  EngineSetup setup;
+  setup.engine = std::string(engine);
+  if (engine == "embedded") return setup;
+  if (engine != "jetstream") return absl::InvalidArgumentError(absl::StrCat("engine ", std::string(engine)));
+  absl::MutexLock lock(&cluster_mu);
+  if (cluster == nullptr) {
+    absl::StatusOr<std::unique_ptr<NatsCluster>> started = NatsCluster::Start(3);
+    if (!started.ok()) return started.status();
+    cluster = started->release();
+    std::atexit(StopCluster);
+  }
+  setup.nats_url = cluster->urls();
+  if (absl::Status st = Empty(setup.nats_url); !st.ok()) return st;
+  return setup;
+}
+
+}  // namespace hookrelay::test
