@@ -11,6 +11,8 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "absl/strings/escaping.h"
+#include <openssl/sha.h>
+#include <string.h>
 #include <simdjson.h>
 #include <limits>
 
@@ -47,14 +49,43 @@ absl::Status NatsError(std::string_view what, natsStatus s) {
       absl::StrCat("JetStream: ", std::string(what), ": ", natsStatus_GetText(s)));
 }
 
-// A stable message id for a job: its event's dedup key (hashed: it may hold any byte) and its
-// destination.
-std::string JobMsgId(const std::string& dedup_key, const std::string& destination) {
-  return absl::StrFormat("%016x-%s", common::Fnv1a64(dedup_key), destination);
+// A stable message id for a job: its event's dedup marker and its destination.
+std::string JobMsgId(const std::string& marker, const std::string& destination) {
+  return absl::StrCat(marker.substr(sizeof("hr.dedup.") - 1), "-", destination);
 }
+
+std::string ReadySubject(const Job& job) {
+  return absl::StrCat("hr.jobs.ready.", JobSubjectTail(job));
+}
+
+// The most dedup markers one lookup request asks for.
+constexpr size_t kMarkersPerLookup = 256;
+constexpr absl::Duration kLookupTimeout = absl::Seconds(5);
 
 
 }  // namespace
+
+std::string JetStreamToken(std::string_view id) {
+  if (id.empty()) return "_";
+  std::string out;
+  absl::WebSafeBase64Escape(absl::string_view(id.data(), id.size()), &out);
+  return out;
+}
+
+std::string JobSubjectTail(const Job& job) {
+  const bool never_purged = job.type() == hookrelay::v1::DELETE || job.test();
+  return absl::StrCat(never_purged ? std::string("~") : JetStreamToken(job.source_id()), ".",
+                      JetStreamToken(job.user_id()));
+}
+
+std::string DedupMarkerSubject(std::string_view dedup_key) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(dedup_key.data()), dedup_key.size(), digest);
+  std::string out = "hr.dedup.";
+  absl::StrAppend(&out, absl::BytesToHexString(absl::string_view(
+                            reinterpret_cast<const char*>(digest), 16)));
+  return out;
+}
 
 JetStreamJobStore::JetStreamJobStore(Options options, const common::Clock& clock)
     : options_(std::move(options)), clock_(clock) {}
@@ -103,6 +134,20 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   }
   if (!layout.ok()) return layout;
 
+  // Dedup lookup answers arrive on <inbox>.<lookup token>.
+  {
+    natsInbox* inbox = nullptr;
+    s = natsInbox_Create(&inbox);
+    if (s == NATS_OK) {
+      store->lookup_inbox_ = inbox;
+      natsInbox_Destroy(inbox);
+      s = natsConnection_Subscribe(&store->lookup_sub_, store->nc_,
+                                   absl::StrCat(store->lookup_inbox_, ".*").c_str(),
+                                   &JetStreamJobStore::OnLookupReply, store.get());
+    }
+    if (s != NATS_OK) return NatsError("subscribing to de-duplication answers", s);
+  }
+
   jsOptions js_options;
   jsOptions_Init(&js_options);
   js_options.PublishAsync.AckHandler = &JetStreamJobStore::OnPublishAck;
@@ -131,7 +176,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   sub_options.Consumer = kDispatchConsumer;
   sub_options.ManualAck = true;
   jsErrCode code = static_cast<jsErrCode>(0);
-  s = js_PullSubscribe(&store->dispatch_, store->js_, kReadySubject, kDispatchConsumer, nullptr,
+  s = js_PullSubscribe(&store->dispatch_, store->js_, kReadySubjects, kDispatchConsumer, nullptr,
                        &sub_options, &code);
   if (s != NATS_OK) return NatsError("binding the dispatch consumer", s);
   return store;
@@ -140,6 +185,22 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
 void JetStreamJobStore::RepublishLoop() {
   for (;;) {
     natsMsg* msg = nullptr;
+    // Lookups that got no answer in time: their appends go on without the check.
+    std::vector<std::shared_ptr<Lookup>> expired;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      for (auto it = lookups_.begin(); it != lookups_.end();) {
+        if (it->second->deadline <= now) {
+          it->second->failed = true;
+          expired.push_back(it->second);
+          lookups_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const std::shared_ptr<Lookup>& lookup : expired) FinishLookup(lookup);
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -166,6 +227,21 @@ JetStreamJobStore::~JetStreamJobStore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+  }
+  if (lookup_sub_ != nullptr) {
+    natsSubscription_Unsubscribe(lookup_sub_);
+    natsSubscription_WaitForDrainCompletion(lookup_sub_, 1000);
+  }
+  {
+    absl::flat_hash_map<uint64_t, std::shared_ptr<Lookup>> left;
+    {
+      absl::MutexLock lock(&mu_);
+      left.swap(lookups_);
+    }
+    for (auto& [token, lookup] : left) {
+      std::move(lookup->append->done)(
+          absl::UnavailableError("JetStream store closed before the de-duplication lookup"));
+    }
   }
   if (config_watcher_ != nullptr) kvWatcher_Stop(config_watcher_);
   if (watcher_.joinable()) watcher_.join();
@@ -197,6 +273,7 @@ JetStreamJobStore::~JetStreamJobStore() {
     held_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
+  if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   if (js_ != nullptr) jsCtx_Destroy(js_);
   if (events_ != nullptr) events_->store_closed = true;
@@ -261,6 +338,7 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
   }
   if (finished != nullptr) {
     if (finished->status.ok()) {
+      PublishMarkers(finished->markers);
       std::move(finished->done)(std::move(finished->result));
     } else {
       std::move(finished->done)(finished->status);
@@ -276,27 +354,155 @@ void JetStreamJobStore::Append(std::vector<AppendItem> items, AppendCallback don
   auto pending = std::make_shared<PendingAppend>();
   pending->result.stored.assign(items.size(), true);
   pending->done = std::move(done);
+  // De-duplication over the dedup window: the markers of earlier events are looked up first
+  // (batched direct gets on HR_DEDUP); only events not seen get their jobs published; their
+  // markers are written once the jobs are acknowledged (never before: a marker for an event not
+  // stored would refuse the client's retry of it). Two copies racing each other are caught by
+  // the jobs' Nats-Msg-Id within the stream's duplicate window.
+  auto lookup = std::make_shared<Lookup>();
+  lookup->markers.resize(items.size());
+  std::vector<std::string> subjects;
+  absl::flat_hash_set<std::string> asked;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].dedup_key.empty()) continue;
+    lookup->markers[i] = DedupMarkerSubject(items[i].dedup_key);
+    if (asked.insert(lookup->markers[i]).second) subjects.push_back(lookup->markers[i]);
+  }
+  lookup->append = pending;
+  lookup->items = std::move(items);
+  if (subjects.empty()) {
+    FinishLookup(lookup);
+    return;
+  }
+  uint64_t token = 0;
+  const int requests =
+      static_cast<int>((subjects.size() + kMarkersPerLookup - 1) / kMarkersPerLookup);
+  {
+    absl::MutexLock lock(&mu_);
+    token = next_lookup_++;
+    lookup->outstanding = requests;
+    lookup->deadline = absl::Now() + kLookupTimeout;
+    lookups_[token] = lookup;
+  }
+  const std::string reply = absl::StrCat(lookup_inbox_, ".", token);
+  const std::string api = absl::StrCat("$JS.API.DIRECT.GET.", kDedupStream);
+  for (size_t first = 0; first < subjects.size(); first += kMarkersPerLookup) {
+    const size_t n = std::min(kMarkersPerLookup, subjects.size() - first);
+    std::string body = R"({"multi_last":[)";
+    for (size_t i = 0; i < n; ++i) {
+      absl::StrAppend(&body, i == 0 ? "\"" : ",\"", subjects[first + i], "\"");
+    }
+    absl::StrAppend(&body, R"(],"batch":)", n, "}");
+    const natsStatus s = natsConnection_PublishRequest(nc_, api.c_str(), reply.c_str(),
+                                                       body.data(), static_cast<int>(body.size()));
+    if (s != NATS_OK) {
+      std::shared_ptr<Lookup> done_lookup;
+      {
+        absl::MutexLock lock(&mu_);
+        lookup->failed = true;
+        if (--lookup->outstanding == 0 && lookups_.erase(token) > 0) done_lookup = lookup;
+      }
+      if (done_lookup != nullptr) FinishLookup(done_lookup);
+    }
+  }
+}
+
+void JetStreamJobStore::OnLookupReply(natsConnection*, natsSubscription*, natsMsg* msg,
+                                      void* self) {
+  auto* store = static_cast<JetStreamJobStore*>(self);
+  const char* subject = natsMsg_GetSubject(msg);
+  const char* dot = subject == nullptr ? nullptr : strrchr(subject, '.');
+  uint64_t token = 0;
+  if (dot == nullptr || !absl::SimpleAtoi(dot + 1, &token)) {
+    natsMsg_Destroy(msg);
+    return;
+  }
+  const char* status = nullptr;
+  const bool has_status = natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status != nullptr;
+  const char* found = nullptr;
+  if (!has_status) natsMsgHeader_Get(msg, "Nats-Subject", &found);
+  std::shared_ptr<Lookup> finished;
+  {
+    absl::MutexLock lock(&store->mu_);
+    auto it = store->lookups_.find(token);
+    if (it != store->lookups_.end()) {
+      Lookup& lookup = *it->second;
+      if (!has_status) {
+        if (found != nullptr) lookup.found.insert(found);
+      } else {
+        // 204: the end of a batch; 404: none of the markers exists; anything else (no
+        // responders while a node rejoins, a timeout) fails the lookup.
+        if (strcmp(status, "204") != 0 && strcmp(status, "404") != 0) lookup.failed = true;
+        if (--lookup.outstanding == 0) {
+          finished = it->second;
+          store->lookups_.erase(it);
+        }
+      }
+    }
+  }
+  natsMsg_Destroy(msg);
+  if (finished != nullptr) store->FinishLookup(finished);
+}
+
+void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
+  if (lookup->failed) {
+    // Availability first: the event is stored, and the stream's duplicate window still catches
+    // a retry within minutes. Counted and logged: a retry later than that may be delivered twice.
+    dedup_lookup_failures_.fetch_add(1, std::memory_order_relaxed);
+    common::LogWarning("de-duplication lookup failed (the cluster is changing leaders or a node "
+                       "is rejoining): events stored without their 24 h duplicate check",
+                       {{"events", lookup->items.size()}});
+  }
+  std::vector<bool> publish(lookup->items.size(), true);
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < lookup->items.size(); ++i) {
+    const std::string& marker = lookup->markers[i];
+    if (marker.empty()) continue;
+    if (lookup->found.contains(marker) || !seen.insert(marker).second) {
+      publish[i] = false;
+      lookup->append->result.stored[i] = false;
+      continue;
+    }
+    lookup->append->markers.push_back(marker);
+  }
+  PublishJobs(lookup->append, lookup->items, publish);
+}
+
+void JetStreamJobStore::PublishMarkers(const std::vector<std::string>& markers) {
+  // Core publishes: no ack to wait for. A marker lost with a node is a duplicate check missed
+  // (at-least-once), never an event lost.
+  for (const std::string& marker : markers) {
+    natsConnection_Publish(nc_, marker.c_str(), nullptr, 0);
+  }
+}
+
+void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pending,
+                                    std::vector<AppendItem>& items,
+                                    const std::vector<bool>& publish) {
   std::vector<std::pair<natsMsg*, size_t>> msgs;
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   for (size_t i = 0; i < items.size(); ++i) {
+    if (!publish[i]) continue;
+    const std::string marker =
+        items[i].dedup_key.empty() ? std::string() : DedupMarkerSubject(items[i].dedup_key);
     for (Job& job : items[i].jobs) {
       job.set_due_unix_ms(now_ms);
       const std::string body = job.SerializeAsString();
       natsMsg* msg = nullptr;
-      if (natsMsg_Create(&msg, kReadySubject, nullptr, body.data(), static_cast<int>(body.size())) !=
-          NATS_OK) {
+      if (natsMsg_Create(&msg, ReadySubject(job).c_str(), nullptr, body.data(),
+                         static_cast<int>(body.size())) != NATS_OK) {
         for (auto& [m, item] : msgs) natsMsg_Destroy(m);
         std::move(pending->done)(absl::ResourceExhaustedError("JetStream: cannot create a message"));
         return;
       }
-      if (!items[i].dedup_key.empty()) {
-        natsMsgHeader_Set(msg, "Nats-Msg-Id",
-                          JobMsgId(items[i].dedup_key, job.destination_id()).c_str());
+      if (!marker.empty()) {
+        natsMsgHeader_Set(msg, "Nats-Msg-Id", JobMsgId(marker, job.destination_id()).c_str());
       }
       msgs.emplace_back(msg, i);
     }
   }
   if (msgs.empty()) {
+    PublishMarkers(pending->markers);
     std::move(pending->done)(std::move(pending->result));
     return;
   }
@@ -444,15 +650,15 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   absl::Status st;
   if (delay <= absl::ZeroDuration()) {
     // Due now (or held here until due, with a manual clock).
-    st = PublishSync(kReadySubject, job.SerializeAsString(), {{"Nats-Msg-Id", id}});
+    st = PublishSync(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}});
   } else {
     st = PublishSync(
-        absl::StrCat("hr.jobs.sched.", job_id), job.SerializeAsString(),
+        absl::StrCat("hr.jobs.sched.", JobSubjectTail(job), ".", job_id), job.SerializeAsString(),
         {{"Nats-Msg-Id", id},
          {"Nats-Schedule",
           absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(fire_s),
                                                 absl::UTCTimeZone()))},
-         {"Nats-Schedule-Target", kReadySubject}});
+         {"Nats-Schedule-Target", ReadySubject(job)}});
   }
   if (st.ok() && not_before > now) {
     absl::MutexLock lock(&mu_);
@@ -481,7 +687,8 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
   job.set_dead_at_unix_ms(now_ms);
-  absl::Status st = PublishSync(absl::StrCat("hr.dead.", job.destination_id()),
+  absl::Status st = PublishSync(absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()),
+                                             ".", JobSubjectTail(job)),
                                 job.SerializeAsString(),
                                 {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}});
   if (st.ok()) {
@@ -542,7 +749,7 @@ absl::StatusOr<std::optional<JetStreamJobStore::DeadLetter>> JetStreamJobStore::
     uint64_t seq, const DeadFilter& filter) {
   const std::string subject = filter.destination_id.empty()
                                   ? std::string(kDeadSubjects)
-                                  : absl::StrCat("hr.dead.", filter.destination_id);
+                                  : absl::StrCat("hr.dead.", JetStreamToken(filter.destination_id), ".>");
   const std::string request =
       absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")", subject, R"("})");
   absl::StatusOr<JetStreamApiReply> reply;
@@ -615,7 +822,7 @@ absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter& filter) {
     job.clear_dead_reason();
     job.set_dead_at_unix_ms(0);
     job.set_due_unix_ms(now_ms);
-    RETURN_IF_ERROR(PublishSync(kReadySubject, job.SerializeAsString(),
+    RETURN_IF_ERROR(PublishSync(ReadySubject(job), job.SerializeAsString(),
                                 {{"Nats-Msg-Id", absl::StrCat("replay-", dead.seq)}}));
     jsErrCode code = static_cast<jsErrCode>(0);
     const natsStatus s =

@@ -1,22 +1,25 @@
-// The JetStream engine's job flow (issue 12, in progress; docs/DESIGN.md, "The JetStream
-// engine"): jobs as messages of HR_JOBS, leased through the shared durable pull consumer, retried
-// through message schedules, dead-lettered to HR_DEAD. Not selectable with --store yet: the
-// job-store seam is being reshaped for it (issue 12 §1), and dedup over 24 h, dead-letter
-// listing and replay, deletions, audiences and config watches are still to come; those calls
-// answer UNIMPLEMENTED naming the issue.
+// The JetStream engine (--store=jetstream; docs/DESIGN.md, "The JetStream engine"): jobs as
+// messages of HR_JOBS, leased through the shared durable pull consumer, retried through message
+// schedules, dead-lettered to HR_DEAD, de-duplicated through markers in HR_DEDUP, configuration
+// in the KV bucket hr_config. Streams and subjects: collector/jetstream_layout.h.
 //
-// What holds already:
 // - Append completes when every job of the batch has its publish ack from the stream at the
-//   configured replication (asynchronous, pipelined publishes); each job carries a Nats-Msg-Id
-//   derived from its event's dedup key and destination, so a retried publish is stored once
-//   within the stream's duplicate window (2 min).
+//   configured replication (asynchronous, pipelined publishes). Before publishing, the events'
+//   dedup markers are looked up (one batched direct get per 256 events); an event whose marker
+//   exists is a duplicate (stored = false, no job published). The markers of stored events are
+//   written after their jobs are acknowledged. Each job carries a Nats-Msg-Id (marker +
+//   destination), so a publish retried, or two copies of an event racing each other, are stored
+//   once within the stream's duplicate window.
 // - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
 //   used). A job leased by a collector that dies returns to the others when it expires.
-// - Retry publishes the job with the attempt recorded to hr.jobs.sched.<job id> as a one-shot
-//   schedule for not_before (rounded up to a whole second), then acks the leased message: the
-//   job waits in the stream, outside the consumer's ack-pending window, and the server makes it
-//   ready at its time. A crash between the two re-delivers (at-least-once).
-// - Job ids are the stream sequence of the message leased (a retried job gets a new one).
+// - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
+//   one-shot schedule for not_before (rounded up to a whole second), then acks the leased
+//   message: the job waits in the stream, outside the consumer's ack-pending window, and the
+//   server makes it ready at its time. A crash between the two re-delivers (at-least-once).
+// - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
+//   dead letter's id is its HR_DEAD sequence.
+// - Deletions, the per-user index and audiences are not on this engine yet (issue 12): those
+//   calls answer UNIMPLEMENTED naming the issue.
 #ifndef HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
 
@@ -36,6 +39,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/jetstream_layout.h"
@@ -43,6 +47,14 @@
 #include "common/clock.h"
 
 namespace hookrelay::collector {
+
+// Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
+std::string JetStreamToken(std::string_view id);
+// "<S>.<U>" of a job's subjects: its source ("~" for delete notifications and test jobs, never
+// purged by a deletion) and user.
+std::string JobSubjectTail(const hookrelay::v1::Job& job);
+// hr.dedup.<32 hex digits of SHA-256(dedup key)>.
+std::string DedupMarkerSubject(std::string_view dedup_key);
 
 class JetStreamJobStore final : public JobStore {
  public:
@@ -55,8 +67,6 @@ class JetStreamJobStore final : public JobStore {
     const common::Clock* clock = nullptr;
     // How long to wait for the cluster at start (streams created or checked).
     absl::Duration connect_timeout = absl::Seconds(30);
-    // A (source, messageId) is de-duplicated for this long.
-    absl::Duration dedup_window = absl::Hours(24);
     // Called with false when the connection to the cluster is lost and true when it is back.
     std::function<void(bool writable)> on_write_health;
     // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
@@ -119,7 +129,25 @@ class JetStreamJobStore final : public JobStore {
     absl::Status status;
     AppendResult result;
     AppendCallback done;
+    // Dedup markers of the stored events, published once every job is acknowledged.
+    std::vector<std::string> markers;
   };
+  // An Append waiting for its dedup markers to be looked up (HR_DEDUP, batched direct gets).
+  struct Lookup {
+    std::shared_ptr<PendingAppend> append;
+    std::vector<AppendItem> items;
+    std::vector<std::string> markers;  // per item; "" = no dedup key
+    absl::flat_hash_set<std::string> found;
+    int outstanding = 0;  // requests not yet answered
+    bool failed = false;
+    absl::Time deadline;
+  };
+  static void OnLookupReply(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
+  // Publishes the jobs of the items not found as duplicates.
+  void FinishLookup(const std::shared_ptr<Lookup>& lookup);
+  void PublishJobs(const std::shared_ptr<PendingAppend>& pending, std::vector<AppendItem>& items,
+                   const std::vector<bool>& publish);
+  void PublishMarkers(const std::vector<std::string>& markers);
   struct Leased {
     natsMsg* msg = nullptr;
     uint64_t lease = 0;
@@ -142,6 +170,7 @@ class JetStreamJobStore final : public JobStore {
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
   ConnectionEvents* events_ = nullptr;
+  std::atomic<int64_t> dedup_lookup_failures_{0};
   void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
@@ -180,6 +209,10 @@ class JetStreamJobStore final : public JobStore {
   };
   absl::flat_hash_map<natsMsg*, Publishing> publishing_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Leased> leased_ ABSL_GUARDED_BY(mu_);
+  natsSubscription* lookup_sub_ = nullptr;
+  std::string lookup_inbox_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Lookup>> lookups_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lookup_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   // Lease() fetches one batch at a time.
   absl::Mutex fetch_mu_;

@@ -119,12 +119,13 @@ absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::st
 namespace internal {
 
 std::string JobsStreamConfig(const JetStreamLayout& layout) {
-  return absl::StrCat(R"({"name":")", kJobsStream, R"(","subjects":[")", kReadySubject, R"(",")",
+  return absl::StrCat(R"({"name":")", kJobsStream, R"(","subjects":[")", kReadySubjects, R"(",")",
                       kScheduleSubjects,
                       R"("],"retention":"workqueue","storage":"file","num_replicas":)",
                       layout.replicas,
                       R"(,"allow_msg_schedules":true,"allow_rollup_hdrs":true,)"
-                      R"("duplicate_window":120000000000})");
+                      R"("duplicate_window":)", absl::ToInt64Nanoseconds(layout.duplicate_window),
+                      "}");
 }
 
 std::string DeadStreamConfig(const JetStreamLayout& layout) {
@@ -133,9 +134,17 @@ std::string DeadStreamConfig(const JetStreamLayout& layout) {
                       layout.replicas, "}");
 }
 
+std::string DedupStreamConfig(const JetStreamLayout& layout) {
+  return absl::StrCat(R"({"name":")", kDedupStream, R"(","subjects":[")", kDedupSubjects,
+                      R"("],"retention":"limits","storage":"file","num_replicas":)",
+                      layout.replicas, R"(,"max_age":)",
+                      absl::ToInt64Nanoseconds(layout.dedup_window),
+                      R"(,"max_msgs_per_subject":1,"allow_direct":true,"discard":"old"})");
+}
+
 std::string DispatchConsumerConfig(const JetStreamLayout& layout) {
   return absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":{"durable_name":")",
-                      kDispatchConsumer, R"(","filter_subject":")", kReadySubject,
+                      kDispatchConsumer, R"(","filter_subject":")", kReadySubjects,
                       R"(","ack_policy":"explicit","ack_wait":)",
                       absl::ToInt64Nanoseconds(layout.ack_wait),
                       R"(,"max_deliver":-1,"max_ack_pending":)", layout.max_ack_pending,
@@ -155,7 +164,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
   const std::string replicas = absl::StrCat(layout.replicas);
   absl::Status st = EnsureStream(
       nc, layout, kJobsStream, internal::JobsStreamConfig(layout),
-      {{"subjects", absl::StrCat(kReadySubject, ",", kScheduleSubjects), "jobs and retries"},
+      {{"subjects", absl::StrCat(kReadySubjects, ",", kScheduleSubjects), "jobs and retries"},
        {"retention", "workqueue", "each job is taken once"},
        {"storage", "file", "acknowledged events survive restarts"},
        {"num_replicas", replicas, "--nats_replicas"},
@@ -166,6 +175,14 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
                      {"storage", "file", "dead letters survive restarts"},
                      {"num_replicas", replicas, "--nats_replicas"}});
   if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kDedupStream, internal::DedupStreamConfig(layout),
+                    {{"subjects", kDedupSubjects, "one marker per accepted event"},
+                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"max_age", absl::StrCat(absl::ToInt64Nanoseconds(layout.dedup_window)),
+                      "--dedup_window"},
+                     {"max_msgs_per_subject", "1", "one marker per event"},
+                     {"allow_direct", "true", "batched marker lookups"}});
+  if (!st.ok()) return st;
 
   const std::string what = absl::StrCat("JetStream consumer ", kJobsStream, "/", kDispatchConsumer);
   absl::StatusOr<JetStreamApiReply> info = JetStreamApi(
@@ -174,7 +191,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
   if (!info.ok()) return info.status();
   if (info->error_code == 0) {
     return Check(what, info->body,
-                 {{"filter_subject", kReadySubject, "it dispatches due jobs"},
+                 {{"filter_subject", kReadySubjects, "it dispatches due jobs"},
                   {"ack_policy", "explicit", "each job is settled"},
                   {"ack_wait", absl::StrCat(absl::ToInt64Nanoseconds(layout.ack_wait)), "the lease"},
                   {"max_deliver", "-1", "retries are hookrelay's"}});

@@ -3,11 +3,17 @@
 // start-up error naming the stream, the setting, what is there and what hookrelay needs — never
 // a silent change of someone's stream.
 //
-//   HR_JOBS   subjects hr.jobs.ready (due now) and hr.jobs.sched.* (retries: one message-schedule
-//             definition per job); work-queue retention, file storage, `replicas` copies,
-//             message schedules allowed.
-//   HR_DEAD   subject hr.dead.> (dead letters by destination); limits retention, file storage.
-//   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready, explicit acks, ack wait = the
+//   HR_JOBS   subjects hr.jobs.ready.<S>.<U> (due now) and hr.jobs.sched.<S>.<U>.<job id>
+//             (retries: one message-schedule definition per job), where <S> and <U> are the
+//             job's source and user id in unpadded base64url ("_" when empty; <S> is "~" for
+//             delete notifications and test jobs, which a deletion never purges): a deletion
+//             purges a user's jobs by subject. Work-queue retention, file storage, `replicas`
+//             copies, message schedules allowed, `duplicate_window` for Nats-Msg-Id.
+//   HR_DEAD   subjects hr.dead.<destination>.<S>.<U>; limits retention, file storage.
+//   HR_DEDUP  subjects hr.dedup.<128-bit hash of the dedup key>: one marker per accepted event,
+//             kept `dedup_window` (max age), one per subject, direct gets allowed (the
+//             de-duplication lookup reads them in batches).
+//   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready.>, explicit acks, ack wait = the
 //             lease, no delivery limit (retries are hookrelay's, by schedule).
 //
 // Streams and consumers are created through the JSON API: cnats 3.4 (Debian) predates
@@ -29,9 +35,11 @@ namespace hookrelay::collector {
 inline constexpr char kJobsStream[] = "HR_JOBS";
 inline constexpr char kDeadStream[] = "HR_DEAD";
 inline constexpr char kDispatchConsumer[] = "dispatch";
-inline constexpr char kReadySubject[] = "hr.jobs.ready";
-inline constexpr char kScheduleSubjects[] = "hr.jobs.sched.*";
+inline constexpr char kDedupStream[] = "HR_DEDUP";
+inline constexpr char kReadySubjects[] = "hr.jobs.ready.>";
+inline constexpr char kScheduleSubjects[] = "hr.jobs.sched.>";
 inline constexpr char kDeadSubjects[] = "hr.dead.>";
+inline constexpr char kDedupSubjects[] = "hr.dedup.*";
 
 struct JetStreamLayout {
   // --nats_replicas: copies of every stream (1, 3 or 5).
@@ -40,6 +48,10 @@ struct JetStreamLayout {
   absl::Duration ack_wait = absl::Seconds(90);
   // Jobs dispatched and not yet settled, across every collector.
   int max_ack_pending = 100'000;
+  // Nats-Msg-Id de-duplication of HR_JOBS (publishes retried within it are stored once).
+  absl::Duration duplicate_window = absl::Minutes(2);
+  // How long an event's dedup marker is kept (--dedup_window, SPEC: 24 h).
+  absl::Duration dedup_window = absl::Hours(24);
   // How long one API request may take (leader elections make the first ones slow).
   absl::Duration request_timeout = absl::Seconds(5);
 };
@@ -63,6 +75,7 @@ namespace internal {
 // The JSON configs sent to the API (for tests and docs).
 std::string JobsStreamConfig(const JetStreamLayout& layout);
 std::string DeadStreamConfig(const JetStreamLayout& layout);
+std::string DedupStreamConfig(const JetStreamLayout& layout);
 std::string DispatchConsumerConfig(const JetStreamLayout& layout);
 }  // namespace internal
 

@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& op
     o.layout.replicas = options.nats_replicas;
     o.layout.ack_wait = options.lease_duration;
     o.clock = options.clock;
-    o.dedup_window = options.dedup_window;
+    o.layout.dedup_window = options.dedup_window;
     o.on_write_health = options.on_write_health;
     o.max_schedule_delay = options.max_schedule_delay;
     absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(std::move(o));

@@ -153,5 +153,48 @@ TEST(JetStreamJobStoreTest, JobFlowOnAThreeNodeCluster) {
   EXPECT_EQ(store.SourcesSeen("u1").status().code(), absl::StatusCode::kUnimplemented);
 }
 
+// De-duplication beyond the stream's duplicate window: the event's marker in HR_DEDUP refuses a
+// copy sent later, within one Append as well; after the dedup window the marker is gone and the
+// same (source, messageId) is a new event. Windows shortened to seconds here.
+TEST(JetStreamJobStoreTest, DuplicatesRefusedAfterTheStreamWindowUntilTheDedupWindowEnds) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  options.layout.duplicate_window = absl::Seconds(1);
+  options.layout.dedup_window = absl::Seconds(6);
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  JetStreamJobStore& store = **opened;
+
+  std::vector<AppendItem> first;
+  for (int i = 0; i < 300; ++i) first.push_back(Event(i));  // two lookup requests
+  first.push_back(Event(7));  // the same event twice in one request: the second is refused
+  absl::StatusOr<AppendResult> appended = AppendAndWait(store, first);
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  std::vector<bool> want(301, true);
+  want[300] = false;
+  EXPECT_EQ(appended->stored, want);
+  EXPECT_EQ(store.Counts().ready, 600);
+
+  absl::SleepFor(absl::Milliseconds(1500));  // The stream's duplicate window has passed.
+  std::vector<AppendItem> again = {Event(3), Event(299), Event(1000)};
+  appended = AppendAndWait(store, again);
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(appended->stored, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(store.Counts().ready, 602);
+
+  // Markers expire with the dedup window.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  bool accepted = false;
+  while (!accepted && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(500));
+    appended = AppendAndWait(store, {Event(3)});
+    ASSERT_TRUE(appended.ok()) << appended.status();
+    accepted = appended->stored[0];
+  }
+  EXPECT_TRUE(accepted) << "event 3 still refused after the dedup window";
+}
+
 }  // namespace
 }  // namespace hookrelay::collector

@@ -77,6 +77,10 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(Api("$JS.API.CONSUMER.INFO.HR_JOBS.dispatch"), HasSubstr(R"("ack_policy":"explicit")"));
   const std::string dead = Api("$JS.API.STREAM.INFO.HR_DEAD");
   EXPECT_THAT(dead, HasSubstr(R"("subjects":["hr.dead.\u003e"])")) << dead;
+  const std::string dedup = Api("$JS.API.STREAM.INFO.HR_DEDUP");
+  EXPECT_THAT(dedup, HasSubstr(R"("max_age":86400000000000)")) << dedup;
+  EXPECT_THAT(dedup, HasSubstr(R"("max_msgs_per_subject":1)")) << dedup;
+  EXPECT_THAT(dedup, HasSubstr(R"("allow_direct":true)")) << dedup;
 
   // Idempotent: a second collector starting finds everything as it should be.
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());
@@ -95,6 +99,13 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(st.message(), HasSubstr("HR_JOBS/dispatch"));
   EXPECT_THAT(st.message(), HasSubstr("ack_wait is 90000000000, hookrelay needs 30000000000"));
   EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));
+  // Another dedup window: the markers' stream says so.
+  JetStreamLayout window = layout;
+  window.dedup_window = absl::Hours(48);
+  st = EnsureJetStreamLayout(nc_, window);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("HR_DEDUP"));
+  EXPECT_THAT(st.message(), HasSubstr("(--dedup_window)"));
 }
 
 TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {
