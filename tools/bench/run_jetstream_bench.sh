@@ -1,0 +1,683 @@
+#!/usr/bin/env bash
+# JetStream engine benchmark (issue 12 §4): in one run, on this machine, everything on 127.0.0.1
+# (ports chosen free by the OS):
+#
+#   0. probe     a jetstream R1 collector takes one 100-event request; the size of the jobs it
+#                stored in HR_JOBS (payload, Nats-Msg-Id) is read back (nats_ceiling --probe_stream)
+#                and used for the ceiling's messages.
+#   1. ingest    for each engine of $INGEST_ENGINES (embedded, r1, r3): fresh servers and a fresh
+#                collector (deploy/local/config.yaml: one destination, so one job per event), then
+#                the load of run_ingest_bench.sh: ingest_load HTTP closed loop ($HTTP_CONNECTIONS
+#                connections x $EVENTS_PER_REQUEST events of ~$EVENT_BYTES B), then open loop at
+#                half the rate measured (acknowledgement p99 at that rate).
+#      ceiling   right after the r1 / r3 collector: fresh servers again, and nats_ceiling (a minimal
+#                async JetStream publisher: stream configured like HR_JOBS plus a consumer like the
+#                dispatch consumer, messages of the probed size with a Nats-Msg-Id each,
+#                js_PublishMsgAsync, at most $CEILING_WINDOWS unacknowledged publishes) closed loop
+#                for each window, then open loop at the rate the collector's open loop used.
+#   2. delivery  for each engine of $DELIVERY_ENGINES (embedded, r3): fresh servers, receiver
+#                (bench_receiver) and collector, $PRELOAD_EVENTS events preloaded with no
+#                deliverer, then a deliverer with $DELIVERY_FLAGS drains the backlog; deliveries/s =
+#                requests / (last − first request) as the receiver saw them.
+#   3. summary   every run, CPU split (collector / nats-servers / load generator / everything
+#                else), and the ratios: r3 / ceiling r3, r1 / ceiling r1 (closed-loop ingest vs the
+#                best ceiling window), jetstream r3 / embedded deliveries; the issue's goals.
+#
+# Servers: r1 = one nats-server (JetStream, no cluster); r3 = three nats-servers clustered over
+# loopback routes (as tests/nats_cluster.cc). Server settings otherwise the defaults, like the
+# deployment's nats.conf (no per-message fsync: sync_interval default). Every measurement gets
+# servers started fresh on empty store directories, removed afterwards.
+#
+#   tools/bench/run_jetstream_bench.sh                         # one round, ~6 min once built
+#   ROUNDS=3 IDLE_WAIT=120 RESULTS=/tmp/js-bench tools/bench/run_jetstream_bench.sh   # the figures
+#   SMOKE=1 tools/bench/run_jetstream_bench.sh                 # seconds per run: a check that it works
+#   SKIP_BUILD=1 BIN_DIR=bazel-bin tools/bench/run_jetstream_bench.sh   # binaries already built
+#   PERF=1 ...                                                 # + perf profiles of the r3 closed loop
+#
+# ROUNDS=N repeats ingest (embedded, r1 + ceiling, r3 + ceiling) N times, interleaved, then the
+# deliveries N times, interleaved; the summary gives each round and the median of the ratios.
+# IDLE_WAIT=N waits up to N s before each measurement for the machine to be quiet (other
+# processes under 25 % of one core over 2 s). Bounded: build BUILD_TIMEOUT (600 s), every start-up
+# 40 s, every load run its duration + warm-up + 30 s, each drain DRAIN_TIMEOUT (180 s); every
+# process started here is stopped on any exit, and the temporary directory removed (RESULTS=DIR
+# keeps the logs and JSON). Needs jq, curl, python3 and nats-server ($NATS_SERVER, default the
+# one tools/bootstrap.sh builds).
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+WORKSPACE=$(pwd)
+
+if [[ -n "${SMOKE:-}" ]]; then
+  : "${DURATION:=2s}" "${WARMUP:=1s}" "${CEILING_WINDOWS:=6400}" "${PRELOAD_EVENTS:=5000}"
+  : "${PRELOAD_RATE:=5000}" "${HTTP_CONNECTIONS:=16}" "${DRAIN_TIMEOUT:=30}"
+  : "${INGEST_ENGINES:=embedded r3}"  # r1 runs in the probe
+fi
+DURATION=${DURATION:-15s}
+WARMUP=${WARMUP:-3s}
+HTTP_CONNECTIONS=${HTTP_CONNECTIONS:-64}
+EVENTS_PER_REQUEST=${EVENTS_PER_REQUEST:-100}
+EVENT_BYTES=${EVENT_BYTES:-300}
+CONFIG=${CONFIG:-deploy/local/config.yaml}
+WRITE_KEY=${WRITE_KEY:-wk_live_123}
+ROUNDS=${ROUNDS:-1}
+PHASES=${PHASES:-"ingest delivery"}
+INGEST_ENGINES=${INGEST_ENGINES:-"embedded r1 r3"}
+CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
+# The first window is what the closed loop keeps in flight (connections x events per request);
+# 65536 is the engine's own PublishAsync.MaxPending.
+CEILING_WINDOWS=${CEILING_WINDOWS:-"$(( HTTP_CONNECTIONS * EVENTS_PER_REQUEST )) 65536"}
+DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
+DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
+PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
+PRELOAD_RATE=${PRELOAD_RATE:-40000}
+DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-180}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
+PERF=${PERF:-}
+PERF_SECONDS=${PERF_SECONDS:-5}
+NATS_SERVER=${NATS_SERVER:-${HOOKRELAY_NATS_SERVER:-$HOME/.cache/hookrelay-nats/v2.14.9/nats-server}}
+
+for tool in jq curl python3; do
+  command -v "$tool" >/dev/null || { echo "run_jetstream_bench: needs $tool" >&2; exit 1; }
+done
+[[ -x "$NATS_SERVER" ]] || { echo "run_jetstream_bench: no nats-server at $NATS_SERVER (tools/bootstrap.sh builds it)" >&2; exit 1; }
+
+seconds() {  # "15s" / "1m" / "500ms" -> seconds (float)
+  python3 -c 'import re,sys
+m=re.fullmatch(r"([0-9.]+)(ms|s|m)?",sys.argv[1]); print(float(m.group(1))*{"ms":0.001,"s":1,"m":60}[m.group(2) or "s"])' "$1"
+}
+DURATION_S=$(seconds "$DURATION")
+WARMUP_S=$(seconds "$WARMUP")
+RUN_TIMEOUT=$(python3 -c "import math; print(math.ceil($DURATION_S + $WARMUP_S + 30))")
+
+TMP=$(mktemp -d /tmp/hookrelay-jetstream-bench.XXXXXX)
+PIDS=()  # every process started, stopped in reverse order on exit
+FAILED=()  # what did not work (the exit status; the smoke run's check)
+
+# stop PID: SIGTERM, up to 15 s, then SIGKILL.
+stop() {
+  local pid=$1
+  [[ -n "$pid" ]] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "   pid $pid did not stop within 15 s of SIGTERM; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+forget() {  # forget PID...: no longer in PIDS
+  local p keep=() q
+  for p in "${PIDS[@]}"; do
+    for q in "$@"; do [[ "$p" == "$q" ]] && continue 2; done
+    keep+=("$p")
+  done
+  PIDS=("${keep[@]}")
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local i
+  for (( i = ${#PIDS[@]} - 1; i >= 0; i-- )); do stop "${PIDS[$i]}"; done
+  if [[ -n "${RESULTS:-}" ]]; then
+    mkdir -p "$RESULTS"
+    find "$TMP" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \
+      -o -name '*.out' -o -name '*.cpu' -o -name '*.metrics' \) -exec cp {} "$RESULTS"/ \;
+    echo "logs kept in $RESULTS"
+  fi
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- build -------------------------------------------------------------------------------------
+TARGETS="//collector:collector //deliverer:deliverer //tools/bench:bench_receiver //tools/bench:ingest_load //tools/bench:nats_ceiling"
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  echo "== building (bazel build -c opt $TARGETS)"
+  BUILD_START=$SECONDS
+  # shellcheck disable=SC2086
+  timeout "$BUILD_TIMEOUT" bazel build -c opt $TARGETS >"$TMP/build.log" 2>&1 \
+    || { tail -30 "$TMP/build.log"; exit 1; }
+  # Not `bazel info` (it queues behind other bazel commands); bazel-bin follows whoever built last.
+  case "$(uname -m)" in x86_64) CPU=k8 ;; *) CPU=$(uname -m) ;; esac
+  BIN_DIR=$WORKSPACE/bazel-out/$CPU-opt/bin
+  echo "   built in $(( SECONDS - BUILD_START )) s"
+fi
+BIN_DIR=${BIN_DIR:-$WORKSPACE/bazel-bin}
+# Private copies: other builds in this workspace may replace bazel-bin's files mid-run.
+cp "${COLLECTOR:-$BIN_DIR/collector/collector}" "$TMP/collector"
+cp "${DELIVERER:-$BIN_DIR/deliverer/deliverer}" "$TMP/deliverer"
+cp "${BENCH_RECEIVER:-$BIN_DIR/tools/bench/bench_receiver}" "$TMP/bench_receiver"
+cp "${INGEST_LOAD:-$BIN_DIR/tools/bench/ingest_load}" "$TMP/ingest_load"
+cp "${NATS_CEILING:-$BIN_DIR/tools/bench/nats_ceiling}" "$TMP/nats_ceiling"
+cp "$NATS_SERVER" "$TMP/nats-server"
+
+{
+  echo "== machine: nproc=$(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//');" \
+    "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM;" \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg); kernel $(uname -r)"
+  echo "   nats-server $("$TMP/nats-server" --version 2>&1 | head -1); code $(git -C "$WORKSPACE" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$WORKSPACE" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')"
+} | tee "$TMP/machine.txt"
+
+# --- helpers -----------------------------------------------------------------------------------
+CLK_TCK=$(getconf CLK_TCK)
+
+# cpu_snap GROUP...: "<wall s> <machine busy ticks> <machine total ticks> <ticks of each group>";
+# a group is a comma-separated list of pids, summed (utime + stime; a pid gone counts 0).
+cpu_snap() {
+  local line g p sum t
+  line="$(date +%s.%N) $(awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat)"
+  for g in "$@"; do
+    sum=0
+    for p in ${g//,/ }; do
+      t=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+      sum=$(( sum + t ))
+    done
+    line+=" $sum"
+  done
+  echo "$line"
+}
+# cpu_json "SNAP_A" "SNAP_B" NAME...: CPU between the snapshots in % of one core, as JSON
+# {"wall_s", "machine", "<name>"..., "rest"} (rest = machine − the named groups).
+cpu_json() {
+  python3 - "$CLK_TCK" "$(nproc)" "$@" <<'EOF'
+import json, sys
+tck, ncpu, a, b, names = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5:]
+wall = float(b[0]) - float(a[0])
+out = {"wall_s": round(wall, 2)}
+out["machine"] = round(100.0 * ncpu * (float(b[1]) - float(a[1])) / max(1.0, float(b[2]) - float(a[2])))
+named = 0.0
+for i, name in enumerate(names):
+    v = 100.0 * (float(b[3 + i]) - float(a[3 + i])) / tck / wall if wall > 0 else 0.0
+    out[name] = round(v)
+    named += v
+out["rest"] = round(max(0.0, out["machine"] - named))
+print(json.dumps(out))
+EOF
+}
+# threads_snap PID: "tid comm ticks" per thread; threads_json A B WALL_S: % of one core by name.
+threads_snap() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "${t##*/} $(tr ' ' '_' <"$t/comm" 2>/dev/null) $(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ print $12 + $13 }')"
+  done 2>/dev/null
+}
+threads_json() {
+  python3 - "$CLK_TCK" "$@" <<'EOF'
+import json, sys
+tck, wall = float(sys.argv[1]), float(sys.argv[4])
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            out[parts[0]] = (parts[1], int(parts[2]))
+    return out
+a, b = parse(sys.argv[2]), parse(sys.argv[3])
+by_name = {}
+for tid, (name, ticks) in b.items():
+    by_name[name] = by_name.get(name, 0.0) + ticks - a.get(tid, (name, 0))[1]
+pct = {k: round(100.0 * v / tck / wall) for k, v in by_name.items() if wall > 0}
+print(json.dumps(dict(sorted(((k, v) for k, v in pct.items() if v > 0), key=lambda kv: -kv[1]))))
+EOF
+}
+
+# With IDLE_WAIT=N (seconds), waits up to N s for the machine to drop under 25 % of one core
+# (over 2 s, nothing of this script running meanwhile) before a measurement.
+wait_idle() {
+  local deadline=$(( SECONDS + ${IDLE_WAIT:-0} )) a b busy
+  while (( SECONDS < deadline )); do
+    a=$(cpu_snap); sleep 2; b=$(cpu_snap)
+    busy=$(cpu_json "$a" "$b" | jq .machine)
+    (( busy < 25 )) && return 0
+    echo "   machine busy ${busy}% (of one core) before the run; waiting"
+  done
+}
+
+# wait_for_line FILE PATTERN PID [SECONDS]: a line matching PATTERN (printed), default 10 s.
+wait_for_line() {
+  local file=$1 pattern=$2 pid=$3 limit=${4:-10}
+  for _ in $(seq 1 $(( limit * 10 ))); do
+    if grep -m1 -- "$pattern" "$file" 2>/dev/null; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "process $pid exited before logging $pattern:" >&2; tail -20 "$file" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "no $pattern within $limit s in $file" >&2; tail -20 "$file" >&2; return 1
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_nats NAME NODES: fresh servers on empty store directories; sets NATS_URLS, NATS_PIDS
+# (comma-separated), NATS_DIR. NODES=1: one server, no cluster; 3: a cluster over loopback routes.
+start_nats() {
+  local name=$1 nodes=$2 i j routes
+  NATS_DIR=$TMP/$name.nats
+  mkdir -p "$NATS_DIR"
+  local client=() route=()
+  for (( i = 0; i < nodes; i++ )); do client+=("$(free_port)"); route+=("$(free_port)"); done
+  NATS_URLS=""; NATS_PIDS=""
+  for (( i = 0; i < nodes; i++ )); do
+    {
+      echo "server_name: n$(( i + 1 ))"
+      echo "listen: 127.0.0.1:${client[$i]}"
+      echo "jetstream { store_dir: \"$NATS_DIR/n$(( i + 1 ))\", max_memory_store: 256MB, max_file_store: 64GB }"
+      if (( nodes > 1 )); then
+        routes=""
+        for (( j = 0; j < nodes; j++ )); do
+          (( j == i )) || routes+="${routes:+, }nats-route://127.0.0.1:${route[$j]}"
+        done
+        echo "cluster { name: hookrelay-bench, listen: 127.0.0.1:${route[$i]}, routes: [$routes] }"
+      fi
+    } >"$NATS_DIR/n$(( i + 1 )).conf"
+    "$TMP/nats-server" -c "$NATS_DIR/n$(( i + 1 )).conf" >"$TMP/$name.nats-n$(( i + 1 )).log" 2>&1 &
+    local pid=$!; PIDS+=("$pid")
+    NATS_PIDS+="${NATS_PIDS:+,}$pid"
+    NATS_URLS+="${NATS_URLS:+,}nats://127.0.0.1:${client[$i]}"
+  done
+  i=1
+  for pid in ${NATS_PIDS//,/ }; do
+    wait_for_line "$TMP/$name.nats-n$i.log" "Server is ready" "$pid" 20 >/dev/null
+    # A cluster: every server knows the JetStream meta leader (else the first API requests time out).
+    if (( nodes > 1 )); then
+      wait_for_line "$TMP/$name.nats-n$i.log" "metadata leader" "$pid" 30 >/dev/null
+    fi
+    i=$(( i + 1 ))
+  done
+}
+stop_nats() {
+  local pid
+  for pid in ${NATS_PIDS//,/ }; do stop "$pid"; forget "$pid"; done
+  rm -rf "$NATS_DIR"
+  NATS_PIDS=""; NATS_URLS=""
+}
+
+# start_collector NAME ENGINE CONFIG: embedded (fresh data directory) or r1 / r3 (on the servers
+# started for it). Sets COLLECTOR_PID, HTTP_PORT, GRPC_PORT, METRICS_PORT.
+start_collector() {
+  local name=$1 engine=$2 config=$3 store=()
+  case $engine in
+    embedded) store=(--store=embedded) ;;
+    r1) store=(--store=jetstream --nats_url="$NATS_URLS" --nats_replicas=1) ;;
+    r3) store=(--store=jetstream --nats_url="$NATS_URLS" --nats_replicas=3) ;;
+    *) echo "unknown engine $engine" >&2; exit 2 ;;
+  esac
+  "$TMP/collector" --config="$config" --data_dir="$TMP/$name.data" "${store[@]}" \
+    --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+    --admin_http_address=127.0.0.1:0 >"$TMP/$name.collector.log" 2>&1 &
+  COLLECTOR_PID=$!; PIDS+=("$COLLECTOR_PID")
+  local serving
+  serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$COLLECTOR_PID" 40)
+  HTTP_PORT=$(jq -r .http_port <<<"$serving")
+  GRPC_PORT=$(jq -r .grpc_port <<<"$serving")
+  METRICS_PORT=$(jq -r .metrics_port <<<"$serving")
+}
+stop_collector() {
+  stop "$COLLECTOR_PID"; forget "$COLLECTOR_PID"; COLLECTOR_PID=""
+  rm -rf "$TMP/$1.data"
+}
+
+nats_for() {  # nats_for NAME ENGINE: the servers an engine needs
+  case $2 in r1) start_nats "$1" 1 ;; r3) start_nats "$1" 3 ;; *) NATS_PIDS=""; NATS_URLS=""; NATS_DIR="" ;; esac
+}
+
+# metric PORT PREFIX...: the sum of the samples whose name{labels} starts with a prefix; NA if none.
+metric() {
+  local port=$1; shift
+  curl -s --max-time 5 "http://127.0.0.1:$port/metrics" 2>/dev/null |
+    awk -v prefixes="$*" 'BEGIN { n = split(prefixes, p, " ") }
+      $0 !~ /^#/ { for (i = 1; i <= n; i++) if (index($1, p[i]) == 1) { s += $NF; m++ } }
+      END { if (m) printf "%.0f\n", s; else print "NA" }'
+}
+problems() {  # warning/error lines in a collector or deliverer log (not the admin token note)
+  grep -E '"level":"(warning|error)"' "$1" 2>/dev/null | grep -c -v 'no admin token' || true
+}
+secs() { python3 -c "import sys; print(f'{float(sys.argv[1]):g}s')" "$1"; }
+
+# measure NAME GROUPS NAMES -- COMMAND...: runs COMMAND (a load generator printing RESULT {json})
+# with a timeout; CPU of the groups over the measured window (from the warm-up's end, for
+# $DURATION) in $TMP/NAME.cpu.json, RESULT in $TMP/NAME.json, collector threads in
+# $TMP/NAME.threads.json. With READY=PATTERN, the warm-up starts when the command prints it.
+measure() {
+  local name=$1 groups=$2 names=$3; shift 4
+  (
+    if [[ -n "${READY:-}" ]]; then
+      for _ in $(seq 1 300); do grep -q -- "$READY" "$TMP/$name.out" 2>/dev/null && break; sleep 0.1; done
+    fi
+    sleep "$(python3 -c "print($WARMUP_S + 0.15)")"
+    # shellcheck disable=SC2086
+    a=$(cpu_snap $groups); ta=""; tb=""
+    if [[ -n "${COLLECTOR_PID:-}" ]]; then ta=$(threads_snap "$COLLECTOR_PID"); fi
+    sleep "$DURATION_S"
+    # shellcheck disable=SC2086
+    b=$(cpu_snap $groups)
+    if [[ -n "${COLLECTOR_PID:-}" ]]; then tb=$(threads_snap "$COLLECTOR_PID"); fi
+    # shellcheck disable=SC2086
+    cpu_json "$a" "$b" $names >"$TMP/$name.cpu.json"
+    if [[ -n "$ta" ]]; then threads_json "$ta" "$tb" "$DURATION_S" >"$TMP/$name.threads.json"; fi
+  ) &
+  local sampler=$!
+  local perf_pids=()
+  if [[ -n "$PERF" && "$name" == r3_closed* ]]; then
+    local role pid
+    for role in collector nats1; do
+      case $role in collector) pid=$COLLECTOR_PID ;; *) pid=${NATS_PIDS%%,*} ;; esac
+      (sleep "$(python3 -c "print($WARMUP_S + 1)")"; exec timeout $(( PERF_SECONDS + 20 )) \
+        perf record -F 499 -g -o "$TMP/$name.$role.perf.data" -p "$pid" -- sleep "$PERF_SECONDS") \
+        >"$TMP/$name.$role.perf.log" 2>&1 &
+      perf_pids+=("$!"); PIDS+=("$!")
+    done
+  fi
+  timeout "$RUN_TIMEOUT" "$@" >"$TMP/$name.out" 2>&1 || echo "   (load generator exited $?)"
+  wait "$sampler" || echo '{}' >"$TMP/$name.cpu.json"
+  grep '^RESULT ' "$TMP/$name.out" | sed 's/^RESULT //' >"$TMP/$name.json" || echo '{}' >"$TMP/$name.json"
+  if (( ${#perf_pids[@]} > 0 )); then
+    for pid in "${perf_pids[@]}"; do wait "$pid" || true; forget "$pid"; done
+    for role in collector nats1; do
+      [[ -s "$TMP/$name.$role.perf.data" ]] || continue
+      echo "## $role: by thread and library"
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort comm,dso -g none \
+        --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -25 || true
+      echo "## $role: top symbols (self)"
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
+        --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
+      echo "## $role: inclusive (children)"
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
+        --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -50 || true
+      rm -f "$TMP/$name.$role.perf.data"
+    done >"$TMP/$name.perf.txt"
+    echo "   profile: $name.perf.txt"
+  fi
+}
+
+ingest_run() {  # ingest_run NAME RATE: ingest_load HTTP against the running collector
+  local name=$1 rate=$2
+  echo
+  wait_idle
+  echo "== $name: ingest_load --mode=http --connections=$HTTP_CONNECTIONS --events_per_request=$EVENTS_PER_REQUEST --event_bytes=$EVENT_BYTES --rate=$rate ($DURATION after $WARMUP)"
+  measure "$name" "$COLLECTOR_PID ${NATS_PIDS:-0}" "collector nats" -- \
+    "$TMP/ingest_load" --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key="$WRITE_KEY" \
+    --connections="$HTTP_CONNECTIONS" --events_per_request="$EVENTS_PER_REQUEST" \
+    --event_bytes="$EVENT_BYTES" --duration="$DURATION" --warmup="$WARMUP" --rate="$rate"
+  jq -c '{durable_events_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
+  echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json"); collector threads: $(cat "$TMP/$name.threads.json" 2>/dev/null)"
+}
+
+ceiling_run() {  # ceiling_run NAME REPLICAS WINDOW RATE: nats_ceiling on the running servers
+  local name=$1 replicas=$2 window=$3 rate=$4
+  echo
+  wait_idle
+  echo "== $name: nats_ceiling --replicas=$replicas --max_pending=$window --rate=$rate --msg_bytes=$MSG_BYTES --msg_id_bytes=$MSG_ID_BYTES ($DURATION after $WARMUP)"
+  COLLECTOR_PID="" READY="^publishing" measure "$name" "${NATS_PIDS:-0}" "nats" -- \
+    "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="$replicas" --max_pending="$window" \
+    --rate="$rate" --batch="$EVENTS_PER_REQUEST" --msg_bytes="$MSG_BYTES" \
+    --msg_id_bytes="$MSG_ID_BYTES" --subjects="$EVENTS_PER_REQUEST" \
+    --duration="$DURATION" --warmup="$WARMUP"
+  jq -c '{msgs_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
+  echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json")"
+}
+
+half_rate() { jq -r '((.durable_events_per_s // 0) / 2 | floor)' "$TMP/$1.json" 2>/dev/null || echo 0; }
+
+# --- 0. probe: the size of a real job in HR_JOBS -------------------------------------------------
+echo
+echo "== probe: one request of $EVENTS_PER_REQUEST events into a jetstream R1 collector; job sizes in HR_JOBS"
+nats_for probe r1
+start_collector probe r1 "$WORKSPACE/$CONFIG"
+timeout 30 "$TMP/ingest_load" --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key="$WRITE_KEY" \
+  --connections=1 --events_per_request="$EVENTS_PER_REQUEST" --event_bytes="$EVENT_BYTES" \
+  --rate="$EVENTS_PER_REQUEST" --duration=1s --warmup=0s >"$TMP/probe.out" 2>&1 || true
+timeout 30 "$TMP/nats_ceiling" --url="$NATS_URLS" --probe_stream=HR_JOBS \
+  --probe_messages="$EVENTS_PER_REQUEST" >"$TMP/probe.ceiling.out" 2>&1 || true
+stop_collector probe; stop_nats
+PROBE=$(grep '^PROBE ' "$TMP/probe.ceiling.out" | sed 's/^PROBE //' || true)
+if [[ -z "$PROBE" ]]; then
+  echo "   no job could be read back (see probe.ceiling.out); using 520 / 44 bytes" >&2
+  FAILED+=("probe")
+  PROBE='{"data_bytes":520,"msg_id_bytes":44}'
+fi
+echo "$PROBE" >"$TMP/probe.json"
+MSG_BYTES=${MSG_BYTES:-$(jq -r .data_bytes <<<"$PROBE")}
+MSG_ID_BYTES=${MSG_ID_BYTES:-$(jq -r .msg_id_bytes <<<"$PROBE")}
+echo "   $PROBE"
+echo "   ceiling messages: $MSG_BYTES bytes, Nats-Msg-Id of $MSG_ID_BYTES bytes"
+
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
+
+# --- 1. ingest (and the ceilings), ROUNDS times interleaved ------------------------------------
+if has_phase ingest; then
+  for round in $(seq 1 "$ROUNDS"); do
+    for engine in $INGEST_ENGINES; do
+      name="${engine}_${round}"
+      echo
+      echo "== round $round: $engine collector"
+      nats_for "$name" "$engine"
+      start_collector "$name" "$engine" "$WORKSPACE/$CONFIG"
+      ingest_run "${engine}_closed_$round" 0
+      half=$(half_rate "${engine}_closed_$round")
+      if (( half > 0 )); then ingest_run "${engine}_open_$round" "$half"; else FAILED+=("${engine}_closed_$round"); fi
+      JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}')
+      echo "   jobs ready in the store after both runs: $JOBS; warnings/errors logged: $(problems "$TMP/$name.collector.log")"
+      stop_collector "$name"
+      if [[ -n "$NATS_PIDS" ]]; then stop_nats; fi
+      if [[ "$engine" != embedded && "$CEILING" != 0 ]]; then
+        replicas=${engine#r}
+        echo
+        echo "== round $round: ceiling R$replicas (fresh servers)"
+        nats_for "ceiling_${name}" "$engine"
+        for window in $CEILING_WINDOWS; do
+          ceiling_run "ceiling_r${replicas}_w${window}_$round" "$replicas" "$window" 0
+        done
+        rate=$half
+        (( rate > 0 )) || rate=$(jq -r '(.msgs_per_s // 0) / 2 | floor' "$TMP/ceiling_r${replicas}_w${CEILING_WINDOWS%% *}_$round.json")
+        ceiling_run "ceiling_r${replicas}_open_$round" "$replicas" 65536 "$rate"
+        stop_nats
+      fi
+    done
+  done
+fi
+
+# --- 2. deliveries: a preloaded backlog drained, ROUNDS times interleaved ----------------------
+last_total() {
+  local line
+  line=$(tail -n 1 "$1" 2>/dev/null || true)
+  if [[ $line =~ \"total\":([0-9]+) ]]; then echo "${BASH_REMATCH[1]}"; else echo 0; fi
+}
+if has_phase delivery; then
+  IFS=: read -r D_THREADS D_CREDITS D_CONNS <<<"$DELIVERY_FLAGS"
+  for round in $(seq 1 "$ROUNDS"); do
+    for engine in $DELIVERY_ENGINES; do
+      name="delivery_${engine}_$round"
+      echo
+      echo "== $name: preload $PRELOAD_EVENTS events at $PRELOAD_RATE/s (no deliverer), then deliverer" \
+        "--sender_threads=$D_THREADS --credits=$D_CREDITS --max_host_connections=$D_CONNS"
+      nats_for "$name" "$engine"
+      "$TMP/bench_receiver" --threads=1 --report_interval=200ms >"$TMP/$name.receiver.log" 2>&1 &
+      RECEIVER_PID=$!; PIDS+=("$RECEIVER_PID")
+      RECEIVER_PORT=$(wait_for_line "$TMP/$name.receiver.log" '"msg":"listening"' "$RECEIVER_PID" | jq -r .port)
+      cat >"$TMP/$name.config.yaml" <<EOF
+sources:
+  - id: bench
+    name: Delivery benchmark
+    kind: server
+    write_keys: [wk_bench_delivery]
+destinations:
+  - id: bench-hook
+    type: webhooks
+    sources: [bench]
+    enabled: true
+    shared_secret: bench-s3cr3t
+    urls:
+      - url: http://127.0.0.1:$RECEIVER_PORT/hooks
+        headers:
+          X-Api-Key: bench
+EOF
+      start_collector "$name" "$engine" "$TMP/$name.config.yaml"
+      preload_s=$(python3 -c "print($PRELOAD_EVENTS / $PRELOAD_RATE)")
+      timeout "$(python3 -c "import math; print(math.ceil($preload_s + 40))")" "$TMP/ingest_load" \
+        --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key=wk_bench_delivery --connections=16 \
+        --events_per_request=100 --event_bytes="$EVENT_BYTES" --rate="$PRELOAD_RATE" \
+        --duration="$(secs "$preload_s")" --warmup=0s --omit_timestamp >"$TMP/$name.preload.out" 2>&1 || true
+      echo "   preload: $(grep '^RESULT ' "$TMP/$name.preload.out" | sed 's/^RESULT //' | jq -c '{ok_requests, durable_events, failures}')"
+      JOBS=NA
+      for _ in $(seq 1 20); do
+        JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}')
+        [[ "$JOBS" =~ ^[0-9]+$ ]] && (( JOBS > 0 )) && break
+        sleep 0.5
+      done
+      echo "   jobs ready in the store: $JOBS"
+      if ! [[ "$JOBS" =~ ^[0-9]+$ ]] || (( JOBS == 0 )); then
+        echo "   no jobs; skipping" >&2; FAILED+=("$name")
+        stop "$RECEIVER_PID"; forget "$RECEIVER_PID"; stop_collector "$name"; if [[ -n "$NATS_PIDS" ]]; then stop_nats; fi
+        continue
+      fi
+      wait_idle
+      A=$(cpu_snap "$COLLECTOR_PID" "${NATS_PIDS:-0}" "$RECEIVER_PID")
+      CT_A=$(threads_snap "$COLLECTOR_PID")
+      START_NS=$(date +%s%N)
+      "$TMP/deliverer" --collector="127.0.0.1:$GRPC_PORT" --metrics_address=127.0.0.1:0 \
+        --allow_private_networks --sender_threads="$D_THREADS" --credits="$D_CREDITS" \
+        --max_host_connections="$D_CONNS" >"$TMP/$name.deliverer.log" 2>&1 &
+      DELIVERER_PID=$!; PIDS+=("$DELIVERER_PID")
+      A="$A 0"
+      DEADLINE=$(( SECONDS + DRAIN_TIMEOUT ))
+      while (( $(last_total "$TMP/$name.receiver.log") < JOBS )) && (( SECONDS < DEADLINE )); do
+        kill -0 "$DELIVERER_PID" 2>/dev/null || { echo "   deliverer exited" >&2; break; }
+        sleep 0.25
+      done
+      B=$(cpu_snap "$COLLECTOR_PID" "${NATS_PIDS:-0}" "$RECEIVER_PID" "$DELIVERER_PID")
+      END_NS=$(date +%s%N)
+      WALL=$(python3 -c "print(($END_NS - $START_NS) / 1e9)")
+      CT_B=$(threads_snap "$COLLECTOR_PID")
+      cpu_json "$A" "$B" collector nats receiver deliverer >"$TMP/$name.cpu.json"
+      threads_json "$CT_A" "$CT_B" "$WALL" >"$TMP/$name.threads.json"
+      sleep 1  # outcomes reach the store
+      LEFT=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}' 'hookrelay_jobs{state="leased"}' \
+        'hookrelay_jobs{state="scheduled"}')
+      stop "$DELIVERER_PID"; forget "$DELIVERER_PID"
+      stop "$RECEIVER_PID"; forget "$RECEIVER_PID"
+      SUMMARY=$(grep '"msg":"summary"' "$TMP/$name.receiver.log" | tail -1 || echo '{}')
+      [[ -n "$SUMMARY" ]] || SUMMARY='{}'
+      jq -c --argjson jobs "$JOBS" --arg left "$LEFT" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
+        --argjson wall "$WALL" --argjson threads "$(cat "$TMP/$name.threads.json")" \
+        --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
+        --argjson cprob "$(problems "$TMP/$name.collector.log")" \
+        '{jobs: $jobs, received: .requests, span_s, rate_per_s, wall_s: $wall, left: $left,
+          cpu: $cpu, collector_threads: $threads, deliverer_warnings: $dprob,
+          collector_warnings: $cprob}' <<<"$SUMMARY" >"$TMP/$name.json"
+      echo "   $(cat "$TMP/$name.json")"
+      if [[ "$(jq -r '.received // 0' "$TMP/$name.json")" -lt "$JOBS" ]]; then FAILED+=("$name"); fi
+      stop_collector "$name"
+      if [[ -n "$NATS_PIDS" ]]; then stop_nats; fi
+    done
+  done
+fi
+
+# --- 3. summary --------------------------------------------------------------------------------
+summary() {
+  echo "== summary: $EVENTS_PER_REQUEST events of ~$EVENT_BYTES B per request, HTTP $HTTP_CONNECTIONS connections," \
+    "$DURATION measured after $WARMUP; ceiling messages $MSG_BYTES B + Nats-Msg-Id $MSG_ID_BYTES B"
+  sed 's/^== //' "$TMP/machine.txt"
+  python3 - "$TMP" "$ROUNDS" "$CEILING_WINDOWS" "$(nproc)" <<'EOF'
+import json, os, statistics, sys
+tmp, rounds, windows, ncpu = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+def load(name):
+    try:
+        with open(os.path.join(tmp, name + ".json")) as f:
+            return json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return None
+def cpu(name):
+    try:
+        with open(os.path.join(tmp, name + ".cpu.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+rows = []
+print("%-26s %10s %12s %8s %8s %8s %8s %6s %6s %6s %6s  %s" % (
+    "run", "offered/s", "acked/s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "coll%", "nats%", "gen%", "rest%", "failures"))
+ratios = {"r3/ceiling_r3": [], "r1/ceiling_r1": [], "r3 ingest ev/s": [], "delivery r3/embedded": [],
+          "r3 open p99 ms": [], "embedded open p99 ms": []}
+for r in range(1, rounds + 1):
+    names = []
+    for engine in ("embedded", "r1", "r3"):
+        names += ["%s_closed_%d" % (engine, r), "%s_open_%d" % (engine, r)]
+        if engine != "embedded":
+            names += ["ceiling_%s_w%s_%d" % (engine, w, r) for w in windows]
+            names += ["ceiling_%s_open_%d" % (engine, r)]
+    for name in names:
+        d = load(name)
+        if d is None:
+            continue
+        c = cpu(name)
+        gen = 100.0 * d.get("client_cpu_s", 0) / max(d.get("window_s", 1), 1e-9)
+        rate = d.get("durable_events_per_s", d.get("msgs_per_s", 0))
+        rest = max(0, c.get("machine", 0) - c.get("collector", 0) - c.get("nats", 0) - gen)
+        fails = ",".join("%s=%s" % kv for kv in (d.get("failures") or {}).items()) or "-"
+        print("%-26s %10s %12.0f %8.2f %8.2f %8.2f %8.2f %6s %6s %6.0f %6.0f  %s" % (
+            name, "closed" if not d.get("rate") else "%.0f" % d["rate"], rate, d.get("p50_ms", 0),
+            d.get("p90_ms", 0), d.get("p99_ms", 0), d.get("max_ms", 0), c.get("collector", "-"),
+            c.get("nats", "-"), gen, rest, fails))
+    def best_ceiling(engine):
+        vals = [(load("ceiling_%s_w%s_%d" % (engine, w, r)) or {}).get("msgs_per_s", 0) for w in windows]
+        return max(vals) if vals else 0
+    for engine in ("r1", "r3"):
+        ing = (load("%s_closed_%d" % (engine, r)) or {}).get("durable_events_per_s", 0)
+        ceil = best_ceiling(engine)
+        if ing and ceil:
+            ratios["%s/ceiling_%s" % (engine, engine)].append(ing / ceil)
+    r3 = (load("r3_closed_%d" % r) or {}).get("durable_events_per_s", 0)
+    if r3:
+        ratios["r3 ingest ev/s"].append(r3)
+    for engine, key in (("r3", "r3 open p99 ms"), ("embedded", "embedded open p99 ms")):
+        d = load("%s_open_%d" % (engine, r))
+        if d and d.get("p99_ms") is not None:
+            ratios[key].append(d["p99_ms"])
+    de = (load("delivery_embedded_%d" % r) or {}).get("rate_per_s") or 0
+    dj = (load("delivery_r3_%d" % r) or {}).get("rate_per_s") or 0
+    if de and dj:
+        ratios["delivery r3/embedded"].append(dj / de)
+print("coll%/nats%/gen%/rest%: CPU of the collector / all nats-servers / the load generator (ingest_load or")
+print("nats_ceiling) / everything else, over the measured window, in %% of one core (%d cores = %d%%)" % (ncpu, 100 * ncpu))
+drows = []
+for r in range(1, rounds + 1):
+    for engine in ("embedded", "r1", "r3"):
+        d = load("delivery_%s_%d" % (engine, r))
+        if d:
+            drows.append(("delivery_%s_%d" % (engine, r), d))
+if drows:
+    print("%-26s %8s %9s %13s %8s %6s %6s %6s %6s %6s %6s  %s" % (
+        "delivery", "jobs", "received", "deliveries/s", "span_s", "coll%", "nats%", "deliv%", "recv%", "rest%", "left", "warn(d/c)"))
+    for name, d in drows:
+        c = d.get("cpu", {})
+        print("%-26s %8s %9s %13.0f %8s %6s %6s %6s %6s %6s %6s  %s/%s" % (
+            name, d.get("jobs"), d.get("received"), d.get("rate_per_s") or 0, d.get("span_s"),
+            c.get("collector"), c.get("nats"), c.get("deliverer"), c.get("receiver"), c.get("rest"),
+            d.get("left"), d.get("deliverer_warnings"), d.get("collector_warnings")))
+print("ratios (per round; median):")
+for key, vals in ratios.items():
+    if not vals:
+        continue
+    fmt = "%.0f" if "ev/s" in key or "ms" in key else "%.2f"
+    print("  %-22s %s; median %s" % (key, ", ".join(fmt % v for v in vals), fmt % statistics.median(vals)))
+def goal(text, key, ok):
+    vals = ratios[key]
+    if vals:
+        print("  %-48s %s" % (text, "met" if ok(statistics.median(vals)) else "NOT met"))
+print("goals (issue 12 §4), on the medians:")
+goal("jetstream R3 ingest >= 0.5 of the ceiling", "r3/ceiling_r3", lambda v: v >= 0.5)
+goal("jetstream R3 ingest >= 50,000 events/s", "r3 ingest ev/s", lambda v: v >= 50000)
+goal("deliveries/s with jetstream within 80 % of embedded", "delivery r3/embedded", lambda v: v >= 0.8)
+EOF
+}
+echo
+summary | tee "$TMP/summary.txt"
+if (( ${#FAILED[@]} > 0 )); then
+  echo "run_jetstream_bench: these steps produced nothing or lost jobs: ${FAILED[*]}" >&2
+  exit 1
+fi
