@@ -179,7 +179,50 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   s = js_PullSubscribe(&store->dispatch_, store->js_, kReadySubjects, kDispatchConsumer, nullptr,
                        &sub_options, &code);
   if (s != NATS_OK) return NatsError("binding the dispatch consumer", s);
+  store->fetcher_ = std::thread([raw = store.get()] { raw->FetchLoop(); });
   return store;
+}
+
+void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
+  absl::MutexLock lock(&ready_mu_);  // Waits for a call in progress.
+  ready_ = std::move(ready);
+}
+
+void JetStreamJobStore::FetchLoop() {
+  // Each fetch is a pull request the server holds until jobs come or it expires: no polling.
+  constexpr int kExpiryMs = 250;
+  for (;;) {
+    size_t want = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && demand_ == 0) fetch_cv_.Wait(&mu_);
+      if (stopping_) return;
+      want = std::min<size_t>(demand_, 256);
+    }
+    natsMsgList list{};
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s =
+        natsSubscription_Fetch(&list, dispatch_, static_cast<int>(want), kExpiryMs, &code);
+    if (s == NATS_TIMEOUT) continue;  // Nothing yet; the demand stands.
+    if (s != NATS_OK) {
+      // No responders (a node rejoining), a closed or reconnecting connection: passing.
+      natsMsgList_Destroy(&list);
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    const absl::Time at = absl::Now();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int i = 0; i < list.Count; ++i) {
+        fetched_.emplace_back(at, list.Msgs[i]);
+        list.Msgs[i] = nullptr;
+      }
+      demand_ -= std::min<size_t>(demand_, static_cast<size_t>(list.Count));
+    }
+    natsMsgList_Destroy(&list);
+    absl::MutexLock lock(&ready_mu_);
+    if (ready_) ready_();
+  }
 }
 
 void JetStreamJobStore::RepublishLoop() {
@@ -228,6 +271,8 @@ JetStreamJobStore::~JetStreamJobStore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  fetch_cv_.SignalAll();
+  if (fetcher_.joinable()) fetcher_.join();
   if (lookup_sub_ != nullptr) {
     natsSubscription_Unsubscribe(lookup_sub_);
     natsSubscription_WaitForDrainCompletion(lookup_sub_, 1000);
@@ -271,6 +316,8 @@ JetStreamJobStore::~JetStreamJobStore() {
     leased_.clear();
     for (auto& [due, msg] : held_) natsMsg_Destroy(msg);
     held_.clear();
+    for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
+    fetched_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
@@ -528,33 +575,30 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
   absl::MutexLock fetch_lock(&fetch_mu_);
   const absl::Time now = clock_.Now();
   const int64_t now_ms = absl::ToUnixMillis(now);
-  // Held jobs whose time has come first, then a fetch.
+  // Held jobs whose time has come first, then what the fetcher brought.
   std::vector<natsMsg*> msgs;
+  std::vector<natsMsg*> stale;
   {
     absl::MutexLock lock(&mu_);
     while (!held_.empty() && held_.begin()->first <= now_ms && msgs.size() < max) {
       msgs.push_back(held_.begin()->second);
       held_.erase(held_.begin());
     }
-  }
-  natsMsgList list{};
-  if (msgs.size() < max) {
-    jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s = natsSubscription_Fetch(
-        &list, dispatch_, static_cast<int>(std::min<size_t>(max - msgs.size(), 256)), 20, &code);
-    // TIMEOUT: nothing ready. NO_RESPONDERS: a node that has just (re)joined does not know the
-    // consumer yet. Either way nothing now: the caller asks again.
-    if (s != NATS_OK && s != NATS_TIMEOUT && s != NATS_NO_RESPONDERS && msgs.empty()) {
-      return NatsError("fetching jobs", s);
+    // A lease is the ack wait counted from the fetch: a job waiting here too long is handed
+    // back rather than given to a deliverer with little of its lease left.
+    const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
+    while (!fetched_.empty() && msgs.size() < max) {
+      auto [at, msg] = fetched_.front();
+      fetched_.pop_front();
+      (at < fresh_after ? stale : msgs).push_back(msg);
     }
-    if (s == NATS_OK) {
-      for (int i = 0; i < list.Count; ++i) {
-        msgs.push_back(list.Msgs[i]);
-        list.Msgs[i] = nullptr;
-      }
-    }
-    natsMsgList_Destroy(&list);
+    demand_ = max - msgs.size();
   }
+  for (natsMsg* msg : stale) {
+    natsMsg_Nak(msg, nullptr);  // Back to the consumer now, rather than when its lease ends.
+    natsMsg_Destroy(msg);
+  }
+  if (msgs.size() < max) fetch_cv_.Signal();
   const absl::Time deadline = now + options_.layout.ack_wait;
   for (natsMsg* msg : msgs) {
     jsMsgMetaData* meta = nullptr;
@@ -732,6 +776,11 @@ JobCounts JetStreamJobStore::Counts() {
     const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
     counts.leased -= held;
     counts.scheduled += held;
+    // Fetched ahead but not handed to a deliverer: ready, as far as anyone can tell.
+    const int64_t fetched =
+        std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
+    counts.leased -= fetched;
+    counts.ready += fetched;
   }
   return counts;
 }

@@ -77,7 +77,10 @@ class JetStreamJobStore final : public JobStore {
   ~JetStreamJobStore() override;
 
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
+  // Never waits for the cluster: returns what was fetched ahead (see FetchLoop) and held jobs
+  // now due; what it could not return becomes the fetcher's demand.
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) override;
+  void SetReadyCallback(std::function<void()> ready) override;
   absl::Status Complete(uint64_t job_id, uint64_t lease) override;
   absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                      const hookrelay::v1::Attempt& attempt) override;
@@ -214,8 +217,19 @@ class JetStreamJobStore final : public JobStore {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Lookup>> lookups_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lookup_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
-  // Lease() fetches one batch at a time.
+  // Lease() runs one at a time.
   absl::Mutex fetch_mu_;
+  // Pulls from the shared consumer while Lease wants more than it got (the demand: what the
+  // Subscribe streams' credits asked for), long-polling the server (no client-side polling), and
+  // calls the ready callback when jobs arrive. Jobs fetched and not leased within a quarter of the
+  // ack wait are handed back (nak) so no lease runs out unseen.
+  void FetchLoop();
+  std::thread fetcher_;
+  std::deque<std::pair<absl::Time, natsMsg*>> fetched_ ABSL_GUARDED_BY(mu_);
+  size_t demand_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar fetch_cv_;
+  absl::Mutex ready_mu_;
+  std::function<void()> ready_ ABSL_GUARDED_BY(ready_mu_);
   // Publishes refused for a moment (no responders while a node rejoins, a leader election) are
   // sent again after a pause, for up to kRepublishFor, by this thread.
   void RepublishLoop();

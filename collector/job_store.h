@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -222,6 +223,12 @@ class JobStore {
   // collector never calls it. Call at most once.
   using ConfigChanged = absl::AnyInvocable<void(std::string bytes)>;
   virtual void WatchConfig(ConfigChanged changed) { (void)changed; }
+
+  // Called (on a store thread; must not block) when jobs became leasable that an earlier Lease
+  // could not return: an engine that fetches jobs from elsewhere (JetStream) uses it so that
+  // the dispatcher needs no polling for them. The embedded engine's new jobs are announced by
+  // the ingest path, its retries by NextDue: it never calls it. Set before the first Lease.
+  virtual void SetReadyCallback(std::function<void()> ready) { (void)ready; }
 
   virtual JobCounts Counts() = 0;
   // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).

@@ -238,6 +238,7 @@ absl::Status Server::Start() {
   };
   s.dispatcher = std::make_unique<Dispatcher>(dispatcher_options, *s.store, *s.routing,
                                               *s.options.clock, s.registry.get());
+  s.store->SetReadyCallback([d = s.dispatcher.get()] { d->Notify(); });
   s.dispatcher->Start();
   s.admin_core->SetDispatcher(s.dispatcher.get());
   Ingestor::Options ingestor_options;
@@ -363,6 +364,7 @@ void Server::Shutdown() {
   s.admin.reset();
   s.admin_http.reset();
   if (s.admin_core) s.admin_core->SetDispatcher(nullptr);
+  if (s.store) s.store->SetReadyCallback(nullptr);  // No more calls into the dispatcher.
   s.dispatcher.reset();
   s.admin_core.reset();
   if (s.store) s.store->WatchConfig(nullptr);  // No more calls into the config manager.
