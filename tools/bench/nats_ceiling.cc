@@ -10,6 +10,10 @@
 //     (closed loop), or --rate messages/s in bursts of --batch (open loop: latency from each
 //     burst's scheduled time, so a stalled server shows up as latency);
 //   - an ack counts when the stream's publish ack arrives (after the quorum with --replicas=3).
+//   - with --protocol, also the engine's dedup traffic: a stream like HR_DEDUP, one batched direct
+//     get (multi_last) per --batch messages before they are published (not waited for), and one
+//     marker (core publish, no ack) per message once it is acknowledged: the server-side work of
+//     the engine's whole Append, without hookrelay's own.
 //
 // Prints msgs/s over the window after the warm-up and ack latency percentiles, then a line
 // "RESULT {json}" for scripts (tools/bench/run_jetstream_bench.sh).
@@ -59,6 +63,9 @@ ABSL_FLAG(absl::Duration, warmup, absl::Seconds(2), "unmeasured period at the st
 ABSL_FLAG(absl::Duration, duplicate_window, absl::Minutes(2), "the stream's duplicate window");
 ABSL_FLAG(bool, consumer, true, "also create a durable pull consumer like the dispatch consumer");
 ABSL_FLAG(bool, delete_stream, true, "delete the stream at the end");
+ABSL_FLAG(bool, protocol, false,
+          "also the engine's dedup traffic: <stream>_DEDUP like HR_DEDUP, a multi_last direct get "
+          "per --batch messages, a marker per acknowledged message");
 ABSL_FLAG(std::string, probe_stream, "",
           "instead of publishing: print the sizes of this stream's first --probe_messages "
           "messages (data, Nats-Msg-Id, subject) as PROBE {json}");
@@ -152,6 +159,27 @@ bool EnsureStream(natsConnection* nc, const std::string& stream, const std::stri
   }
 }
 
+// The dedup stream, like HR_DEDUP (collector/jetstream_layout.cc).
+bool EnsureDedupStream(natsConnection* nc, const std::string& stream, const std::string& prefix,
+                       int replicas) {
+  const std::string config = absl::StrCat(
+      R"({"name":")", stream, R"(","subjects":[")", prefix,
+      R"(.dedup.>"],"retention":"limits","storage":"file","num_replicas":)", replicas,
+      R"(,"max_age":86400000000000,"max_msgs_per_subject":1,"allow_direct":true,"discard":"old"})");
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    std::string answer = Api(nc, absl::StrCat("$JS.API.STREAM.INFO.", stream), "");
+    if (!IsError(answer)) return true;
+    answer = Api(nc, absl::StrCat("$JS.API.STREAM.CREATE.", stream), config);
+    if (!IsError(answer)) return true;
+    if (absl::Now() > deadline) {
+      std::fprintf(stderr, "creating stream %s: %s\n", stream.c_str(), answer.c_str());
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+}
+
 // Sizes of a real stream's first messages (what a job weighs on the wire).
 int Probe(jsCtx* js, const std::string& stream, int messages) {
   int64_t data = 0, id = 0, subject = 0, headers = 0;
@@ -210,7 +238,32 @@ struct Stats {
   size_t capacity = 0;
   std::atomic<int64_t> window_start_ns{INT64_MAX};
   std::atomic<int64_t> window_end_ns{INT64_MAX};
+  // --protocol: markers published on acks, lookups answered.
+  natsConnection* nc = nullptr;
+  bool protocol = false;
+  std::string marker_prefix;  // "<prefix>.dedup.<16 hex of the run>"
+  std::atomic<uint64_t> lookups_answered{0};
+  std::atomic<uint64_t> lookup_errors{0};
 };
+
+// Marker subject of message i: <prefix>.dedup.<32 hex digits>, like the engine's.
+std::string MarkerSubject(const Stats& stats, uint64_t i) {
+  return absl::StrFormat("%s%016x", stats.marker_prefix, i);
+}
+
+void OnLookupReply(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  auto* stats = static_cast<Stats*>(closure);
+  const char* status = nullptr;
+  if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status != nullptr) {
+    // 404: none of the markers exists (the normal answer here); 204: the end of a batch.
+    if (strcmp(status, "404") == 0 || strcmp(status, "204") == 0) {
+      stats->lookups_answered.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stats->lookup_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  natsMsg_Destroy(msg);
+}
 
 // The message index is the Nats-Msg-Id's numeric tail.
 void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
@@ -228,6 +281,9 @@ void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) 
   {
     std::lock_guard<std::mutex> lock(stats->mu);
     if (pa != nullptr) {
+      if (stats->protocol) {
+        natsConnection_Publish(stats->nc, MarkerSubject(*stats, index).c_str(), nullptr, 0);
+      }
       ++stats->acked;
       if (pa->Duplicate) ++stats->duplicates;
       if (in_window) {
@@ -318,6 +374,39 @@ int main(int argc, char** argv) {
                     absl::GetFlag(FLAGS_consumer))) {
     return 1;
   }
+  const bool protocol = absl::GetFlag(FLAGS_protocol);
+  const std::string dedup_stream = stream + "_DEDUP";
+  std::string lookup_inbox;
+  natsSubscription* lookup_sub = nullptr;
+  if (protocol) {
+    if (!EnsureDedupStream(nc, dedup_stream, prefix, replicas)) return 1;
+    natsInbox* inbox = nullptr;
+    natsInbox_Create(&inbox);
+    lookup_inbox = inbox;
+    natsInbox_Destroy(inbox);
+    if (natsConnection_Subscribe(&lookup_sub, nc, (lookup_inbox + ".*").c_str(), &OnLookupReply,
+                                 &stats) != NATS_OK) {
+      std::fprintf(stderr, "subscribing to lookup answers failed\n");
+      return 1;
+    }
+    stats.nc = nc;
+    stats.protocol = true;
+    stats.marker_prefix = absl::StrFormat("%s.dedup.%016x", prefix,
+                                          static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+  }
+  uint64_t lookups_sent = 0;
+  const std::string direct_get = absl::StrCat("$JS.API.DIRECT.GET.", dedup_stream);
+  // --protocol: one multi_last lookup for messages [first, first + n), before they are published.
+  auto lookup = [&](uint64_t first, int n) {
+    std::string body = R"({"multi_last":[)";
+    for (int k = 0; k < n; ++k) {
+      absl::StrAppend(&body, k == 0 ? "\"" : ",\"", MarkerSubject(stats, first + k), "\"");
+    }
+    absl::StrAppend(&body, R"(],"batch":)", n, "}");
+    const std::string reply = absl::StrCat(lookup_inbox, ".", lookups_sent++);
+    natsConnection_PublishRequest(nc, direct_get.c_str(), reply.c_str(), body.data(),
+                                  static_cast<int>(body.size()));
+  };
 
   // Payload and subjects, built once. Subjects as the engine's: <prefix>.ready.<b64 source>.<b64 user>.
   const std::string payload(static_cast<size_t>(msg_bytes), 'j');
@@ -382,7 +471,8 @@ int main(int argc, char** argv) {
       const int64_t now = NowNs();
       if (now >= window_end) break;
       if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
-      for (int k = 0; k < 64; ++k) {
+      if (protocol) lookup(published, batch);
+      for (int k = 0; k < (protocol ? batch : 64); ++k) {
         if (!publish(NowNs())) break;
       }
     }
@@ -399,6 +489,7 @@ int main(int argc, char** argv) {
       }
       if (now - slot > 1'000'000) ++late_bursts;
       if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
+      if (protocol) lookup(published, batch);
       for (int k = 0; k < batch; ++k) {
         if (!publish(slot)) break;
       }
@@ -433,8 +524,15 @@ int main(int argc, char** argv) {
                           absl::CHexEscape(why), static_cast<unsigned long long>(n));
   }
   const double msgs_per_s = static_cast<double>(acked_in_window) / window_s;
-  std::printf("stream %s: replicas %d, %d-byte messages, Nats-Msg-Id of %d bytes, %d subjects\n",
-              stream.c_str(), replicas, msg_bytes, id_bytes, subjects);
+  if (protocol) natsConnection_FlushTimeout(nc, 10000);
+  std::printf("stream %s: replicas %d, %d-byte messages, Nats-Msg-Id of %d bytes, %d subjects%s\n",
+              stream.c_str(), replicas, msg_bytes, id_bytes, subjects,
+              protocol ? absl::StrFormat("; + %s: %llu lookups sent, %llu answered, %llu failed",
+                                         dedup_stream, static_cast<unsigned long long>(lookups_sent),
+                                         static_cast<unsigned long long>(stats.lookups_answered.load()),
+                                         static_cast<unsigned long long>(stats.lookup_errors.load()))
+                                .c_str()
+                       : "");
   std::printf("%s: published %llu, acked %llu (duplicates %llu), failed %llu, publish errors %llu, "
               "stalls at max_pending %llu, late bursts %llu\n",
               rate > 0 ? absl::StrFormat("open loop at %.0f msgs/s", rate).c_str()
@@ -449,12 +547,13 @@ int main(int argc, char** argv) {
               Ms(h.Quantile(0.999)), Ms(h.max()),
               100.0 * (cpu_at_window_end - cpu_at_window_start) / window_s);
   std::printf(
-      "RESULT {\"mode\":\"ceiling\",\"replicas\":%d,\"max_pending\":%d,\"rate\":%.0f,"
+      "RESULT {\"mode\":\"%s\",\"replicas\":%d,\"max_pending\":%d,\"rate\":%.0f,"
       "\"msg_bytes\":%d,\"msg_id_bytes\":%d,\"window_s\":%.3f,\"published\":%llu,\"acked\":%llu,"
       "\"acked_in_window\":%llu,\"msgs_per_s\":%.0f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
       "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"late_bursts\":%llu,"
       "\"client_cpu_s\":%.2f,\"failures\":{%s}}\n",
-      replicas, max_pending, rate, msg_bytes, id_bytes, window_s,
+      protocol ? "ceiling+protocol" : "ceiling", replicas, max_pending, rate, msg_bytes, id_bytes,
+      window_s,
       static_cast<unsigned long long>(published), static_cast<unsigned long long>(acked),
       static_cast<unsigned long long>(acked_in_window), msgs_per_s, Ms(h.Quantile(0.5)),
       Ms(h.Quantile(0.9)), Ms(h.Quantile(0.99)), Ms(h.Quantile(0.999)), Ms(h.max()),
@@ -462,7 +561,14 @@ int main(int argc, char** argv) {
       failures.c_str());
   std::fflush(stdout);
 
-  if (absl::GetFlag(FLAGS_delete_stream)) Api(nc, absl::StrCat("$JS.API.STREAM.DELETE.", stream), "");
+  if (lookup_sub != nullptr) {
+    natsSubscription_Unsubscribe(lookup_sub);
+    natsSubscription_Destroy(lookup_sub);
+  }
+  if (absl::GetFlag(FLAGS_delete_stream)) {
+    Api(nc, absl::StrCat("$JS.API.STREAM.DELETE.", stream), "");
+    if (protocol) Api(nc, absl::StrCat("$JS.API.STREAM.DELETE.", dedup_stream), "");
+  }
   jsCtx_Destroy(js);
   natsConnection_Destroy(nc);
   natsOptions_Destroy(opts);

@@ -63,6 +63,9 @@ ROUNDS=${ROUNDS:-1}
 PHASES=${PHASES:-"ingest delivery"}
 INGEST_ENGINES=${INGEST_ENGINES:-"embedded r1 r3"}
 CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
+# 1: also a diagnostic closed-loop run with nats_ceiling --protocol (the dedup lookups and markers
+# the engine adds per event; first window); not what the goal's ratio is taken against.
+CEILING_PROTOCOL=${CEILING_PROTOCOL:-1}
 # The first window is what the closed loop keeps in flight (connections x events per request);
 # 65536 is the engine's own PublishAsync.MaxPending.
 CEILING_WINDOWS=${CEILING_WINDOWS:-"$(( HTTP_CONNECTIONS * EVENTS_PER_REQUEST )) 65536"}
@@ -220,7 +223,14 @@ by_name = {}
 for tid, (name, ticks) in b.items():
     by_name[name] = by_name.get(name, 0.0) + ticks - a.get(tid, (name, 0))[1]
 pct = {k: round(100.0 * v / tck / wall) for k, v in by_name.items() if wall > 0}
-print(json.dumps(dict(sorted(((k, v) for k, v in pct.items() if v > 0), key=lambda kv: -kv[1]))))
+out = dict(sorted(((k, v) for k, v in pct.items() if v > 0), key=lambda kv: -kv[1]))
+# Threads sharing a name (the NATS client's threads are all "collector"): the busiest by tid.
+by_tid = {"%s/%s" % (name, tid): round(100.0 * (ticks - a.get(tid, (name, 0))[1]) / tck / wall)
+          for tid, (name, ticks) in b.items() if wall > 0}
+top = sorted(((k, v) for k, v in by_tid.items() if v >= 2), key=lambda kv: -kv[1])[:8]
+if len(top) > 1:
+    out["busiest"] = dict(top)
+print(json.dumps(out))
 EOF
 }
 
@@ -307,12 +317,24 @@ start_collector() {
     r3) store=(--store=jetstream --nats_url="$NATS_URLS" --nats_replicas=3) ;;
     *) echo "unknown engine $engine" >&2; exit 2 ;;
   esac
-  "$TMP/collector" --config="$config" --data_dir="$TMP/$name.data" "${store[@]}" \
-    --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
-    --admin_http_address=127.0.0.1:0 >"$TMP/$name.collector.log" 2>&1 &
-  COLLECTOR_PID=$!; PIDS+=("$COLLECTOR_PID")
-  local serving
-  serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$COLLECTOR_PID" 40)
+  local serving="" attempt
+  # Up to 3 attempts: on a cluster formed seconds ago the engine's start can fail (seen: "the
+  # configuration bucket hr_config: Error"); each failure is reported in the summary.
+  for attempt in 1 2 3; do
+    "$TMP/collector" --config="$config" --data_dir="$TMP/$name.data" "${store[@]}" \
+      --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+      --admin_http_address=127.0.0.1:0 >"$TMP/$name.collector.log" 2>&1 &
+    COLLECTOR_PID=$!; PIDS+=("$COLLECTOR_PID")
+    if serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$COLLECTOR_PID" 40); then
+      break
+    fi
+    echo "$name: collector start attempt $attempt failed: $(grep -m1 '"level":"error"' "$TMP/$name.collector.log" || tail -1 "$TMP/$name.collector.log")" \
+      | tee -a "$TMP/start_failures.txt" >&2
+    cp "$TMP/$name.collector.log" "$TMP/$name.collector.failed$attempt.log"
+    stop "$COLLECTOR_PID"; forget "$COLLECTOR_PID"; rm -rf "$TMP/$name.data"
+    sleep 1
+  done
+  [[ -n "$serving" ]] || { echo "$name: the collector did not start" >&2; exit 1; }
   HTTP_PORT=$(jq -r .http_port <<<"$serving")
   GRPC_PORT=$(jq -r .grpc_port <<<"$serving")
   METRICS_PORT=$(jq -r .metrics_port <<<"$serving")
@@ -362,11 +384,13 @@ measure() {
     if [[ -n "$ta" ]]; then threads_json "$ta" "$tb" "$DURATION_S" >"$TMP/$name.threads.json"; fi
   ) &
   local sampler=$!
-  local perf_pids=()
+  local perf_pids=() roles=()
   if [[ -n "$PERF" && "$name" == r3_closed* ]]; then
-    local role pid
-    for role in collector nats1; do
-      case $role in collector) pid=$COLLECTOR_PID ;; *) pid=${NATS_PIDS%%,*} ;; esac
+    local role pid k=1
+    roles=(collector)
+    for pid in ${NATS_PIDS//,/ }; do roles+=("nats$k"); k=$(( k + 1 )); done
+    for role in "${roles[@]}"; do
+      case $role in collector) pid=$COLLECTOR_PID ;; *) pid=$(cut -d, -f"${role#nats}" <<<"$NATS_PIDS") ;; esac
       (sleep "$(python3 -c "print($WARMUP_S + 1)")"; exec timeout $(( PERF_SECONDS + 20 )) \
         perf record -F 499 -g -o "$TMP/$name.$role.perf.data" -p "$pid" -- sleep "$PERF_SECONDS") \
         >"$TMP/$name.$role.perf.log" 2>&1 &
@@ -378,19 +402,23 @@ measure() {
   grep '^RESULT ' "$TMP/$name.out" | sed 's/^RESULT //' >"$TMP/$name.json" || echo '{}' >"$TMP/$name.json"
   if (( ${#perf_pids[@]} > 0 )); then
     for pid in "${perf_pids[@]}"; do wait "$pid" || true; forget "$pid"; done
-    for role in collector nats1; do
+    for role in "${roles[@]}"; do
       [[ -s "$TMP/$name.$role.perf.data" ]] || continue
+      echo "## $role: samples $(timeout 60 perf report -i "$TMP/$name.$role.perf.data" --stdio 2>/dev/null | awk '/^# Samples/ { print $3; exit }') at 499 Hz over ${PERF_SECONDS} s"
+      echo "## $role: by thread"
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort tid -g none \
+        --percent-limit 2 --stdio 2>/dev/null | grep '%' | head -20 || true
       echo "## $role: by thread and library"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort comm,dso -g none \
-        --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -25 || true
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort tid,dso -g none \
+        --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
       echo "## $role: top symbols (self)"
       timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
         --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
       echo "## $role: inclusive (children)"
       timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
-        --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -50 || true
+        --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -60 || true
       rm -f "$TMP/$name.$role.perf.data"
-    done >"$TMP/$name.perf.txt"
+    done | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' >"$TMP/$name.perf.txt"
     echo "   profile: $name.perf.txt"
   fi
 }
@@ -408,16 +436,16 @@ ingest_run() {  # ingest_run NAME RATE: ingest_load HTTP against the running col
   echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json"); collector threads: $(cat "$TMP/$name.threads.json" 2>/dev/null)"
 }
 
-ceiling_run() {  # ceiling_run NAME REPLICAS WINDOW RATE: nats_ceiling on the running servers
-  local name=$1 replicas=$2 window=$3 rate=$4
+ceiling_run() {  # ceiling_run NAME REPLICAS WINDOW RATE [FLAGS...]: nats_ceiling on the running servers
+  local name=$1 replicas=$2 window=$3 rate=$4; shift 4
   echo
   wait_idle
-  echo "== $name: nats_ceiling --replicas=$replicas --max_pending=$window --rate=$rate --msg_bytes=$MSG_BYTES --msg_id_bytes=$MSG_ID_BYTES ($DURATION after $WARMUP)"
+  echo "== $name: nats_ceiling --replicas=$replicas --max_pending=$window --rate=$rate --msg_bytes=$MSG_BYTES --msg_id_bytes=$MSG_ID_BYTES $* ($DURATION after $WARMUP)"
   COLLECTOR_PID="" READY="^publishing" measure "$name" "${NATS_PIDS:-0}" "nats" -- \
     "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="$replicas" --max_pending="$window" \
     --rate="$rate" --batch="$EVENTS_PER_REQUEST" --msg_bytes="$MSG_BYTES" \
     --msg_id_bytes="$MSG_ID_BYTES" --subjects="$EVENTS_PER_REQUEST" \
-    --duration="$DURATION" --warmup="$WARMUP"
+    --duration="$DURATION" --warmup="$WARMUP" "$@"
   jq -c '{msgs_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
   echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json")"
 }
@@ -476,6 +504,9 @@ if has_phase ingest; then
         rate=$half
         (( rate > 0 )) || rate=$(jq -r '(.msgs_per_s // 0) / 2 | floor' "$TMP/ceiling_r${replicas}_w${CEILING_WINDOWS%% *}_$round.json")
         ceiling_run "ceiling_r${replicas}_open_$round" "$replicas" 65536 "$rate"
+        if [[ "$CEILING_PROTOCOL" != 0 ]]; then
+          ceiling_run "protocol_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 --protocol
+        fi
         stop_nats
       fi
     done
@@ -602,14 +633,15 @@ rows = []
 print("%-26s %10s %12s %8s %8s %8s %8s %6s %6s %6s %6s  %s" % (
     "run", "offered/s", "acked/s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "coll%", "nats%", "gen%", "rest%", "failures"))
 ratios = {"r3/ceiling_r3": [], "r1/ceiling_r1": [], "r3 ingest ev/s": [], "delivery r3/embedded": [],
-          "r3 open p99 ms": [], "embedded open p99 ms": []}
+          "r3 open p99 ms": [], "embedded open p99 ms": [], "r3/protocol_r3": [], "r1/protocol_r1": [],
+          "ceiling_r3 msgs/s": [], "ceiling_r1 msgs/s": []}
 for r in range(1, rounds + 1):
     names = []
     for engine in ("embedded", "r1", "r3"):
         names += ["%s_closed_%d" % (engine, r), "%s_open_%d" % (engine, r)]
         if engine != "embedded":
             names += ["ceiling_%s_w%s_%d" % (engine, w, r) for w in windows]
-            names += ["ceiling_%s_open_%d" % (engine, r)]
+            names += ["ceiling_%s_open_%d" % (engine, r), "protocol_%s_%d" % (engine, r)]
     for name in names:
         d = load(name)
         if d is None:
@@ -629,8 +661,13 @@ for r in range(1, rounds + 1):
     for engine in ("r1", "r3"):
         ing = (load("%s_closed_%d" % (engine, r)) or {}).get("durable_events_per_s", 0)
         ceil = best_ceiling(engine)
+        if ceil:
+            ratios["ceiling_%s msgs/s" % engine].append(ceil)
         if ing and ceil:
             ratios["%s/ceiling_%s" % (engine, engine)].append(ing / ceil)
+        proto = (load("protocol_%s_%d" % (engine, r)) or {}).get("msgs_per_s", 0)
+        if ing and proto:
+            ratios["%s/protocol_%s" % (engine, engine)].append(ing / proto)
     r3 = (load("r3_closed_%d" % r) or {}).get("durable_events_per_s", 0)
     if r3:
         ratios["r3 ingest ev/s"].append(r3)
@@ -663,7 +700,7 @@ print("ratios (per round; median):")
 for key, vals in ratios.items():
     if not vals:
         continue
-    fmt = "%.0f" if "ev/s" in key or "ms" in key else "%.2f"
+    fmt = "%.0f" if "/s" in key or "ms" in key else "%.2f"
     print("  %-22s %s; median %s" % (key, ", ".join(fmt % v for v in vals), fmt % statistics.median(vals)))
 def goal(text, key, ok):
     vals = ratios[key]
@@ -676,7 +713,12 @@ goal("deliveries/s with jetstream within 80 % of embedded", "delivery r3/embedde
 EOF
 }
 echo
-summary | tee "$TMP/summary.txt"
+{
+  summary
+  if [[ -s "$TMP/start_failures.txt" ]]; then
+    echo "collector start failures (retried):"; sed 's/^/  /' "$TMP/start_failures.txt"
+  fi
+} | tee "$TMP/summary.txt"
 if (( ${#FAILED[@]} > 0 )); then
   echo "run_jetstream_bench: these steps produced nothing or lost jobs: ${FAILED[*]}" >&2
   exit 1
