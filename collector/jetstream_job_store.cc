@@ -1012,13 +1012,21 @@ void JetStreamJobStore::WatchLoop(kvWatcher* watcher) {
       {
         absl::MutexLock lock(&mu_);
         newer = revision > config_revision_;
-        if (newer) config_revision_ = revision;
       }
       if (newer) {
         std::string value(static_cast<const char*>(kvEntry_Value(entry)),
                           static_cast<size_t>(kvEntry_ValueLen(entry)));
-        absl::MutexLock lock(&callback_mu_);
-        if (config_changed_ != nullptr) config_changed_(std::move(value));
+        bool adopted = false;
+        {
+          absl::MutexLock lock(&callback_mu_);
+          if (config_changed_ != nullptr) adopted = config_changed_(std::move(value));
+        }
+        // Only a configuration the collector holds may be the base of its next save: bumped
+        // after the callback, so a save racing it is refused (ABORTED) and re-applied.
+        if (adopted) {
+          absl::MutexLock lock(&mu_);
+          config_revision_ = std::max(config_revision_, revision);
+        }
       }
     }
     kvEntry_Destroy(entry);

@@ -219,9 +219,11 @@ class JobStore {
   virtual absl::StatusOr<std::optional<std::string>> LoadConfig() = 0;
   virtual absl::Status SaveConfig(std::string_view bytes) = 0;
   // Calls `changed` with the stored bytes each time another process sharing the engine saves the
-  // configuration (on a store thread; must not block long). An engine that belongs to one
-  // collector never calls it. Call at most once.
-  using ConfigChanged = absl::AnyInvocable<void(std::string bytes)>;
+  // configuration (on a store thread; must not block long); it returns whether the caller now
+  // holds that configuration (only then do later saves build on it). An engine that belongs to
+  // one collector never calls it. Calling again replaces the callback; an empty one stops the
+  // calls (it returns once no call is running).
+  using ConfigChanged = absl::AnyInvocable<bool(std::string bytes)>;
   virtual void WatchConfig(ConfigChanged changed) { (void)changed; }
 
   // Called (on a store thread; must not block) when jobs became leasable that an earlier Lease

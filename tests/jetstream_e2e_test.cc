@@ -291,7 +291,8 @@ TEST(JetStreamEndToEndTest, UnreachableClusterRefusesThenRecovers) {
 
   ASSERT_TRUE((*cluster)->Kill(0).ok());
   absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline && status_of(http, "/healthz") != 503) {
+  while (absl::Now() < deadline &&
+         (status_of(http, "/healthz") != 503 || status_of(metrics, "/readyz") != 503)) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(status_of(http, "/healthz"), 503);
