@@ -318,6 +318,8 @@ JetStreamJobStore::~JetStreamJobStore() {
     held_.clear();
     for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
     fetched_.clear();
+    for (auto& [msg, leased] : settling_) natsMsg_Destroy(leased);  // Their leases expire.
+    settling_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
@@ -347,6 +349,30 @@ JetStreamJobStore::~JetStreamJobStore() {
 void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
                                      void* self) {
   auto* store = static_cast<JetStreamJobStore*>(self);
+  natsMsg* leased = nullptr;
+  {
+    absl::MutexLock lock(&store->mu_);
+    if (auto it = store->settling_.find(msg); it != store->settling_.end()) {
+      leased = it->second;
+      store->settling_.erase(it);
+    }
+  }
+  if (leased != nullptr) {
+    // A retry or dead letter stored: the leased message is done. Not stored: it comes back now
+    // (the attempt is not counted) rather than when its lease ends.
+    if (pa != nullptr) {
+      natsMsg_Ack(leased, nullptr);
+    } else {
+      natsMsg_Nak(leased, nullptr);
+      common::LogWarning("a retry or dead letter was not stored; the job is handed out again",
+                         {{"subject", natsMsg_GetSubject(msg)},
+                          {"error", pae != nullptr && pae->ErrText != nullptr ? pae->ErrText
+                                                                               : "no answer"}});
+    }
+    natsMsg_Destroy(leased);
+    natsMsg_Destroy(msg);
+    return;
+  }
   absl::Status status;
   if (pa == nullptr && pae != nullptr &&
       (pae->Err == NATS_NO_RESPONDERS || pae->Err == NATS_TIMEOUT)) {
@@ -676,6 +702,32 @@ absl::Status JetStreamJobStore::PublishSync(
   return s == NATS_OK ? absl::OkStatus() : NatsError(absl::StrCat("publishing to ", subject), s);
 }
 
+absl::Status JetStreamJobStore::PublishSettle(
+    const std::string& subject, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers, natsMsg* leased) {
+  natsMsg* msg = nullptr;
+  natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, body.data(),
+                                static_cast<int>(body.size()));
+  for (const auto& [k, v] : headers) {
+    if (s == NATS_OK) s = natsMsgHeader_Set(msg, k.c_str(), v.c_str());
+  }
+  if (s == NATS_OK) {
+    absl::MutexLock lock(&mu_);
+    settling_[msg] = leased;
+  }
+  natsMsg* owned = msg;
+  if (s == NATS_OK) s = js_PublishMsgAsync(js_, &owned, nullptr);
+  if (s == NATS_OK) return absl::OkStatus();  // Settled by OnPublishAck.
+  if (msg != nullptr) {
+    absl::MutexLock lock(&mu_);
+    settling_.erase(msg);
+  }
+  if (owned != nullptr) natsMsg_Destroy(owned);
+  natsMsg_Nak(leased, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
+  natsMsg_Destroy(leased);
+  return NatsError(absl::StrCat("publishing to ", subject), s);
+}
+
 absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                                       const hookrelay::v1::Attempt& attempt) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
@@ -694,15 +746,16 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   absl::Status st;
   if (delay <= absl::ZeroDuration()) {
     // Due now (or held here until due, with a manual clock).
-    st = PublishSync(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}});
+    st = PublishSettle(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}}, *msg);
   } else {
-    st = PublishSync(
+    st = PublishSettle(
         absl::StrCat("hr.jobs.sched.", JobSubjectTail(job), ".", job_id), job.SerializeAsString(),
         {{"Nats-Msg-Id", id},
          {"Nats-Schedule",
           absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(fire_s),
                                                 absl::UTCTimeZone()))},
-         {"Nats-Schedule-Target", ReadySubject(job)}});
+         {"Nats-Schedule-Target", ReadySubject(job)}},
+        *msg);
   }
   if (st.ok() && not_before > now) {
     absl::MutexLock lock(&mu_);
@@ -710,13 +763,6 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
     if (scheduled_due_.size() >= 100'000) scheduled_due_.erase(scheduled_due_.begin());
     scheduled_due_.insert(job.due_unix_ms());
   }
-  if (st.ok()) {
-    const natsStatus s = natsMsg_Ack(*msg, nullptr);
-    if (s != NATS_OK) st = NatsError("acknowledging a retried job", s);
-  } else {
-    natsMsg_Nak(*msg, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
-  }
-  natsMsg_Destroy(*msg);
   return st;
 }
 
@@ -731,18 +777,9 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
   job.set_dead_at_unix_ms(now_ms);
-  absl::Status st = PublishSync(absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()),
-                                             ".", JobSubjectTail(job)),
-                                job.SerializeAsString(),
-                                {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}});
-  if (st.ok()) {
-    const natsStatus s = natsMsg_Ack(*msg, nullptr);
-    if (s != NATS_OK) st = NatsError("acknowledging a buried job", s);
-  } else {
-    natsMsg_Nak(*msg, nullptr);
-  }
-  natsMsg_Destroy(*msg);
-  return st;
+  return PublishSettle(
+      absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()), ".", JobSubjectTail(job)),
+      job.SerializeAsString(), {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}}, *msg);
 }
 
 absl::Status JetStreamJobStore::WriteHealth() const {

@@ -13,9 +13,12 @@
 // - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
 //   used). A job leased by a collector that dies returns to the others when it expires.
 // - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
-//   one-shot schedule for not_before (rounded up to a whole second), then acks the leased
-//   message: the job waits in the stream, outside the consumer's ack-pending window, and the
-//   server makes it ready at its time. A crash between the two re-delivers (at-least-once).
+//   one-shot schedule for not_before (rounded up to a whole second); Bury publishes it to
+//   hr.dead.<D>.<S>.<U>. Both return without waiting: the publish ack, on the client's ack
+//   thread, acks the leased message (or naks it when the publish failed: the job comes back
+//   now, the attempt not counted). The job waits in the stream, outside the consumer's
+//   ack-pending window, and the server makes it ready at its time. A crash between the publish
+//   and the ack re-delivers (at-least-once).
 // - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
 //   dead letter's id is its HR_DEAD sequence.
 // - Deletions, the per-user index and audiences are not on this engine yet (issue 12): those
@@ -183,6 +186,13 @@ class JetStreamJobStore final : public JobStore {
   absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
   absl::Status PublishSync(const std::string& subject, const std::string& body,
                            const std::vector<std::pair<std::string, std::string>>& headers);
+  // Publishes a retry or dead letter asynchronously; its ack settles `leased` (ack when stored,
+  // nak when not). Takes `leased`. An error here means nothing was sent (leased nak'ed).
+  absl::Status PublishSettle(const std::string& subject, const std::string& body,
+                             const std::vector<std::pair<std::string, std::string>>& headers,
+                             natsMsg* leased);
+  // Retry and dead-letter publishes in flight → the leased message each settles.
+  absl::flat_hash_map<natsMsg*, natsMsg*> settling_ ABSL_GUARDED_BY(mu_);
 
   const Options options_;
   const common::Clock& clock_;
