@@ -233,8 +233,12 @@ class JobStore {
   virtual void SetReadyCallback(std::function<void()> ready) { (void)ready; }
 
   virtual JobCounts Counts() = 0;
-  // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).
+  // The earliest due time of a scheduled job, or InfiniteFuture.
   virtual absl::Time NextDue() = 0;
+  // When jobs may become leasable without an append or a ready callback: the next due time or
+  // the earliest lease expiry; the dispatcher sleeps until then (or until woken). InfiniteFuture
+  // when nothing is pending.
+  virtual absl::Time NextWake() { return NextDue(); }
 };
 
 // Counts a delivery attempt in a job: attempts + 1, the first attempt's time (the retry window

@@ -382,6 +382,10 @@ void Server::Shutdown() {
 
 JobStore* Server::job_store() { return impl_->store.get(); }
 
+void Server::WakeDispatcher() {
+  if (impl_->dispatcher) impl_->dispatcher->Notify();
+}
+
 int64_t Server::dispatch_passes() const {
   return impl_->dispatcher ? impl_->dispatcher->passes() : 0;
 }
