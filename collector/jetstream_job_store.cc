@@ -44,6 +44,18 @@ natsStatus RetryPassing(Call call) {
   return s;
 }
 
+// Options for an asynchronous publish: its ack is awaited for at most `wait`. Without a MaxWait
+// cnats waits for ever, and an ack that never comes (the node the connection was on died with the
+// publish in flight; the connection moves to another node, the ack does not follow) would hold
+// its Append — the HTTP request, and the collector's drain — for ever. A timeout reaches
+// OnPublishAck as NATS_TIMEOUT: sent again (same Nats-Msg-Id: stored once) within kRepublishFor.
+jsPubOptions AsyncPublishOptions(absl::Duration wait) {
+  jsPubOptions o;
+  jsPubOptions_Init(&o);
+  o.MaxWait = absl::ToInt64Milliseconds(wait);
+  return o;
+}
+
 absl::Status NatsError(std::string_view what, natsStatus s) {
   return absl::UnavailableError(
       absl::StrCat("JetStream: ", std::string(what), ": ", natsStatus_GetText(s)));
@@ -258,7 +270,8 @@ void JetStreamJobStore::RepublishLoop() {
       republish_.pop_front();
     }
     natsMsg* owned = msg;
-    const natsStatus s = js_PublishMsgAsync(js_, &owned, nullptr);
+    jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+    const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
     if (s != NATS_OK) {
       if (owned != nullptr) natsMsg_Destroy(owned);
       Acked(msg, NatsError("publishing a job", s), false);
@@ -584,9 +597,10 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
     pending->outstanding = msgs.size();
     for (auto& [msg, item] : msgs) publishing_[msg] = Publishing{pending, item};
   }
+  jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
   for (auto& [msg, item] : msgs) {
     natsMsg* owned = msg;
-    const natsStatus s = js_PublishMsgAsync(js_, &owned, nullptr);
+    const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
     if (s != NATS_OK) {
       // Not sent: no ack will come for it.
       if (owned != nullptr) natsMsg_Destroy(owned);
