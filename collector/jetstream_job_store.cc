@@ -597,10 +597,10 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
     pending->outstanding = msgs.size();
     for (auto& [msg, item] : msgs) publishing_[msg] = Publishing{pending, item};
   }
-  jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+  jsPubOptions wait = AsyncPublishOptions(options_.layout.request_timeout);
   for (auto& [msg, item] : msgs) {
     natsMsg* owned = msg;
-    const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
+    const natsStatus s = js_PublishMsgAsync(js_, &owned, &wait);
     if (s != NATS_OK) {
       // Not sent: no ack will come for it.
       if (owned != nullptr) natsMsg_Destroy(owned);
@@ -730,7 +730,8 @@ absl::Status JetStreamJobStore::PublishSettle(
     settling_[msg] = leased;
   }
   natsMsg* owned = msg;
-  if (s == NATS_OK) s = js_PublishMsgAsync(js_, &owned, nullptr);
+  jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+  if (s == NATS_OK) s = js_PublishMsgAsync(js_, &owned, &publish);
   if (s == NATS_OK) return absl::OkStatus();  // Settled by OnPublishAck.
   if (msg != nullptr) {
     absl::MutexLock lock(&mu_);
@@ -998,7 +999,13 @@ absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
     config_revision_ = std::max(config_revision_, revision);
     return absl::OkStatus();
   }
-  // Refused: someone else's save, or ours landed and only its answer was lost.
+  // Refused: someone else's save (wrong last revision), or ours landed and only its answer was
+  // lost. The read may come from a replica a little behind, so any refusal that is not ours
+  // counts as a conflict: the caller reads the configuration again and re-applies its change.
+  const std::string error = nats_GetLastError(nullptr) != nullptr ? nats_GetLastError(nullptr) : "";
+  if (s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_CLOSED) {
+    return NatsError("writing the configuration", s);
+  }
   kvEntry* entry = nullptr;
   if (RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); }) == NATS_OK) {
     const bool ours = static_cast<size_t>(kvEntry_ValueLen(entry)) == bytes.size() &&
@@ -1011,12 +1018,9 @@ absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
       config_revision_ = std::max(config_revision_, now_revision);
       return absl::OkStatus();
     }
-    if (now_revision != last) {
-      return absl::AbortedError(
-          "the configuration was changed through another collector meanwhile");
-    }
   }
-  return NatsError("writing the configuration", s);
+  return absl::AbortedError(absl::StrCat(
+      "the configuration was changed through another collector meanwhile (", error, ")"));
 }
 
 void JetStreamJobStore::WatchConfig(ConfigChanged changed) {
