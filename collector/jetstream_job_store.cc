@@ -11,6 +11,9 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "absl/strings/escaping.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 #include <openssl/sha.h>
 #include <string.h>
 #include <simdjson.h>
@@ -122,6 +125,34 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   store->events_ = new ConnectionEvents;
   store->events_->urls = o.urls;
   store->events_->on_write_health = o.on_write_health;
+  if (o.registry != nullptr) {
+    try {
+      store->events_->writable =
+          &prometheus::BuildGauge()
+               .Name("hookrelay_store_writable")
+               .Help("1 while the job store can write, 0 while it cannot (a full disk, an I/O "
+                     "error, the JetStream cluster unreachable) and ingest is refused")
+               .Register(*o.registry)
+               .Add({});
+      store->events_->writable->Set(1);
+      store->duplicates_ = &prometheus::BuildCounter()
+                                .Name("hookrelay_ingest_duplicates_total")
+                                .Help("Events dropped because their (source, messageId) was seen "
+                                      "within the dedup window")
+                                .Register(*o.registry)
+                                .Add({});
+      store->dedup_lookup_failures_ =
+          &prometheus::BuildCounter()
+               .Name("hookrelay_jetstream_dedup_lookup_failures_total")
+               .Help("Appends whose de-duplication lookup failed (a leader change, a server "
+                     "rejoining): stored without the dedup-window check")
+               .Register(*o.registry)
+               .Add({});
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job store: registering metrics: ", e.what()));
+    }
+  }
   if (s == NATS_OK) {
     s = natsOptions_SetDisconnectedCB(store->nats_options_, &JetStreamJobStore::OnDisconnected,
                                       store->events_);
@@ -418,7 +449,10 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
     if (it == publishing_.end()) return;
     PendingAppend& p = *it->second.append;
     if (!status.ok() && p.status.ok()) p.status = status;
-    if (duplicate) p.result.stored[it->second.item] = false;
+    if (duplicate && p.result.stored[it->second.item]) {
+      p.result.stored[it->second.item] = false;  // A racing copy of the event was stored first.
+      if (duplicates_ != nullptr) duplicates_->Increment();
+    }
     if (--p.outstanding == 0) finished = it->second.append;
     publishing_.erase(it);
   }
@@ -534,7 +568,7 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
   if (lookup->failed) {
     // Availability first: the event is stored, and the stream's duplicate window still catches
     // a retry within minutes. Counted and logged: a retry later than that may be delivered twice.
-    dedup_lookup_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (dedup_lookup_failures_ != nullptr) dedup_lookup_failures_->Increment();
     common::LogWarning("de-duplication lookup failed (the cluster is changing leaders or a node "
                        "is rejoining): events stored without their 24 h duplicate check",
                        {{"events", lookup->items.size()}});
@@ -547,6 +581,7 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
     if (lookup->found.contains(marker) || !seen.insert(marker).second) {
       publish[i] = false;
       lookup->append->result.stored[i] = false;
+      if (duplicates_ != nullptr) duplicates_->Increment();
       continue;
     }
     lookup->append->markers.push_back(marker);
@@ -1094,6 +1129,7 @@ void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
   common::LogWarning("lost the connection to the JetStream cluster: events are refused (503) "
                      "until it is back",
                      {{"nats_url", events->urls}});
+  if (events->writable != nullptr) events->writable->Set(0);
   if (events->on_write_health) events->on_write_health(false);
 }
 
@@ -1103,6 +1139,7 @@ void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
+  if (events->writable != nullptr) events->writable->Set(1);
   if (events->on_write_health) events->on_write_health(true);
 }
 

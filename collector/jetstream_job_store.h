@@ -49,6 +49,12 @@
 #include "collector/job_store.h"
 #include "common/clock.h"
 
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
 namespace hookrelay::collector {
 
 // Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
@@ -72,6 +78,9 @@ class JetStreamJobStore final : public JobStore {
     absl::Duration connect_timeout = absl::Seconds(30);
     // Called with false when the connection to the cluster is lost and true when it is back.
     std::function<void(bool writable)> on_write_health;
+    // Optional: hookrelay_store_writable, hookrelay_ingest_duplicates_total and
+    // hookrelay_jetstream_dedup_lookup_failures_total are registered in it.
+    prometheus::Registry* registry = nullptr;
     // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
     absl::Duration max_schedule_delay = absl::InfiniteDuration();
   };
@@ -171,12 +180,14 @@ class JetStreamJobStore final : public JobStore {
     std::atomic<bool> store_closed{false};
     std::string urls;
     std::function<void(bool writable)> on_write_health;
+    prometheus::Gauge* writable = nullptr;
   };
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
   ConnectionEvents* events_ = nullptr;
-  std::atomic<int64_t> dedup_lookup_failures_{0};
+  prometheus::Counter* duplicates_ = nullptr;
+  prometheus::Counter* dedup_lookup_failures_ = nullptr;
   void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
