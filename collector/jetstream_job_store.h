@@ -13,9 +13,12 @@
 // - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
 //   used). A job leased by a collector that dies returns to the others when it expires.
 // - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
-//   one-shot schedule for not_before (rounded up to a whole second), then acks the leased
-//   message: the job waits in the stream, outside the consumer's ack-pending window, and the
-//   server makes it ready at its time. A crash between the two re-delivers (at-least-once).
+//   one-shot schedule for not_before (rounded up to a whole second); Bury publishes it to
+//   hr.dead.<D>.<S>.<U>. Both return without waiting: the publish ack, on the client's ack
+//   thread, acks the leased message (or naks it when the publish failed: the job comes back
+//   now, the attempt not counted). The job waits in the stream, outside the consumer's
+//   ack-pending window, and the server makes it ready at its time. A crash between the publish
+//   and the ack re-delivers (at-least-once).
 // - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
 //   dead letter's id is its HR_DEAD sequence.
 // - Deletions, the per-user index and audiences are not on this engine yet (issue 12): those
@@ -46,6 +49,12 @@
 #include "collector/job_store.h"
 #include "common/clock.h"
 
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
 namespace hookrelay::collector {
 
 // Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
@@ -69,6 +78,9 @@ class JetStreamJobStore final : public JobStore {
     absl::Duration connect_timeout = absl::Seconds(30);
     // Called with false when the connection to the cluster is lost and true when it is back.
     std::function<void(bool writable)> on_write_health;
+    // Optional: hookrelay_store_writable, hookrelay_ingest_duplicates_total and
+    // hookrelay_jetstream_dedup_lookup_failures_total are registered in it.
+    prometheus::Registry* registry = nullptr;
     // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
     absl::Duration max_schedule_delay = absl::InfiniteDuration();
   };
@@ -168,12 +180,14 @@ class JetStreamJobStore final : public JobStore {
     std::atomic<bool> store_closed{false};
     std::string urls;
     std::function<void(bool writable)> on_write_health;
+    prometheus::Gauge* writable = nullptr;
   };
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
   ConnectionEvents* events_ = nullptr;
-  std::atomic<int64_t> dedup_lookup_failures_{0};
+  prometheus::Counter* duplicates_ = nullptr;
+  prometheus::Counter* dedup_lookup_failures_ = nullptr;
   void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
@@ -183,6 +197,13 @@ class JetStreamJobStore final : public JobStore {
   absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
   absl::Status PublishSync(const std::string& subject, const std::string& body,
                            const std::vector<std::pair<std::string, std::string>>& headers);
+  // Publishes a retry or dead letter asynchronously; its ack settles `leased` (ack when stored,
+  // nak when not). Takes `leased`. An error here means nothing was sent (leased nak'ed).
+  absl::Status PublishSettle(const std::string& subject, const std::string& body,
+                             const std::vector<std::pair<std::string, std::string>>& headers,
+                             natsMsg* leased);
+  // Retry and dead-letter publishes in flight → the leased message each settles.
+  absl::flat_hash_map<natsMsg*, natsMsg*> settling_ ABSL_GUARDED_BY(mu_);
 
   const Options options_;
   const common::Clock& clock_;

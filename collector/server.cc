@@ -221,7 +221,7 @@ absl::Status Server::Start() {
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
   // Changes saved through another collector sharing the engine (JetStream) apply here too.
   s.store->WatchConfig([config = s.config.get()](std::string bytes) {
-    (void)config->AdoptStored(bytes);
+    return config->AdoptStored(bytes).ok();
   });
   s.audiences->Start();
   s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
@@ -381,6 +381,10 @@ void Server::Shutdown() {
 }
 
 JobStore* Server::job_store() { return impl_->store.get(); }
+
+void Server::WakeDispatcher() {
+  if (impl_->dispatcher) impl_->dispatcher->Notify();
+}
 
 int64_t Server::dispatch_passes() const {
   return impl_->dispatcher ? impl_->dispatcher->passes() : 0;
