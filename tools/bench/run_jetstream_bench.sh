@@ -14,14 +14,19 @@
 #                async JetStream publisher: stream configured like HR_JOBS plus a consumer like the
 #                dispatch consumer, messages of the probed size with a Nats-Msg-Id each,
 #                js_PublishMsgAsync, at most $CEILING_WINDOWS unacknowledged publishes) closed loop
-#                for each window, then open loop at the rate the collector's open loop used.
+#                for each window, then open loop at the rate the collector's open loop used; and
+#                (CEILING_PROTOCOL=1, a diagnostic) nats_ceiling --protocol: the same plus the
+#                engine's dedup traffic (a multi_last direct get per 100 messages, a marker per
+#                message on a stream like HR_DEDUP), i.e. the servers' share of a whole Append.
 #   2. delivery  for each engine of $DELIVERY_ENGINES (embedded, r3): fresh servers, receiver
 #                (bench_receiver) and collector, $PRELOAD_EVENTS events preloaded with no
 #                deliverer, then a deliverer with $DELIVERY_FLAGS drains the backlog; deliveries/s =
 #                requests / (last − first request) as the receiver saw them.
 #   3. summary   every run, CPU split (collector / nats-servers / load generator / everything
 #                else), and the ratios: r3 / ceiling r3, r1 / ceiling r1 (closed-loop ingest vs the
-#                best ceiling window), jetstream r3 / embedded deliveries; the issue's goals.
+#                best ceiling window), jetstream r3 / embedded deliveries; the issue's goals. The
+#                exit status is 1 when a step produced nothing or a drain lost jobs (not for goals
+#                missed).
 #
 # Servers: r1 = one nats-server (JetStream, no cluster); r3 = three nats-servers clustered over
 # loopback routes (as tests/nats_cluster.cc). Server settings otherwise the defaults, like the
