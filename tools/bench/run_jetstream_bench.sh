@@ -53,7 +53,7 @@ cd "$(dirname "$0")/../.."
 WORKSPACE=$(pwd)
 
 if [[ -n "${SMOKE:-}" ]]; then
-  : "${DURATION:=2s}" "${WARMUP:=1s}" "${CEILING_WINDOWS:=6400}" "${PRELOAD_EVENTS:=5000}"
+  : "${DURATION:=2s}" "${WARMUP:=1s}" "${PRELOAD_EVENTS:=5000}"
   : "${PRELOAD_RATE:=5000}" "${HTTP_CONNECTIONS:=16}" "${DRAIN_TIMEOUT:=30}"
   : "${INGEST_ENGINES:=embedded r3}"  # r1 runs in the probe
 fi
@@ -73,7 +73,11 @@ CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
 CEILING_PROTOCOL=${CEILING_PROTOCOL:-1}
 # The first window is what the closed loop keeps in flight (connections x events per request);
 # 65536 is the engine's own PublishAsync.MaxPending.
-CEILING_WINDOWS=${CEILING_WINDOWS:-"$(( HTTP_CONNECTIONS * EVENTS_PER_REQUEST )) 65536"}
+if [[ -n "${SMOKE:-}" ]]; then
+  CEILING_WINDOWS=${CEILING_WINDOWS:-$(( HTTP_CONNECTIONS * EVENTS_PER_REQUEST ))}
+else
+  CEILING_WINDOWS=${CEILING_WINDOWS:-"$(( HTTP_CONNECTIONS * EVENTS_PER_REQUEST )) 65536"}
+fi
 DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
 DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
@@ -705,7 +709,7 @@ print("ratios (per round; median):")
 for key, vals in ratios.items():
     if not vals:
         continue
-    fmt = "%.0f" if "/s" in key or "ms" in key else "%.2f"
+    fmt = "%.0f" if "/s" in key or "ms" in key else "%.3f"
     print("  %-22s %s; median %s" % (key, ", ".join(fmt % v for v in vals), fmt % statistics.median(vals)))
 def goal(text, key, ok):
     vals = ratios[key]
