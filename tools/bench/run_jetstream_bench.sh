@@ -415,10 +415,10 @@ measure() {
       [[ -s "$TMP/$name.$role.perf.data" ]] || continue
       echo "## $role: samples $(timeout 60 perf report -i "$TMP/$name.$role.perf.data" --stdio 2>/dev/null | awk '/^# Samples/ { print $3; exit }') at 499 Hz over ${PERF_SECONDS} s"
       echo "## $role: by thread"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort tid -g none \
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid -g none \
         --percent-limit 2 --stdio 2>/dev/null | grep '%' | head -20 || true
       echo "## $role: by thread and library"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort tid,dso -g none \
+      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,dso -g none \
         --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
       echo "## $role: top symbols (self)"
       timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
