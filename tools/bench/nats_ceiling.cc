@@ -9,7 +9,9 @@
 //   - js_PublishMsgAsync with an ack handler, at most --max_pending unacknowledged publishes
 //     (closed loop), or --rate messages/s in bursts of --batch (open loop: latency from each
 //     burst's scheduled time, so a stalled server shows up as latency);
-//   - an ack counts when the stream's publish ack arrives (after the quorum with --replicas=3).
+//   - an ack counts when the stream's publish ack arrives (after the quorum with --replicas=3);
+//   - with --requests=N, the collector's request shape instead of a flat window: N requests of
+//     --batch messages in flight, each complete when all its messages are acknowledged.
 //   - with --protocol, also the engine's dedup traffic: a stream like HR_DEDUP, one batched direct
 //     get (multi_last) per --batch messages before they are published (not waited for), and one
 //     marker (core publish, no ack) per message once it is acknowledged: the server-side work of
@@ -27,6 +29,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -57,6 +60,11 @@ ABSL_FLAG(int, msg_id_bytes, 44, "Nats-Msg-Id length (the engine's: 32 hex + '-'
 ABSL_FLAG(int, subjects, 100, "distinct user tokens the subjects cycle over");
 ABSL_FLAG(int, max_pending, 6400, "most unacknowledged publishes (PublishAsync.MaxPending)");
 ABSL_FLAG(double, rate, 0, "messages/s (open loop, bursts of --batch); 0 = closed loop");
+ABSL_FLAG(int, requests, 0,
+          "if > 0: closed loop of this many requests of --batch messages, each waiting for all its "
+          "acks before the next starts, like a collector's Append per HTTP request (with "
+          "--protocol: lookup first, publish on its answer, markers after the acks); instead of "
+          "the --max_pending window");
 ABSL_FLAG(int, batch, 100, "open loop: messages per burst (one burst ~ one 100-event request)");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "measured period, after the warm-up");
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(2), "unmeasured period at the start");
@@ -244,6 +252,20 @@ struct Stats {
   std::string marker_prefix;  // "<prefix>.dedup.<16 hex of the run>"
   std::atomic<uint64_t> lookups_answered{0};
   std::atomic<uint64_t> lookup_errors{0};
+  // --requests: batches in flight by number (message i is in batch i / batch), and the driver's
+  // queues: batches whose lookup was answered (to publish), slots free for a new request.
+  int batch = 100;
+  bool requests_mode = false;
+  struct Batch {
+    int64_t start_ns = 0;
+    int outstanding = 0;
+  };
+  std::map<uint64_t, Batch> batches;
+  hookrelay::bench::LatencyHistogram request_latency;  // requests completed inside the window
+  uint64_t requests_in_window = 0;
+  std::vector<uint64_t> to_publish;
+  int free_slots = 0;
+  std::condition_variable wake;
 };
 
 // Marker subject of message i: <prefix>.dedup.<32 hex digits>, like the engine's.
@@ -254,13 +276,25 @@ std::string MarkerSubject(const Stats& stats, uint64_t i) {
 void OnLookupReply(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
   auto* stats = static_cast<Stats*>(closure);
   const char* status = nullptr;
+  bool last = false;
   if (natsMsgHeader_Get(msg, "Status", &status) == NATS_OK && status != nullptr) {
     // 404: none of the markers exists (the normal answer here); 204: the end of a batch.
+    last = true;
     if (strcmp(status, "404") == 0 || strcmp(status, "204") == 0) {
       stats->lookups_answered.fetch_add(1, std::memory_order_relaxed);
     } else {
       stats->lookup_errors.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+  if (last && stats->requests_mode) {
+    // Reply subject <inbox>.<batch number>: that batch may now be published (by the driver).
+    const char* subject = natsMsg_GetSubject(msg);
+    const char* dot = subject == nullptr ? nullptr : strrchr(subject, '.');
+    if (dot != nullptr) {
+      std::lock_guard<std::mutex> lock(stats->mu);
+      stats->to_publish.push_back(strtoull(dot + 1, nullptr, 10));
+    }
+    stats->wake.notify_one();
   }
   natsMsg_Destroy(msg);
 }
@@ -281,7 +315,7 @@ void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) 
   {
     std::lock_guard<std::mutex> lock(stats->mu);
     if (pa != nullptr) {
-      if (stats->protocol) {
+      if (stats->protocol && !stats->requests_mode) {
         natsConnection_Publish(stats->nc, MarkerSubject(*stats, index).c_str(), nullptr, 0);
       }
       ++stats->acked;
@@ -296,6 +330,27 @@ void OnAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) 
                         : pae != nullptr                          ? natsStatus_GetText(pae->Err)
                                                                   : "no answer";
       ++stats->failures[why];
+    }
+    if (stats->requests_mode) {
+      const uint64_t b = index / static_cast<uint64_t>(stats->batch);
+      auto it = stats->batches.find(b);
+      if (it != stats->batches.end() && --it->second.outstanding == 0) {
+        // The request is done: its markers (as the engine, after all the acks), its latency,
+        // and its slot goes to the next request.
+        if (stats->protocol) {
+          for (int k = 0; k < stats->batch; ++k) {
+            natsConnection_Publish(stats->nc, MarkerSubject(*stats, b * stats->batch + k).c_str(),
+                                   nullptr, 0);
+          }
+        }
+        if (in_window) {
+          ++stats->requests_in_window;
+          stats->request_latency.Record(now - it->second.start_ns);
+        }
+        stats->batches.erase(it);
+        ++stats->free_slots;
+        stats->wake.notify_one();
+      }
     }
   }
   natsMsg_Destroy(msg);
@@ -326,6 +381,7 @@ int main(int argc, char** argv) {
   const int max_pending = absl::GetFlag(FLAGS_max_pending);
   const double rate = absl::GetFlag(FLAGS_rate);
   const int batch = absl::GetFlag(FLAGS_batch);
+  const int requests = absl::GetFlag(FLAGS_requests);
   const absl::Duration duration = absl::GetFlag(FLAGS_duration);
   const absl::Duration warmup = absl::GetFlag(FLAGS_warmup);
   if (absl::GetFlag(FLAGS_probe_stream).empty() &&
@@ -354,7 +410,11 @@ int main(int argc, char** argv) {
   jsOptions_Init(&js_options);
   js_options.PublishAsync.AckHandler = &OnAck;
   js_options.PublishAsync.AckHandlerClosure = &stats;
-  js_options.PublishAsync.MaxPending = max_pending;
+  // --requests: never stall (the requests bound what is in flight).
+  js_options.PublishAsync.MaxPending =
+      absl::GetFlag(FLAGS_requests) > 0
+          ? std::max<int64_t>(max_pending, int64_t{absl::GetFlag(FLAGS_requests) + 1} * batch)
+          : max_pending;
   js_options.PublishAsync.StallWait = 1000;
   s = natsConnection_JetStream(&js, nc, &js_options);
   if (s != NATS_OK) {
@@ -397,13 +457,14 @@ int main(int argc, char** argv) {
   uint64_t lookups_sent = 0;
   const std::string direct_get = absl::StrCat("$JS.API.DIRECT.GET.", dedup_stream);
   // --protocol: one multi_last lookup for messages [first, first + n), before they are published.
-  auto lookup = [&](uint64_t first, int n) {
+  auto lookup = [&](uint64_t first, int n, uint64_t token) {
     std::string body = R"({"multi_last":[)";
     for (int k = 0; k < n; ++k) {
       absl::StrAppend(&body, k == 0 ? "\"" : ",\"", MarkerSubject(stats, first + k), "\"");
     }
     absl::StrAppend(&body, R"(],"batch":)", n, "}");
-    const std::string reply = absl::StrCat(lookup_inbox, ".", lookups_sent++);
+    const std::string reply = absl::StrCat(lookup_inbox, ".", token);
+    ++lookups_sent;
     natsConnection_PublishRequest(nc, direct_get.c_str(), reply.c_str(), body.data(),
                                   static_cast<int>(body.size()));
   };
@@ -436,7 +497,7 @@ int main(int argc, char** argv) {
   stats.window_start_ns.store(window_start);
   stats.window_end_ns.store(window_end);
   double cpu_at_window_start = -1, cpu_at_window_end = -1;
-  uint64_t published = 0, publish_errors = 0, stalls = 0, late_bursts = 0;
+  uint64_t published = 0, sent_total = 0, publish_errors = 0, stalls = 0, late_bursts = 0;
   std::map<std::string, uint64_t> publish_failures;
   char id[64];
 
@@ -450,6 +511,7 @@ int main(int argc, char** argv) {
     natsMsgHeader_Set(msg, "Nats-Msg-Id", id);
     stats.sent_ns[i].store(sent_at, std::memory_order_release);
     ++published;
+    ++sent_total;
     for (;;) {
       natsMsg* owned = msg;
       const natsStatus ps = js_PublishMsgAsync(js, &owned, nullptr);
@@ -465,13 +527,57 @@ int main(int argc, char** argv) {
     }
   };
 
-  if (rate <= 0) {
+  stats.batch = batch;
+  if (requests > 0 && rate <= 0) {
+    // Closed loop of requests: a driver (this thread) starts a request per free slot (its
+    // lookup, or its messages right away) and publishes the batches whose lookup was answered.
+    {
+      std::lock_guard<std::mutex> lock(stats.mu);
+      stats.requests_mode = true;
+      stats.free_slots = requests;
+    }
+    uint64_t next_batch = 0;
+    std::unique_lock<std::mutex> lock(stats.mu);
+    while (true) {
+      const int64_t now = NowNs();
+      if (now >= window_end) break;
+      if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
+      if (stats.free_slots == 0 && stats.to_publish.empty()) {
+        stats.wake.wait_for(lock, std::chrono::milliseconds(5));
+        continue;
+      }
+      std::vector<uint64_t> ready;
+      ready.swap(stats.to_publish);
+      int starting = stats.free_slots;
+      stats.free_slots = 0;
+      std::vector<uint64_t> started;
+      for (int k = 0; k < starting; ++k) {
+        const uint64_t b = next_batch++;
+        stats.batches[b] = Stats::Batch{now, batch};
+        started.push_back(b);
+      }
+      lock.unlock();
+      for (uint64_t b : started) {
+        if (protocol) {
+          lookup(b * batch, batch, b);  // Token = batch number; its answer queues the batch.
+        } else {
+          ready.push_back(b);
+        }
+      }
+      for (uint64_t b : ready) {
+        published = b * batch;  // publish() numbers the message by `published`
+        for (int k = 0; k < batch; ++k) publish(NowNs());
+      }
+      lock.lock();
+    }
+    lock.unlock();
+  } else if (rate <= 0) {
     // Closed loop: js_PublishMsgAsync blocks at MaxPending until acks free the window.
     while (true) {
       const int64_t now = NowNs();
       if (now >= window_end) break;
       if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
-      if (protocol) lookup(published, batch);
+      if (protocol) lookup(published, batch, lookups_sent);
       for (int k = 0; k < (protocol ? batch : 64); ++k) {
         if (!publish(NowNs())) break;
       }
@@ -489,7 +595,7 @@ int main(int argc, char** argv) {
       }
       if (now - slot > 1'000'000) ++late_bursts;
       if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
-      if (protocol) lookup(published, batch);
+      if (protocol) lookup(published, batch, lookups_sent);
       for (int k = 0; k < batch; ++k) {
         if (!publish(slot)) break;
       }
@@ -509,8 +615,12 @@ int main(int argc, char** argv) {
   std::string failures;
   uint64_t acked_in_window, acked, failed, duplicates;
   hookrelay::bench::LatencyHistogram h;
+  hookrelay::bench::LatencyHistogram rh;
+  uint64_t requests_in_window = 0;
   {
     std::lock_guard<std::mutex> lock(stats.mu);
+    rh = stats.request_latency;
+    requests_in_window = stats.requests_in_window;
     for (const auto& [why, n] : stats.failures) publish_failures[why] += n;
     acked_in_window = stats.acked_in_window;
     acked = stats.acked;
@@ -533,12 +643,15 @@ int main(int argc, char** argv) {
                                          static_cast<unsigned long long>(stats.lookup_errors.load()))
                                 .c_str()
                        : "");
+  const std::string mode_text =
+      rate > 0       ? absl::StrFormat("open loop at %.0f msgs/s", rate)
+      : requests > 0 ? absl::StrFormat("closed loop, %d requests of %d messages in flight", requests, batch)
+                     : absl::StrFormat("closed loop, max_pending %d", max_pending);
   std::printf("%s: published %llu, acked %llu (duplicates %llu), failed %llu, publish errors %llu, "
-              "stalls at max_pending %llu, late bursts %llu\n",
-              rate > 0 ? absl::StrFormat("open loop at %.0f msgs/s", rate).c_str()
-                       : absl::StrFormat("closed loop, max_pending %d", max_pending).c_str(),
-              static_cast<unsigned long long>(published), static_cast<unsigned long long>(acked),
-              static_cast<unsigned long long>(duplicates), static_cast<unsigned long long>(failed),
+              "publishes that waited 1 s at max_pending %llu, late bursts %llu\n",
+              mode_text.c_str(), static_cast<unsigned long long>(sent_total),
+              static_cast<unsigned long long>(acked), static_cast<unsigned long long>(duplicates),
+              static_cast<unsigned long long>(failed),
               static_cast<unsigned long long>(publish_errors),
               static_cast<unsigned long long>(stalls), static_cast<unsigned long long>(late_bursts));
   std::printf("acked in the %.1f s window: %.0f msgs/s; ack latency p50 %.2f ms, p90 %.2f ms, "
@@ -546,17 +659,25 @@ int main(int argc, char** argv) {
               window_s, msgs_per_s, Ms(h.Quantile(0.5)), Ms(h.Quantile(0.9)), Ms(h.Quantile(0.99)),
               Ms(h.Quantile(0.999)), Ms(h.max()),
               100.0 * (cpu_at_window_end - cpu_at_window_start) / window_s);
+  if (requests > 0) {
+    std::printf("requests completed in the window: %llu (%.0f/s); request latency (start, %s"
+                "last ack) p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                static_cast<unsigned long long>(requests_in_window), requests_in_window / window_s,
+                protocol ? "lookup, publish, " : "publish, ", Ms(rh.Quantile(0.5)),
+                Ms(rh.Quantile(0.99)), Ms(rh.max()));
+  }
   std::printf(
-      "RESULT {\"mode\":\"%s\",\"replicas\":%d,\"max_pending\":%d,\"rate\":%.0f,"
-      "\"msg_bytes\":%d,\"msg_id_bytes\":%d,\"window_s\":%.3f,\"published\":%llu,\"acked\":%llu,"
-      "\"acked_in_window\":%llu,\"msgs_per_s\":%.0f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
-      "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"late_bursts\":%llu,"
-      "\"client_cpu_s\":%.2f,\"failures\":{%s}}\n",
-      protocol ? "ceiling+protocol" : "ceiling", replicas, max_pending, rate, msg_bytes, id_bytes,
-      window_s,
-      static_cast<unsigned long long>(published), static_cast<unsigned long long>(acked),
-      static_cast<unsigned long long>(acked_in_window), msgs_per_s, Ms(h.Quantile(0.5)),
-      Ms(h.Quantile(0.9)), Ms(h.Quantile(0.99)), Ms(h.Quantile(0.999)), Ms(h.max()),
+      "RESULT {\"mode\":\"%s\",\"replicas\":%d,\"max_pending\":%d,\"requests\":%d,"
+      "\"rate\":%.0f,\"msg_bytes\":%d,\"msg_id_bytes\":%d,\"window_s\":%.3f,"
+      "\"published\":%llu,\"acked\":%llu,\"acked_in_window\":%llu,\"msgs_per_s\":%.0f,"
+      "\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,"
+      "\"req_p50_ms\":%.3f,\"req_p99_ms\":%.3f,\"late_bursts\":%llu,\"client_cpu_s\":%.2f,"
+      "\"failures\":{%s}}\n",
+      protocol ? "ceiling+protocol" : "ceiling", replicas, max_pending, requests, rate, msg_bytes,
+      id_bytes, window_s, static_cast<unsigned long long>(sent_total),
+      static_cast<unsigned long long>(acked), static_cast<unsigned long long>(acked_in_window),
+      msgs_per_s, Ms(h.Quantile(0.5)), Ms(h.Quantile(0.9)), Ms(h.Quantile(0.99)),
+      Ms(h.Quantile(0.999)), Ms(h.max()), Ms(rh.Quantile(0.5)), Ms(rh.Quantile(0.99)),
       static_cast<unsigned long long>(late_bursts), cpu_at_window_end - cpu_at_window_start,
       failures.c_str());
   std::fflush(stdout);

@@ -15,9 +15,10 @@
 #                dispatch consumer, messages of the probed size with a Nats-Msg-Id each,
 #                js_PublishMsgAsync, at most $CEILING_WINDOWS unacknowledged publishes) closed loop
 #                for each window, then open loop at the rate the collector's open loop used; and
-#                (CEILING_PROTOCOL=1, a diagnostic) nats_ceiling --protocol: the same plus the
-#                engine's dedup traffic (a multi_last direct get per 100 messages, a marker per
-#                message on a stream like HR_DEDUP), i.e. the servers' share of a whole Append.
+#                (CEILING_PROTOCOL=1, a diagnostic) nats_ceiling --protocol --requests=N: the
+#                engine's exchange per request emulated, N requests in flight, each a multi_last
+#                direct get on a stream like HR_DEDUP, on its answer 100 jobs, all acks, then 100
+#                markers: what the engine's protocol allows without hookrelay's own code.
 #   2. delivery  for each engine of $DELIVERY_ENGINES (embedded, r3): fresh servers, receiver
 #                (bench_receiver) and collector, $PRELOAD_EVENTS events preloaded with no
 #                deliverer, then a deliverer with $DELIVERY_FLAGS drains the backlog; deliveries/s =
@@ -68,8 +69,9 @@ ROUNDS=${ROUNDS:-1}
 PHASES=${PHASES:-"ingest delivery"}
 INGEST_ENGINES=${INGEST_ENGINES:-"embedded r1 r3"}
 CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
-# 1: also a diagnostic closed-loop run with nats_ceiling --protocol (the dedup lookups and markers
-# the engine adds per event; first window); not what the goal's ratio is taken against.
+# 1: also a diagnostic closed-loop run, nats_ceiling --protocol --requests=$HTTP_CONNECTIONS: the
+# engine's whole exchange with the servers per request (dedup lookup, then the jobs, all acks, then
+# the markers) at the load's concurrency, without HTTP or hookrelay's code; not the goal's ceiling.
 CEILING_PROTOCOL=${CEILING_PROTOCOL:-1}
 # The first window is what the closed loop keeps in flight (connections x events per request);
 # 65536 is the engine's own PublishAsync.MaxPending.
@@ -514,7 +516,8 @@ if has_phase ingest; then
         (( rate > 0 )) || rate=$(jq -r '(.msgs_per_s // 0) / 2 | floor' "$TMP/ceiling_r${replicas}_w${CEILING_WINDOWS%% *}_$round.json")
         ceiling_run "ceiling_r${replicas}_open_$round" "$replicas" 65536 "$rate"
         if [[ "$CEILING_PROTOCOL" != 0 ]]; then
-          ceiling_run "protocol_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 --protocol
+          ceiling_run "protocol_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 \
+            --protocol --requests="$HTTP_CONNECTIONS"
         fi
         stop_nats
       fi
@@ -660,6 +663,8 @@ for r in range(1, rounds + 1):
         rate = d.get("durable_events_per_s", d.get("msgs_per_s", 0))
         rest = max(0, c.get("machine", 0) - c.get("collector", 0) - c.get("nats", 0) - gen)
         fails = ",".join("%s=%s" % kv for kv in (d.get("failures") or {}).items()) or "-"
+        if str(d.get("mode", "")).startswith("ceiling") and d.get("requests"):  # request latency (lookup .. last ack), as an HTTP request's
+            d = dict(d, p50_ms=d.get("req_p50_ms", 0), p90_ms=0, p99_ms=d.get("req_p99_ms", 0))
         print("%-26s %10s %12.0f %8.2f %8.2f %8.2f %8.2f %6s %6s %6.0f %6.0f  %s" % (
             name, "closed" if not d.get("rate") else "%.0f" % d["rate"], rate, d.get("p50_ms", 0),
             d.get("p90_ms", 0), d.get("p99_ms", 0), d.get("max_ms", 0), c.get("collector", "-"),
@@ -688,6 +693,7 @@ for r in range(1, rounds + 1):
     dj = (load("delivery_r3_%d" % r) or {}).get("rate_per_s") or 0
     if de and dj:
         ratios["delivery r3/embedded"].append(dj / de)
+print("protocol_*: nats_ceiling --protocol --requests=<connections>, latencies per request (p90 not kept)")
 print("coll%/nats%/gen%/rest%: CPU of the collector / all nats-servers / the load generator (ingest_load or")
 print("nats_ceiling) / everything else, over the measured window, in %% of one core (%d cores = %d%%)" % (ncpu, 100 * ncpu))
 drows = []
