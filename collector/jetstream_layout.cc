@@ -153,8 +153,7 @@ std::string UserDataConfig(const JetStreamLayout& layout, const char* name, cons
 }  // namespace
 
 std::string UsersStreamConfig(const JetStreamLayout& layout) {
-  return UserDataConfig(layout, kUsersStream, kUsersSubjects,
-                        R"(,"max_msgs_per_subject":1,"allow_direct":true)");
+  return UserDataConfig(layout, kUsersStream, kUsersSubjects, R"(,"max_msgs_per_subject":1)");
 }
 
 std::string ProfilesStreamConfig(const JetStreamLayout& layout) {
@@ -170,7 +169,7 @@ std::string DeletionsStreamConfig(const JetStreamLayout& layout) {
 
 std::string AudiencesStreamConfig(const JetStreamLayout& layout) {
   return UserDataConfig(layout, kAudiencesStream, kAudiencesSubjects,
-                        R"(,"max_msgs_per_subject":1,"allow_direct":true,"duplicate_window":)" +
+                        R"(,"max_msgs_per_subject":1,"duplicate_window":)" +
                             absl::StrCat(absl::ToInt64Nanoseconds(layout.duplicate_window)));
 }
 
@@ -219,8 +218,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
                     {{"subjects", kUsersSubjects, "the sources each user was seen in"},
                      {"storage", "file", "the index survives restarts"},
                      {"num_replicas", replicas, "--nats_replicas"},
-                     {"max_msgs_per_subject", "1", "one entry per user and source"},
-                     {"allow_direct", "true", "index reads"}});
+                     {"max_msgs_per_subject", "1", "one entry per user and source"}});
   if (!st.ok()) return st;
   st = EnsureStream(nc, layout, kProfilesStream, internal::ProfilesStreamConfig(layout),
                     {{"subjects", kProfilesSubjects, "profile deltas by source and user"},
@@ -243,8 +241,7 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
                      {"storage", "file", "memberships sent survive restarts"},
                      {"num_replicas", replicas, "--nats_replicas"},
                      {"max_msgs_per_subject", "1", "one value per key"},
-                     {"max_age", "0", "memberships are kept"},
-                     {"allow_direct", "true", "batched membership reads"}});
+                     {"max_age", "0", "memberships are kept"}});
   if (!st.ok()) return st;
 
   const std::string what = absl::StrCat("JetStream consumer ", kJobsStream, "/", kDispatchConsumer);

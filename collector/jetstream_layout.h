@@ -15,8 +15,8 @@
 //             de-duplication lookup reads them in batches).
 //   HR_USERS, HR_PROFILES, HR_DELETIONS, HR_AUDIENCES: deletions and audiences
 //             (collector/jetstream_user_data.h): limits retention, file storage, `replicas`
-//             copies; one message per subject except HR_PROFILES (deltas, rolled up); direct
-//             gets allowed on HR_USERS, HR_PROFILES and HR_AUDIENCES.
+//             copies; one message per subject except HR_PROFILES (deltas, rolled up; direct
+//             gets allowed for batched reads).
 //   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready.>, explicit acks, ack wait = the
 //             lease, no delivery limit (retries are hookrelay's, by schedule).
 //

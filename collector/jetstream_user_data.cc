@@ -31,8 +31,7 @@ constexpr int64_t kWrongLastSequence = 10071;
 
 // Requests in flight at once in one exchange.
 constexpr size_t kWindow = 2048;
-// Subjects per direct multi_last request, messages per direct batch request.
-constexpr size_t kSubjectsPerGet = 256;
+// Messages per direct batch request.
 constexpr int kBatch = 256;
 // A profile read folding this many deltas rolls them up.
 constexpr int kRollupAfter = 16;
@@ -265,8 +264,7 @@ absl::StatusOr<std::vector<JetStreamUserData::Answer>> JetStreamUserData::Exchan
       }
       for (const auto& [i, answered] : open) {
         const Answer& a = answers[i];
-        // Passing: no answer, no responders (a node rejoining), a replica behind min_last_seq
-        // or busy. A direct get's normal ends: 204 (end of batch), 404 (nothing).
+        // Passing: no answer, no responders (a node rejoining), a busy or stopping server. A direct get's normal ends: 204 (end of batch), 404 (nothing).
         const bool passing =
             !answered || a.status == "503" || a.status == "408" ||
             (batch && !a.status.empty() && a.status != "204" && a.status != "404") ||
@@ -368,29 +366,95 @@ absl::StatusOr<uint64_t> JetStreamUserData::Purge(const char* stream, const std:
   return purged;
 }
 
-absl::StatusOr<std::optional<JetStreamUserData::Stored>> JetStreamUserData::GetLast(
-    const char* stream, const std::string& subject) {
-  ASSIGN_OR_RETURN(JetStreamApiReply reply,
-                   Api(absl::StrCat("$JS.API.STREAM.MSG.GET.", stream),
-                       absl::StrCat(R"({"last_by_subj":")", subject, R"("})")));
-  if (reply.error_code == kNoMessageFound) return std::optional<Stored>();
-  if (reply.error_code != 0) {
-    return absl::UnavailableError(absl::StrCat("JetStream: reading ", subject, ": ", reply.error));
-  }
+namespace {
+
+// A STREAM.MSG.GET answer: the message, nullopt when there is none.
+absl::StatusOr<std::optional<JetStreamUserData::Stored>> ParseMsgGet(const std::string& body,
+                                                                     std::string_view what) {
+  using Stored = JetStreamUserData::Stored;
   simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(body).get(doc) != simdjson::SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("JetStream: an unreadable answer reading ",
+                                               std::string(what)));
+  }
+  simdjson::dom::object error;
+  if (doc["error"].get_object().get(error) == simdjson::SUCCESS) {
+    int64_t code = -1;
+    if (error["err_code"].get_int64().get(code) != simdjson::SUCCESS) code = -1;
+    if (code == kNoMessageFound) return std::optional<Stored>();
+    std::string_view description;
+    if (error["description"].get_string().get(description) != simdjson::SUCCESS) {
+      description = "(no description)";
+    }
+    return absl::UnavailableError(absl::StrCat("JetStream: reading ", std::string(what), ": ",
+                                               std::string(description)));
+  }
   simdjson::dom::object message;
   Stored out;
   std::string_view data64;
-  if (parser.parse(reply.body)["message"].get_object().get(message) != simdjson::SUCCESS ||
-      message["seq"].get_uint64().get(out.seq) != simdjson::SUCCESS) {
-    return absl::DataLossError(absl::StrCat("JetStream: an unreadable answer reading ", subject));
+  std::string_view subject;
+  if (doc["message"].get_object().get(message) != simdjson::SUCCESS ||
+      message["seq"].get_uint64().get(out.seq) != simdjson::SUCCESS ||
+      message["subject"].get_string().get(subject) != simdjson::SUCCESS) {
+    return absl::DataLossError(absl::StrCat("JetStream: an unreadable answer reading ",
+                                            std::string(what)));
   }
+  out.subject = std::string(subject);
   if (message["data"].get_string().get(data64) != simdjson::SUCCESS) data64 = "";
   if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &out.data)) {
-    return absl::DataLossError(absl::StrCat("JetStream: ", subject, " is unreadable"));
+    return absl::DataLossError(absl::StrCat("JetStream: ", out.subject, " is unreadable"));
   }
-  out.subject = subject;
+  std::string_view headers64;
+  if (message["hdrs"].get_string().get(headers64) == simdjson::SUCCESS) {
+    std::string headers;
+    if (absl::Base64Unescape(absl::string_view(headers64.data(), headers64.size()), &headers)) {
+      out.full_profile = headers.find("\r\nHr-Profile: full\r\n") != std::string::npos;
+    }
+  }
   return std::optional<Stored>(std::move(out));
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<JetStreamUserData::Stored>> JetStreamUserData::GetLast(
+    const char* stream, const std::string& subject) {
+  ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got,
+                   LeaderGets(stream, {absl::StrCat(R"({"last_by_subj":")", subject, R"("})")}));
+  return std::move(got[0]);
+}
+
+absl::StatusOr<std::vector<std::optional<JetStreamUserData::Stored>>>
+JetStreamUserData::LeaderGets(const char* stream, const std::vector<std::string>& bodies) {
+  std::vector<Request> requests;
+  requests.reserve(bodies.size());
+  const std::string api = absl::StrCat("$JS.API.STREAM.MSG.GET.", stream);
+  for (const std::string& body : bodies) requests.push_back({api, body, {}});
+  ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange(requests, false));
+  std::vector<std::optional<Stored>> out;
+  out.reserve(answers.size());
+  for (size_t i = 0; i < answers.size(); ++i) {
+    ASSIGN_OR_RETURN(
+        std::optional<Stored> got,
+        ParseMsgGet(answers[i].messages.empty() ? "" : answers[i].messages[0].data, stream));
+    out.push_back(std::move(got));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<JetStreamUserData::Stored>> JetStreamUserData::LastOf(
+    const char* stream, const std::vector<std::string>& subjects) {
+  std::vector<std::string> bodies;
+  bodies.reserve(subjects.size());
+  for (const std::string& subject : subjects) {
+    bodies.push_back(absl::StrCat(R"({"last_by_subj":")", subject, R"("})"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got, LeaderGets(stream, bodies));
+  std::vector<Stored> out;
+  for (std::optional<Stored>& m : got) {
+    if (m.has_value()) out.push_back(*std::move(m));
+  }
+  return out;
 }
 
 absl::StatusOr<uint64_t> JetStreamUserData::Publish(const Request& request) {
@@ -417,25 +481,6 @@ absl::Status JetStreamUserData::PublishAll(const std::vector<Request>& requests)
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<JetStreamUserData::Stored>> JetStreamUserData::MultiLast(
-    const char* stream, const std::vector<std::string>& subjects, uint64_t min_last_seq) {
-  std::vector<Request> requests;
-  for (size_t first = 0; first < subjects.size(); first += kSubjectsPerGet) {
-    const size_t n = std::min(kSubjectsPerGet, subjects.size() - first);
-    Request& r = requests.emplace_back();
-    r.subject = absl::StrCat("$JS.API.DIRECT.GET.", stream);
-    r.body = R"({"multi_last":[)";
-    for (size_t i = 0; i < n; ++i) absl::StrAppend(&r.body, i == 0 ? "\"" : ",\"", subjects[first + i], "\"");
-    absl::StrAppend(&r.body, R"(],"batch":)", n, R"(,"min_last_seq":)", min_last_seq, "}");
-  }
-  ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange(requests, true));
-  std::vector<Stored> out;
-  for (Answer& a : answers) {
-    for (Stored& m : a.messages) out.push_back(std::move(m));
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -831,7 +876,9 @@ absl::StatusOr<AudienceSyncInput> JetStreamUserData::BeginAudienceSync(
       }
     }
   } else {
-    // The profile messages of its sources after the cursor, up to the position.
+    // The profile messages of its sources after the cursor, up to the position: batched direct
+    // gets (any replica), then the leader confirms that nothing follows what they answered (a
+    // replica answers the stream as it was when it last applied: a prefix of what is asked).
     for (const std::string& source : sources) {
       const std::string prefix = absl::StrCat("hr.prof.", Tok(source), ".");
       uint64_t from = input.state->cursor() + 1;
@@ -839,16 +886,26 @@ absl::StatusOr<AudienceSyncInput> JetStreamUserData::BeginAudienceSync(
         Request r;
         r.subject = absl::StrCat("$JS.API.DIRECT.GET.", kProfilesStream);
         r.body = absl::StrCat(R"({"seq":)", from, R"(,"next_by_subj":")", prefix, R"(*","batch":)",
-                              kBatch, R"(,"min_last_seq":)", input.log_position, "}");
+                              kBatch, "}");
         ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange({r}, true));
         const std::vector<Stored>& messages = answers[0].messages;
-        if (messages.empty()) break;
         for (const Stored& m : messages) {
           if (m.seq > input.log_position) break;
           RETURN_IF_ERROR(add_user(std::string_view(m.subject).substr(prefix.size())));
         }
-        from = messages.back().seq + 1;
-        if (messages.back().pending == 0 && messages.size() < static_cast<size_t>(kBatch)) break;
+        if (!messages.empty()) from = messages.back().seq + 1;
+        if (!messages.empty() &&
+            (messages.back().pending > 0 || messages.size() >= static_cast<size_t>(kBatch))) {
+          continue;
+        }
+        if (from > input.log_position) break;
+        ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> next,
+                         LeaderGets(kProfilesStream,
+                                    {absl::StrCat(R"({"seq":)", from, R"(,"next_by_subj":")",
+                                                  prefix, R"(*"})")}));
+        if (!next[0].has_value() || next[0]->seq > input.log_position) break;
+        RETURN_IF_ERROR(add_user(std::string_view(next[0]->subject).substr(prefix.size())));
+        from = next[0]->seq + 1;
       }
     }
     // Rechecks due by now: hr.aud.rx.<A>.<minute>.<ms>.<U>, from the minute of the last sync
@@ -916,13 +973,12 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
       syncs_[audience].lock_refreshed = absl::Now();
     }
   }
-  ASSIGN_OR_RETURN(const uint64_t profiles_at, LastSeq(kProfilesStream));
-  ASSIGN_OR_RETURN(const uint64_t audiences_at, LastSeq(kAudiencesStream));
   absl::flat_hash_map<std::string, size_t> wanted;  // source token → index in `sources`
   for (size_t s = 0; s < sources.size(); ++s) wanted.emplace(Tok(sources[s]), s);
 
-  // Each user's profile messages in every source (one direct batch per user, pipelined), folded
-  // per source of the audience.
+  // Each user's profile messages in every source, folded per source of the audience: a direct
+  // batch per user (pipelined, any replica), then the leader confirms that nothing follows what
+  // the replica answered (else that message is folded and the user read on from it).
   struct Folding {
     hookrelay::v1::Profile profile;
     bool present = false;
@@ -930,6 +986,23 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
     uint64_t last_seq = 0;
   };
   std::vector<std::vector<Folding>> folds(users.size(), std::vector<Folding>(sources.size()));
+  auto fold = [&](size_t u, const Stored& m) {
+    std::vector<std::string> parts = Tokens(m.subject);
+    if (parts.size() != 4) return;
+    auto it = wanted.find(parts[2]);
+    if (it == wanted.end()) return;
+    Folding& f = folds[u][it->second];
+    f.present = true;
+    f.last_seq = m.seq;
+    if (m.full_profile) {
+      if (!f.profile.ParseFromString(m.data)) f.profile.Clear();
+      f.deltas = 0;
+    } else {
+      hookrelay::v1::ProfileDelta delta;
+      if (delta.ParseFromString(m.data)) ApplyProfileDelta(delta, f.profile);
+      ++f.deltas;
+    }
+  };
   std::vector<uint64_t> from(users.size(), 1);
   std::vector<size_t> open(users.size());
   for (size_t u = 0; u < users.size(); ++u) open[u] = u;
@@ -938,37 +1011,36 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
     for (size_t u : open) {
       requests.push_back({absl::StrCat("$JS.API.DIRECT.GET.", kProfilesStream),
                           absl::StrCat(R"({"seq":)", from[u], R"(,"next_by_subj":"hr.prof.*.)",
-                                       Tok(users[u]), R"(","batch":)", kBatch,
-                                       R"(,"min_last_seq":)", profiles_at, "}"),
+                                       Tok(users[u]), R"(","batch":)", kBatch, "}"),
                           {}});
     }
     ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange(requests, true));
     std::vector<size_t> more;
+    std::vector<size_t> confirm;
     for (size_t k = 0; k < open.size(); ++k) {
       const size_t u = open[k];
       const std::vector<Stored>& messages = answers[k].messages;
-      for (const Stored& m : messages) {
-        std::vector<std::string> parts = Tokens(m.subject);
-        if (parts.size() != 4) continue;
-        auto it = wanted.find(parts[2]);
-        if (it == wanted.end()) continue;
-        Folding& f = folds[u][it->second];
-        f.present = true;
-        f.last_seq = m.seq;
-        if (m.full_profile) {
-          if (!f.profile.ParseFromString(m.data)) f.profile.Clear();
-          f.deltas = 0;
-        } else {
-          hookrelay::v1::ProfileDelta delta;
-          if (delta.ParseFromString(m.data)) ApplyProfileDelta(delta, f.profile);
-          ++f.deltas;
-        }
-      }
+      for (const Stored& m : messages) fold(u, m);
+      if (!messages.empty()) from[u] = messages.back().seq + 1;
       if (!messages.empty() &&
           (messages.back().pending > 0 || messages.size() >= static_cast<size_t>(kBatch))) {
-        from[u] = messages.back().seq + 1;
         more.push_back(u);
+      } else {
+        confirm.push_back(u);
       }
+    }
+    std::vector<std::string> bodies;
+    for (size_t u : confirm) {
+      bodies.push_back(absl::StrCat(R"({"seq":)", from[u], R"(,"next_by_subj":"hr.prof.*.)",
+                                    Tok(users[u]), R"("})"));
+    }
+    ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> next, LeaderGets(kProfilesStream, bodies));
+    for (size_t k = 0; k < confirm.size(); ++k) {
+      if (!next[k].has_value()) continue;  // Complete.
+      const size_t u = confirm[k];
+      fold(u, *next[k]);
+      from[u] = next[k]->seq + 1;
+      more.push_back(u);
     }
     open.swap(more);
   }
@@ -977,8 +1049,7 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
   std::vector<std::string> member_subjects;
   member_subjects.reserve(users.size());
   for (const std::string& user : users) member_subjects.push_back(MemberSubject(audience, user));
-  ASSIGN_OR_RETURN(std::vector<Stored> members,
-                   MultiLast(kAudiencesStream, member_subjects, audiences_at));
+  ASSIGN_OR_RETURN(std::vector<Stored> members, LastOf(kAudiencesStream, member_subjects));
   absl::flat_hash_set<std::string> member_set;
   for (Stored& m : members) member_set.insert(std::move(m.subject));
 
@@ -1045,9 +1116,7 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     }
     absl::flat_hash_set<std::string> present;
     if (!profile_subjects.empty()) {
-      ASSIGN_OR_RETURN(const uint64_t at, LastSeq(kProfilesStream));
-      ASSIGN_OR_RETURN(std::vector<Stored> found,
-                       MultiLast(kProfilesStream, profile_subjects, at));
+      ASSIGN_OR_RETURN(std::vector<Stored> found, LastOf(kProfilesStream, profile_subjects));
       for (const Stored& m : found) {
         std::vector<std::string> parts = Tokens(m.subject);
         if (parts.size() == 4) {
@@ -1057,9 +1126,7 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     }
     absl::flat_hash_set<std::string> still_members;
     if (!member_subjects.empty()) {
-      ASSIGN_OR_RETURN(const uint64_t at, LastSeq(kAudiencesStream));
-      ASSIGN_OR_RETURN(std::vector<Stored> found,
-                       MultiLast(kAudiencesStream, member_subjects, at));
+      ASSIGN_OR_RETURN(std::vector<Stored> found, LastOf(kAudiencesStream, member_subjects));
       for (Stored& m : found) still_members.insert(std::move(m.subject));
     }
     absl::flat_hash_set<std::string> gone;

@@ -29,8 +29,9 @@
 // learning L from the records it sees on hr.del.rec.>.
 //
 // An audience sync takes hr.aud.lock.<A> (compare-and-set; another collector syncing it makes
-// BeginAudienceSync answer ABORTED), reads with min_last_seq so that no replica answers from
-// before the position read, and commits in an order safe to re-run: identify jobs (Nats-Msg-Id
+// BeginAudienceSync answer ABORTED), reads profile messages with batched direct gets confirmed
+// by the stream leader (nothing newer than what a lagging replica answered is missed), reads
+// memberships from the leader, and commits in an order safe to re-run: identify jobs (Nats-Msg-Id
 // from the state's sequence, user, direction and destination), memberships, rechecks, then the
 // state (compare-and-set, retried over deletions' count changes) and the lock's release.
 //
@@ -120,7 +121,7 @@ class JetStreamUserData {
     std::string status;            // "" or the status of the last message (204, 404, ...)
   };
   // Sends the requests pipelined (a window at a time) and collects their answers; requests
-  // answered by a passing failure (no responders, no answer, a replica behind min_last_seq) are
+  // answered by a passing failure (no responders, no answer) are
   // sent again for up to 10 s. `batch`: answers end with a status message (direct gets).
   absl::StatusOr<std::vector<Answer>> Exchange(const std::vector<Request>& requests, bool batch);
 
@@ -139,10 +140,13 @@ class JetStreamUserData {
   absl::StatusOr<uint64_t> Publish(const Request& request);
   // Publishes many (pipelined); every one acknowledged or an error.
   absl::Status PublishAll(const std::vector<Request>& requests);
-  // The last message of each subject (direct multi_last, at least at `min_last_seq`).
-  absl::StatusOr<std::vector<Stored>> MultiLast(const char* stream,
-                                                const std::vector<std::string>& subjects,
-                                                uint64_t min_last_seq);
+  // STREAM.MSG.GET requests (answered by the stream leader), pipelined: each body's message or
+  // nullopt.
+  absl::StatusOr<std::vector<std::optional<Stored>>> LeaderGets(
+      const char* stream, const std::vector<std::string>& bodies);
+  // The last message of each subject that has one, from the leader.
+  absl::StatusOr<std::vector<Stored>> LastOf(const char* stream,
+                                             const std::vector<std::string>& subjects);
 
   // Deletion records published by any collector: cache invalidation and purge marks.
   static void OnRecord(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
