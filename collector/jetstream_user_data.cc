@@ -457,7 +457,16 @@ absl::StatusOr<std::vector<JetStreamUserData::Stored>> JetStreamUserData::LastOf
   return out;
 }
 
-absl::StatusOr<uint64_t> JetStreamUserData::Publish(const Request& request) {
+absl::StatusOr<uint64_t> JetStreamUserData::Publish(Request request) {
+  const bool conditional =
+      std::any_of(request.headers.begin(), request.headers.end(),
+                  [](const auto& h) { return h.first == "Nats-Expected-Last-Subject-Sequence"; });
+  if (conditional) {
+    // A compare-and-set sent again after a lost ack is acknowledged as a duplicate (with its
+    // sequence) instead of being refused as a change made meanwhile.
+    request.headers.emplace_back("Nats-Msg-Id",
+                                 absl::StrCat("cas-", owner_, "-", next_publish_.fetch_add(1)));
+  }
   ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange({request}, false));
   const PubAck ack = ParsePubAck(answers[0].messages.empty() ? "" : answers[0].messages[0].data);
   if (ack.error_code == kWrongLastSequence) {

@@ -137,7 +137,7 @@ class JetStreamUserData {
   absl::StatusOr<std::optional<Stored>> GetLast(const char* stream, const std::string& subject);
   // Publishes one message and waits for its ack: the sequence, or FAILED_PRECONDITION when an
   // expected-last-subject-sequence header was not met.
-  absl::StatusOr<uint64_t> Publish(const Request& request);
+  absl::StatusOr<uint64_t> Publish(Request request);
   // Publishes many (pipelined); every one acknowledged or an error.
   absl::Status PublishAll(const std::vector<Request>& requests);
   // STREAM.MSG.GET requests (answered by the stream leader), pipelined: each body's message or
@@ -167,6 +167,7 @@ class JetStreamUserData {
   const std::string owner_;  // This process, in audience locks.
   std::string inbox_;
   std::atomic<uint64_t> next_exchange_{1};
+  std::atomic<uint64_t> next_publish_{1};
   natsSubscription* records_ = nullptr;
 
   // (user, source) pairs whose index entry is known written: a direct-mapped cache of pair
