@@ -5,6 +5,8 @@
 // ids, records listed newest first, first and later audience syncs, window expiry on a manual
 // clock, deleted members, a deletion between evaluation and commit, dropped audiences, one sync
 // at a time across collectors — and the cost the index and profiles add to Append.
+#include <nats/nats.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -325,6 +327,68 @@ TEST_F(JetStreamUserDataTest, DeletionIsIdempotentAndRecorded) {
   EXPECT_THAT(ids("", 1), ElementsAre("del_c"));
   EXPECT_THAT(ids("del_c", 10), ElementsAre("del_a"));
   EXPECT_THAT(ids("del_a", 10), IsEmpty());
+}
+
+// A job leased by one collector while another deletes its user finishes its attempt there and
+// is dropped (the deletion's record reaches every collector).
+TEST_F(JetStreamUserDataTest, JobLeasedByAnotherCollectorIsDroppedAfterADeletion) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1")});
+  std::unique_ptr<JetStreamJobStore> other = Open();
+  ASSERT_NE(other, nullptr);
+  std::vector<LeasedJob> leased = LeaseN(2);
+  ASSERT_EQ(leased.size(), 2u);
+  absl::StatusOr<DeletionOutcome> outcome =
+      other->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 2u);
+  absl::SleepFor(absl::Milliseconds(200));  // The record reaches this collector.
+  EXPECT_EQ(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now(), MakeAttempt()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Bury(leased[1].job.id(), leased[1].lease, "400", MakeAttempt()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Counts().dead, 0);
+  std::vector<LeasedJob> rest = LeaseN(1);  // The notification only.
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].job.type(), hookrelay::v1::DELETE);
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
+}
+
+// A deletion interrupted after claiming its request id (the collector died) is finished by the
+// request's next attempt, under the first id.
+TEST_F(JetStreamUserDataTest, InterruptedDeletionIsFinishedByItsRetry) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1")});
+  // What the interrupted attempt left: its claim of req-9, nothing else.
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, urls_.c_str()), NATS_OK);
+  DeletionPlan interrupted = MakeDeletion("del_old", "u1", {"s1"}, "req-9");
+  const std::string claim = interrupted.record.SerializeAsString();
+  natsMsg* reply = nullptr;
+  ASSERT_EQ(natsConnection_Request(&reply, nc, absl::StrCat("hr.del.req.", JetStreamToken("req-9")).c_str(),
+                                   claim.data(), static_cast<int>(claim.size()), 5000),
+            NATS_OK);
+  natsMsg_Destroy(reply);
+  natsConnection_Destroy(nc);
+  EXPECT_FALSE(store_->GetDeletion("del_old").value_or(hookrelay::v1::Deletion()).has_value());
+
+  absl::StatusOr<DeletionOutcome> retried =
+      store_->ApplyDeletion(MakeDeletion("del_new", "u1", {"s1"}, "req-9"));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_TRUE(retried->created);
+  EXPECT_EQ(retried->record.id(), "del_old");
+  EXPECT_EQ(retried->record.purged_jobs(), 1u);
+  EXPECT_TRUE(store_->GetDeletion("del_old").value_or(std::nullopt).has_value());
+  EXPECT_FALSE(store_->GetDeletion("del_new").value_or(std::nullopt).has_value());
+  std::vector<LeasedJob> notification = LeaseN(1);
+  ASSERT_EQ(notification.size(), 1u);
+  EXPECT_EQ(notification[0].job.message_id(), "del_old/s1");
+  // And once more: done, nothing twice.
+  absl::StatusOr<DeletionOutcome> again =
+      store_->ApplyDeletion(MakeDeletion("del_3", "u1", {"s1"}, "req-9"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
 }
 
 TEST_F(JetStreamUserDataTest, FirstComputationThenOnlyChanges) {
