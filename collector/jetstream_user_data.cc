@@ -1,6 +1,7 @@
 #include "collector/jetstream_user_data.h"
 
 #include <simdjson.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -27,7 +29,9 @@ using hookrelay::v1::Job;
 
 // JetStream's error codes.
 constexpr int64_t kNoMessageFound = 10037;
+// "wrong last sequence: N" and, for an expected last subject sequence, "wrong last sequence".
 constexpr int64_t kWrongLastSequence = 10071;
+constexpr int64_t kWrongLastSequenceConstant = 10164;
 
 // Requests in flight at once in one exchange.
 constexpr size_t kWindow = 2048;
@@ -35,6 +39,9 @@ constexpr size_t kWindow = 2048;
 constexpr int kBatch = 256;
 // A profile read folding this many deltas rolls them up.
 constexpr int kRollupAfter = 16;
+// A profile this collector published this many deltas to is rolled up in the background.
+constexpr int kCompactAfter = 32;
+constexpr size_t kMaxCompactQueue = 10'000;
 // How long a purge mark (a deletion's HR_JOBS sequence) is kept for leased jobs: well past a
 // lease (the consumer's ack wait).
 constexpr absl::Duration kPurgeMarkFor = absl::Minutes(10);
@@ -161,10 +168,16 @@ absl::StatusOr<std::unique_ptr<JetStreamUserData>> JetStreamUserData::Start(
   s = natsConnection_Subscribe(&data->records_, nc, "hr.del.rec.>", &JetStreamUserData::OnRecord,
                                data.get());
   if (s != NATS_OK) return NatsError("subscribing to deletion records", s);
+  data->compactor_ = std::thread([raw = data.get()] { raw->CompactLoop(); });
   return data;
 }
 
 JetStreamUserData::~JetStreamUserData() {
+  {
+    absl::MutexLock lock(&compact_mu_);
+    stopping_ = true;
+  }
+  if (compactor_.joinable()) compactor_.join();
   if (records_ != nullptr) {
     if (natsSubscription_Drain(records_) == NATS_OK) {
       natsSubscription_WaitForDrainCompletion(records_, 2000);
@@ -469,7 +482,8 @@ absl::StatusOr<uint64_t> JetStreamUserData::Publish(Request request) {
   }
   ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange({request}, false));
   const PubAck ack = ParsePubAck(answers[0].messages.empty() ? "" : answers[0].messages[0].data);
-  if (ack.error_code == kWrongLastSequence) {
+  if (ack.error_code == kWrongLastSequence || ack.error_code == kWrongLastSequenceConstant ||
+      absl::StartsWith(ack.error, "wrong last sequence")) {
     return absl::FailedPreconditionError(absl::StrCat(request.subject, " changed meanwhile"));
   }
   if (ack.error_code != 0) {
@@ -492,6 +506,60 @@ absl::Status JetStreamUserData::PublishAll(const std::vector<Request>& requests)
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::vector<JetStreamUserData::Stored>>> JetStreamUserData::ReadAll(
+    const char* stream, const std::vector<std::string>& filters) {
+  // A direct batch per filter (pipelined, any replica), then the leader confirms that nothing
+  // follows what the replica answered (a replica answers the stream as it was when it last
+  // applied: a prefix of it); when something does, it is taken and the filter read on from it.
+  std::vector<std::vector<Stored>> out(filters.size());
+  std::vector<uint64_t> from(filters.size(), 1);
+  std::vector<size_t> open(filters.size());
+  for (size_t f = 0; f < filters.size(); ++f) open[f] = f;
+  const std::string direct = absl::StrCat("$JS.API.DIRECT.GET.", stream);
+  while (!open.empty()) {
+    std::vector<Request> requests;
+    requests.reserve(open.size());
+    for (size_t f : open) {
+      requests.push_back({direct,
+                          absl::StrCat(R"({"seq":)", from[f], R"(,"next_by_subj":")", filters[f],
+                                       R"(","batch":)", kBatch, "}"),
+                          {}});
+    }
+    ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange(requests, true));
+    std::vector<size_t> more;
+    std::vector<size_t> confirm;
+    for (size_t k = 0; k < open.size(); ++k) {
+      const size_t f = open[k];
+      std::vector<Stored>& messages = answers[k].messages;
+      const bool full =
+          !messages.empty() &&
+          (messages.back().pending > 0 || messages.size() >= static_cast<size_t>(kBatch));
+      for (Stored& m : messages) {
+        if (m.seq < from[f]) continue;
+        from[f] = m.seq + 1;
+        out[f].push_back(std::move(m));
+      }
+      (full ? more : confirm).push_back(f);
+    }
+    std::vector<std::string> bodies;
+    bodies.reserve(confirm.size());
+    for (size_t f : confirm) {
+      bodies.push_back(absl::StrCat(R"({"seq":)", from[f], R"(,"next_by_subj":")", filters[f],
+                                    R"("})"));
+    }
+    ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> next, LeaderGets(stream, bodies));
+    for (size_t k = 0; k < confirm.size(); ++k) {
+      if (!next[k].has_value()) continue;  // Complete.
+      const size_t f = confirm[k];
+      from[f] = next[k]->seq + 1;
+      out[f].push_back(*std::move(next[k]));
+      more.push_back(f);
+    }
+    open.swap(more);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ingest: the index and profiles.
 
@@ -500,6 +568,7 @@ void JetStreamUserData::AddAppendMessages(const std::vector<AppendItem>& items,
                                           std::vector<std::pair<natsMsg*, size_t>>* out,
                                           JobStore::AppendCallback* done) {
   std::vector<uint64_t> new_pairs;
+  std::vector<std::string> profile_subjects;
   for (size_t i = 0; i < items.size(); ++i) {
     const AppendItem& item = items[i];
     if (!publish[i] || item.user_id.empty()) continue;
@@ -524,6 +593,17 @@ void JetStreamUserData::AddAppendMessages(const std::vector<AppendItem>& items,
                           absl::StrCat("prof-", marker.substr(sizeof("hr.dedup.") - 1)).c_str());
       }
       out->emplace_back(msg, kNotAJob);
+      profile_subjects.push_back(natsMsg_GetSubject(msg));
+    }
+  }
+  if (!profile_subjects.empty()) {
+    absl::MutexLock lock(&compact_mu_);
+    if (deltas_published_.size() > 200'000) deltas_published_.clear();  // Bounded; counts restart.
+    for (std::string& subject : profile_subjects) {
+      int& n = deltas_published_[subject];
+      if (++n < kCompactAfter) continue;
+      deltas_published_.erase(subject);
+      if (compact_queue_.size() < kMaxCompactQueue) compact_queue_.push_back(std::move(subject));
     }
   }
   if (new_pairs.empty()) return;
@@ -539,6 +619,60 @@ void JetStreamUserData::AddAppendMessages(const std::vector<AppendItem>& items,
     }
     std::move(inner)(std::move(result));
   };
+}
+
+void JetStreamUserData::CompactLoop() {
+  pthread_setname_np(pthread_self(), "profile-rollup");
+  for (;;) {
+    std::string subject;
+    {
+      absl::MutexLock lock(&compact_mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(compact_mu_) {
+        return stopping_ || !compact_queue_.empty();
+      };
+      compact_mu_.Await(absl::Condition(&wake));
+      if (stopping_) return;
+      subject = std::move(compact_queue_.front());
+      compact_queue_.pop_front();
+    }
+    if (absl::Status st = RollUp(subject); !st.ok()) {
+      common::LogDebug("rolling up a profile failed (its deltas are folded on read meanwhile)",
+                       {{"error", st.message()}});
+    }
+  }
+}
+
+absl::Status JetStreamUserData::RollUp(const std::string& subject) {
+  // A delta arriving between the read and the rollup refuses it: read again, a few times.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    absl::StatusOr<bool> rolled = TryRollUp(subject);
+    if (!rolled.ok() || *rolled) return rolled.status();
+  }
+  return absl::OkStatus();  // A busy profile: rolled up once its deltas pause.
+}
+
+absl::StatusOr<bool> JetStreamUserData::TryRollUp(const std::string& subject) {
+  ASSIGN_OR_RETURN(std::vector<std::vector<Stored>> read, ReadAll(kProfilesStream, {subject}));
+  const std::vector<Stored>& messages = read[0];
+  if (messages.size() < 2) return true;
+  hookrelay::v1::Profile profile;
+  for (const Stored& m : messages) {
+    if (m.full_profile) {
+      if (!profile.ParseFromString(m.data)) profile.Clear();
+      continue;
+    }
+    hookrelay::v1::ProfileDelta delta;
+    if (delta.ParseFromString(m.data)) ApplyProfileDelta(delta, profile);
+  }
+  // Refused when a delta came meanwhile, or the profile was deleted: it is rolled up later.
+  absl::StatusOr<uint64_t> published =
+      Publish({subject, profile.SerializeAsString(),
+               {{"Nats-Rollup", "sub"},
+                {"Hr-Profile", "full"},
+                {"Nats-Expected-Last-Subject-Sequence", absl::StrCat(messages.back().seq)}}});
+  if (absl::IsFailedPrecondition(published.status())) return false;
+  if (!published.ok()) return published.status();
+  return true;
 }
 
 absl::StatusOr<std::vector<std::string>> JetStreamUserData::SourcesSeen(std::string_view user_id) {
@@ -1012,46 +1146,12 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
       ++f.deltas;
     }
   };
-  std::vector<uint64_t> from(users.size(), 1);
-  std::vector<size_t> open(users.size());
-  for (size_t u = 0; u < users.size(); ++u) open[u] = u;
-  while (!open.empty()) {
-    std::vector<Request> requests;
-    for (size_t u : open) {
-      requests.push_back({absl::StrCat("$JS.API.DIRECT.GET.", kProfilesStream),
-                          absl::StrCat(R"({"seq":)", from[u], R"(,"next_by_subj":"hr.prof.*.)",
-                                       Tok(users[u]), R"(","batch":)", kBatch, "}"),
-                          {}});
-    }
-    ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange(requests, true));
-    std::vector<size_t> more;
-    std::vector<size_t> confirm;
-    for (size_t k = 0; k < open.size(); ++k) {
-      const size_t u = open[k];
-      const std::vector<Stored>& messages = answers[k].messages;
-      for (const Stored& m : messages) fold(u, m);
-      if (!messages.empty()) from[u] = messages.back().seq + 1;
-      if (!messages.empty() &&
-          (messages.back().pending > 0 || messages.size() >= static_cast<size_t>(kBatch))) {
-        more.push_back(u);
-      } else {
-        confirm.push_back(u);
-      }
-    }
-    std::vector<std::string> bodies;
-    for (size_t u : confirm) {
-      bodies.push_back(absl::StrCat(R"({"seq":)", from[u], R"(,"next_by_subj":"hr.prof.*.)",
-                                    Tok(users[u]), R"("})"));
-    }
-    ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> next, LeaderGets(kProfilesStream, bodies));
-    for (size_t k = 0; k < confirm.size(); ++k) {
-      if (!next[k].has_value()) continue;  // Complete.
-      const size_t u = confirm[k];
-      fold(u, *next[k]);
-      from[u] = next[k]->seq + 1;
-      more.push_back(u);
-    }
-    open.swap(more);
+  std::vector<std::string> filters;
+  filters.reserve(users.size());
+  for (const std::string& user : users) filters.push_back(absl::StrCat("hr.prof.*.", Tok(user)));
+  ASSIGN_OR_RETURN(std::vector<std::vector<Stored>> messages, ReadAll(kProfilesStream, filters));
+  for (size_t u = 0; u < users.size(); ++u) {
+    for (const Stored& m : messages[u]) fold(u, m);
   }
 
   // Memberships as last sent.

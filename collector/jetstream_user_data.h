@@ -8,7 +8,8 @@
 //                 written misses.
 //   HR_PROFILES   hr.prof.<S>.<U>: one message per v1::ProfileDelta (published with the event's
 //                 jobs, Nats-Msg-Id from the event's dedup marker), folded on read; a read that
-//                 folds many rolls them up into one v1::Profile (Nats-Rollup: sub, header
+//                 folds many, and a background thread for profiles this collector published
+//                 many deltas to, roll them up into one v1::Profile (Nats-Rollup: sub, header
 //                 Hr-Profile: full, refused if a delta arrived meanwhile). The stream sequence is
 //                 the profile change log: a sync reads hr.prof.<S>.* from its cursor.
 //   HR_DELETIONS  hr.del.rec.<deletion id>: the record (state unset while applying, COMPLETED
@@ -44,8 +45,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <deque>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -144,9 +147,19 @@ class JetStreamUserData {
   // nullopt.
   absl::StatusOr<std::vector<std::optional<Stored>>> LeaderGets(
       const char* stream, const std::vector<std::string>& bodies);
+  // Every message matching each filter, in order, none missed by a lagging replica.
+  absl::StatusOr<std::vector<std::vector<Stored>>> ReadAll(const char* stream,
+                                                           const std::vector<std::string>& filters);
   // The last message of each subject that has one, from the leader.
   absl::StatusOr<std::vector<Stored>> LastOf(const char* stream,
                                              const std::vector<std::string>& subjects);
+
+  // Profiles rolled up off the ingest path: a subject this collector published kCompactAfter
+  // deltas to since it last queued it is folded and rolled up by the compactor thread (so that
+  // profiles no audience reads stay bounded too).
+  void CompactLoop();
+  absl::Status RollUp(const std::string& subject);
+  absl::StatusOr<bool> TryRollUp(const std::string& subject);  // false: refused, a delta came
 
   // Deletion records published by any collector: cache invalidation and purge marks.
   static void OnRecord(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
@@ -176,6 +189,12 @@ class JetStreamUserData {
   static constexpr size_t kSeenCacheSlots = size_t{1} << 16;
   struct SeenCache;
   std::shared_ptr<SeenCache> seen_;
+
+  absl::Mutex compact_mu_;
+  absl::flat_hash_map<std::string, int> deltas_published_ ABSL_GUARDED_BY(compact_mu_);
+  std::deque<std::string> compact_queue_ ABSL_GUARDED_BY(compact_mu_);
+  bool stopping_ ABSL_GUARDED_BY(compact_mu_) = false;
+  std::thread compactor_;
 
   absl::Mutex mu_;
   // Purge marks: pair hash → (HR_JOBS sequence purged up to, when noted), kept kPurgeMarkFor.

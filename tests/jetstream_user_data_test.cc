@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -463,6 +464,42 @@ TEST_F(JetStreamUserDataTest, ProfilesAreRolledUp) {
   EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("plan").string_value(), "pro");
   EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("n").number_value(), 99);
   EXPECT_TRUE((*users)[0].member);
+}
+
+// A profile no audience reads (source srv) is rolled up off the ingest path: its deltas do not
+// pile up, and the folded profile is unchanged.
+TEST_F(JetStreamUserDataTest, ProfilesNoAudienceReadsAreRolledUpInTheBackground) {
+  for (int i = 0; i < 40; ++i) Identify("srv", "u9", absl::StrCat(R"({"n":)", i, "}"));
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, urls_.c_str()), NATS_OK);
+  const std::string subject = absl::StrCat("hr.prof.", JetStreamToken("srv"), ".",
+                                           JetStreamToken("u9"));
+  auto messages = [&]() -> std::string {
+    absl::StatusOr<JetStreamApiReply> info =
+        JetStreamApi(nc, "$JS.API.STREAM.INFO.HR_PROFILES",
+                     absl::StrCat(R"({"subjects_filter":")", subject, R"("})"), absl::Seconds(5));
+    if (!info.ok()) return info.status().ToString();
+    const std::string key = absl::StrCat("\"", subject, "\":");
+    const size_t at = info->body.find(key);
+    if (at == std::string::npos) return "none";
+    return info->body.substr(at + key.size(), info->body.find_first_of(",}", at) - at - key.size());
+  };
+  // 40 deltas: rolled up once 32 were published (with those that came meanwhile), so 9 messages
+  // at most are left.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  int count = 0;
+  while (absl::Now() < deadline) {
+    if (absl::SimpleAtoi(messages(), &count) && count <= 9) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GE(count, 1);
+  EXPECT_LE(count, 9);
+  natsConnection_Destroy(nc);
+  absl::StatusOr<std::vector<AudienceUser>> users =
+      store_->ReadAudienceUsers("aud_x", {"u9"}, {"srv"});
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ((*users)[0].profiles.size(), 1u);
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("n").number_value(), 39);
 }
 
 // Memberships sent are durable: a restart between syncs neither re-sends nor skips.
