@@ -4,7 +4,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/random/distributions.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -252,8 +254,9 @@ absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Ap
   absl::MutexLock lock(&mu_);
   // A replicated engine refuses a save that would overwrite a change made through another
   // collector since this one last read the configuration (ABORTED): read it again and re-apply
-  // the change to it, a few times at most.
-  constexpr int kAttempts = 5;
+  // the change to it, after a short random pause (collectors saving in a loop would otherwise
+  // keep refusing each other), 20 times at most.
+  constexpr int kAttempts = 20;
   for (int attempt = 1;; ++attempt) {
     Config api = current_->api;
     if (absl::Status st = mutate(api); !st.ok()) return st;
@@ -265,6 +268,7 @@ absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Ap
     *stored.mutable_config() = (*snapshot)->api;
     absl::Status saved = store_.SaveConfig(stored.SerializeAsString());
     if (absl::IsAborted(saved) && attempt < kAttempts) {
+      absl::SleepFor(absl::Microseconds(absl::Uniform(bitgen_, 500, 5000 * attempt)));
       if (absl::Status st = ReloadStoredLocked(); !st.ok()) {
         return absl::UnavailableError(
             absl::StrCat("the change could not be stored: ", st.message()));

@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
+#include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -100,6 +101,7 @@ class ConfigManager {
   absl::Status AdoptStoredLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobStore& store_;
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   const std::string file_path_;
   const Publish publish_;
 

@@ -320,10 +320,10 @@ void Dispatcher::Run() {
   while (true) {
     std::vector<std::shared_ptr<Stream>> streams;
     {
-      // The next scheduled job's due time or the next poll (expired leases), in the clock's
+      // The next scheduled job's due time or lease expiry, or the next poll, in the clock's
       // time: with a manual clock, moving it is what wakes the loop. The poll counts from when
       // the previous pass began, so a clock moved during a pass wakes the next one at once.
-      const absl::Time next_poll = std::min(pass_start + options_.poll_interval, store_.NextDue());
+      const absl::Time next_poll = std::min(pass_start + options_.poll_interval, store_.NextWake());
       absl::MutexLock lock(&mu_);
       clock_.AwaitWithDeadline(mu_, absl::Condition(this, &Dispatcher::WakeOrStopping), next_poll);
       pass_start = clock_.Now();

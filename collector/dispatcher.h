@@ -12,10 +12,10 @@
 // ("destination ... disabled"), never delivered: replay brings it back once the destination is
 // enabled again.
 //
-// One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs), by
-// credits and outcomes, every Options::poll_interval of the clock's time (expired leases), and
-// when the next scheduled job is due. It waits on the injected clock, so a ManualClock's Advance
-// wakes it.
+// One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs, the
+// store's ready callback), by credits and outcomes, and when the store's next retry is due or
+// lease expires (JobStore::NextWake); Options::poll_interval is only a safety net. It waits on
+// the injected clock, so a ManualClock's Advance wakes it.
 //
 // Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
 // sent, then ends every stream with UNAVAILABLE and waits (up to 10 s) until every stream is done,
@@ -60,8 +60,10 @@ class Dispatcher {
     size_t max_batch = 256;
     // Credits one stream may hold at most, whatever it asks for.
     uint32_t max_credits = 20000;
-    // Idle re-check of the store (due retries, expired leases).
-    absl::Duration poll_interval = absl::Milliseconds(20);
+    // Idle re-check of the store, a safety net only: the loop is woken by new jobs (Notify),
+    // credits and outcomes, the store's ready callback, and sleeps until the store's NextWake
+    // (the next due retry or lease expiry).
+    absl::Duration poll_interval = absl::Seconds(1);
     // Shutdown waits this long for outcomes of jobs already sent.
     absl::Duration drain_timeout = absl::Seconds(5);
     // The outcome of a test job (Job.test, Admin.TestDestination), on a gRPC thread. The job is

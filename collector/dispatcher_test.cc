@@ -129,9 +129,10 @@ class DispatcherTest : public ::testing::Test {
     };
     const int64_t before = dispatcher_->passes();
     clock_.Advance(d);
+    dispatcher_->Notify();
     if (!wait_past(before)) return false;
     const int64_t after = dispatcher_->passes();
-    clock_.Advance(absl::Milliseconds(100));
+    dispatcher_->Notify();
     return wait_past(after);
   }
 

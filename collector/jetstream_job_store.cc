@@ -13,6 +13,9 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "absl/strings/escaping.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 #include <openssl/sha.h>
 #include <string.h>
 #include <simdjson.h>
@@ -40,6 +43,18 @@ natsStatus RetryPassing(Call call) {
     s = call();
   }
   return s;
+}
+
+// Options for an asynchronous publish: its ack is awaited for at most `wait`. Without a MaxWait
+// cnats waits for ever, and an ack that never comes (the node the connection was on died with the
+// publish in flight; the connection moves to another node, the ack does not follow) would hold
+// its Append — the HTTP request, and the collector's drain — for ever. A timeout reaches
+// OnPublishAck as NATS_TIMEOUT: sent again (same Nats-Msg-Id: stored once) within kRepublishFor.
+jsPubOptions AsyncPublishOptions(absl::Duration wait) {
+  jsPubOptions o;
+  jsPubOptions_Init(&o);
+  o.MaxWait = absl::ToInt64Milliseconds(wait);
+  return o;
 }
 
 absl::Status NatsError(std::string_view what, natsStatus s) {
@@ -108,6 +123,34 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   store->events_ = new ConnectionEvents;
   store->events_->urls = o.urls;
   store->events_->on_write_health = o.on_write_health;
+  if (o.registry != nullptr) {
+    try {
+      store->events_->writable =
+          &prometheus::BuildGauge()
+               .Name("hookrelay_store_writable")
+               .Help("1 while the job store can write, 0 while it cannot (a full disk, an I/O "
+                     "error, the JetStream cluster unreachable) and ingest is refused")
+               .Register(*o.registry)
+               .Add({});
+      store->events_->writable->Set(1);
+      store->duplicates_ = &prometheus::BuildCounter()
+                                .Name("hookrelay_ingest_duplicates_total")
+                                .Help("Events dropped because their (source, messageId) was seen "
+                                      "within the dedup window")
+                                .Register(*o.registry)
+                                .Add({});
+      store->dedup_lookup_failures_ =
+          &prometheus::BuildCounter()
+               .Name("hookrelay_jetstream_dedup_lookup_failures_total")
+               .Help("Appends whose de-duplication lookup failed (a leader change, a server "
+                     "rejoining): stored without the dedup-window check")
+               .Register(*o.registry)
+               .Add({});
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job store: registering metrics: ", e.what()));
+    }
+  }
   if (s == NATS_OK) {
     s = natsOptions_SetDisconnectedCB(store->nats_options_, &JetStreamJobStore::OnDisconnected,
                                       store->events_);
@@ -181,7 +224,50 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   s = js_PullSubscribe(&store->dispatch_, store->js_, kReadySubjects, kDispatchConsumer, nullptr,
                        &sub_options, &code);
   if (s != NATS_OK) return NatsError("binding the dispatch consumer", s);
+  store->fetcher_ = std::thread([raw = store.get()] { raw->FetchLoop(); });
   return store;
+}
+
+void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
+  absl::MutexLock lock(&ready_mu_);  // Waits for a call in progress.
+  ready_ = std::move(ready);
+}
+
+void JetStreamJobStore::FetchLoop() {
+  // Each fetch is a pull request the server holds until jobs come or it expires: no polling.
+  constexpr int kExpiryMs = 250;
+  for (;;) {
+    size_t want = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && demand_ == 0) fetch_cv_.Wait(&mu_);
+      if (stopping_) return;
+      want = std::min<size_t>(demand_, 256);
+    }
+    natsMsgList list{};
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s =
+        natsSubscription_Fetch(&list, dispatch_, static_cast<int>(want), kExpiryMs, &code);
+    if (s == NATS_TIMEOUT) continue;  // Nothing yet; the demand stands.
+    if (s != NATS_OK) {
+      // No responders (a node rejoining), a closed or reconnecting connection: passing.
+      natsMsgList_Destroy(&list);
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    const absl::Time at = absl::Now();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int i = 0; i < list.Count; ++i) {
+        fetched_.emplace_back(at, list.Msgs[i]);
+        list.Msgs[i] = nullptr;
+      }
+      demand_ -= std::min<size_t>(demand_, static_cast<size_t>(list.Count));
+    }
+    natsMsgList_Destroy(&list);
+    absl::MutexLock lock(&ready_mu_);
+    if (ready_) ready_();
+  }
 }
 
 void JetStreamJobStore::RepublishLoop() {
@@ -217,7 +303,8 @@ void JetStreamJobStore::RepublishLoop() {
       republish_.pop_front();
     }
     natsMsg* owned = msg;
-    const natsStatus s = js_PublishMsgAsync(js_, &owned, nullptr);
+    jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+    const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
     if (s != NATS_OK) {
       if (owned != nullptr) natsMsg_Destroy(owned);
       Acked(msg, NatsError("publishing a job", s), false);
@@ -230,6 +317,8 @@ JetStreamJobStore::~JetStreamJobStore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  fetch_cv_.SignalAll();
+  if (fetcher_.joinable()) fetcher_.join();
   if (lookup_sub_ != nullptr) {
     natsSubscription_Unsubscribe(lookup_sub_);
     natsSubscription_WaitForDrainCompletion(lookup_sub_, 1000);
@@ -273,6 +362,10 @@ JetStreamJobStore::~JetStreamJobStore() {
     leased_.clear();
     for (auto& [due, msg] : held_) natsMsg_Destroy(msg);
     held_.clear();
+    for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
+    fetched_.clear();
+    for (auto& [msg, leased] : settling_) natsMsg_Destroy(leased);  // Their leases expire.
+    settling_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
@@ -303,6 +396,30 @@ JetStreamJobStore::~JetStreamJobStore() {
 void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
                                      void* self) {
   auto* store = static_cast<JetStreamJobStore*>(self);
+  natsMsg* leased = nullptr;
+  {
+    absl::MutexLock lock(&store->mu_);
+    if (auto it = store->settling_.find(msg); it != store->settling_.end()) {
+      leased = it->second;
+      store->settling_.erase(it);
+    }
+  }
+  if (leased != nullptr) {
+    // A retry or dead letter stored: the leased message is done. Not stored: it comes back now
+    // (the attempt is not counted) rather than when its lease ends.
+    if (pa != nullptr) {
+      natsMsg_Ack(leased, nullptr);
+    } else {
+      natsMsg_Nak(leased, nullptr);
+      common::LogWarning("a retry or dead letter was not stored; the job is handed out again",
+                         {{"subject", natsMsg_GetSubject(msg)},
+                          {"error", pae != nullptr && pae->ErrText != nullptr ? pae->ErrText
+                                                                               : "no answer"}});
+    }
+    natsMsg_Destroy(leased);
+    natsMsg_Destroy(msg);
+    return;
+  }
   absl::Status status;
   if (pa == nullptr && pae != nullptr &&
       (pae->Err == NATS_NO_RESPONDERS || pae->Err == NATS_TIMEOUT)) {
@@ -335,7 +452,11 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
     if (it == publishing_.end()) return;
     PendingAppend& p = *it->second.append;
     if (!status.ok() && p.status.ok()) p.status = status;
-    if (duplicate && it->second.item < p.result.stored.size()) p.result.stored[it->second.item] = false;
+    // Not a job (an index entry or profile delta, JetStreamUserData::kNotAJob): no stored flag.
+    if (duplicate && it->second.item < p.result.stored.size() && p.result.stored[it->second.item]) {
+      p.result.stored[it->second.item] = false;  // A racing copy of the event was stored first.
+      if (duplicates_ != nullptr) duplicates_->Increment();
+    }
     if (--p.outstanding == 0) finished = it->second.append;
     publishing_.erase(it);
   }
@@ -451,7 +572,7 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
   if (lookup->failed) {
     // Availability first: the event is stored, and the stream's duplicate window still catches
     // a retry within minutes. Counted and logged: a retry later than that may be delivered twice.
-    dedup_lookup_failures_.fetch_add(1, std::memory_order_relaxed);
+    if (dedup_lookup_failures_ != nullptr) dedup_lookup_failures_->Increment();
     common::LogWarning("de-duplication lookup failed (the cluster is changing leaders or a node "
                        "is rejoining): events stored without their 24 h duplicate check",
                        {{"events", lookup->items.size()}});
@@ -464,6 +585,7 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
     if (lookup->found.contains(marker) || !seen.insert(marker).second) {
       publish[i] = false;
       lookup->append->result.stored[i] = false;
+      if (duplicates_ != nullptr) duplicates_->Increment();
       continue;
     }
     lookup->append->markers.push_back(marker);
@@ -516,9 +638,10 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
     pending->outstanding = msgs.size();
     for (auto& [msg, item] : msgs) publishing_[msg] = Publishing{pending, item};
   }
+  jsPubOptions wait = AsyncPublishOptions(options_.layout.request_timeout);
   for (auto& [msg, item] : msgs) {
     natsMsg* owned = msg;
-    const natsStatus s = js_PublishMsgAsync(js_, &owned, nullptr);
+    const natsStatus s = js_PublishMsgAsync(js_, &owned, &wait);
     if (s != NATS_OK) {
       // Not sent: no ack will come for it.
       if (owned != nullptr) natsMsg_Destroy(owned);
@@ -533,33 +656,30 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
   absl::MutexLock fetch_lock(&fetch_mu_);
   const absl::Time now = clock_.Now();
   const int64_t now_ms = absl::ToUnixMillis(now);
-  // Held jobs whose time has come first, then a fetch.
+  // Held jobs whose time has come first, then what the fetcher brought.
   std::vector<natsMsg*> msgs;
+  std::vector<natsMsg*> stale;
   {
     absl::MutexLock lock(&mu_);
     while (!held_.empty() && held_.begin()->first <= now_ms && msgs.size() < max) {
       msgs.push_back(held_.begin()->second);
       held_.erase(held_.begin());
     }
-  }
-  natsMsgList list{};
-  if (msgs.size() < max) {
-    jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s = natsSubscription_Fetch(
-        &list, dispatch_, static_cast<int>(std::min<size_t>(max - msgs.size(), 256)), 20, &code);
-    // TIMEOUT: nothing ready. NO_RESPONDERS: a node that has just (re)joined does not know the
-    // consumer yet. Either way nothing now: the caller asks again.
-    if (s != NATS_OK && s != NATS_TIMEOUT && s != NATS_NO_RESPONDERS && msgs.empty()) {
-      return NatsError("fetching jobs", s);
+    // A lease is the ack wait counted from the fetch: a job waiting here too long is handed
+    // back rather than given to a deliverer with little of its lease left.
+    const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
+    while (!fetched_.empty() && msgs.size() < max) {
+      auto [at, msg] = fetched_.front();
+      fetched_.pop_front();
+      (at < fresh_after ? stale : msgs).push_back(msg);
     }
-    if (s == NATS_OK) {
-      for (int i = 0; i < list.Count; ++i) {
-        msgs.push_back(list.Msgs[i]);
-        list.Msgs[i] = nullptr;
-      }
-    }
-    natsMsgList_Destroy(&list);
+    demand_ = max - msgs.size();
   }
+  for (natsMsg* msg : stale) {
+    natsMsg_Nak(msg, nullptr);  // Back to the consumer now, rather than when its lease ends.
+    natsMsg_Destroy(msg);
+  }
+  if (msgs.size() < max) fetch_cv_.Signal();
   const absl::Time deadline = now + options_.layout.ack_wait;
   for (natsMsg* msg : msgs) {
     jsMsgMetaData* meta = nullptr;
@@ -573,6 +693,11 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
     }
     leased.job.set_id(meta->Sequence.Stream);
     jsMsgMetaData_Destroy(meta);
+    if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
+      natsMsg_Ack(msg, nullptr);
+      natsMsg_Destroy(msg);
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     const int64_t due = leased.job.due_unix_ms();
     if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
@@ -637,6 +762,33 @@ absl::Status JetStreamJobStore::PublishSync(
   return s == NATS_OK ? absl::OkStatus() : NatsError(absl::StrCat("publishing to ", subject), s);
 }
 
+absl::Status JetStreamJobStore::PublishSettle(
+    const std::string& subject, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers, natsMsg* leased) {
+  natsMsg* msg = nullptr;
+  natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, body.data(),
+                                static_cast<int>(body.size()));
+  for (const auto& [k, v] : headers) {
+    if (s == NATS_OK) s = natsMsgHeader_Set(msg, k.c_str(), v.c_str());
+  }
+  if (s == NATS_OK) {
+    absl::MutexLock lock(&mu_);
+    settling_[msg] = leased;
+  }
+  natsMsg* owned = msg;
+  jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+  if (s == NATS_OK) s = js_PublishMsgAsync(js_, &owned, &publish);
+  if (s == NATS_OK) return absl::OkStatus();  // Settled by OnPublishAck.
+  if (msg != nullptr) {
+    absl::MutexLock lock(&mu_);
+    settling_.erase(msg);
+  }
+  if (owned != nullptr) natsMsg_Destroy(owned);
+  natsMsg_Nak(leased, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
+  natsMsg_Destroy(leased);
+  return NatsError(absl::StrCat("publishing to ", subject), s);
+}
+
 absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                                       const hookrelay::v1::Attempt& attempt) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
@@ -660,15 +812,16 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   absl::Status st;
   if (delay <= absl::ZeroDuration()) {
     // Due now (or held here until due, with a manual clock).
-    st = PublishSync(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}});
+    st = PublishSettle(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}}, *msg);
   } else {
-    st = PublishSync(
+    st = PublishSettle(
         absl::StrCat("hr.jobs.sched.", JobSubjectTail(job), ".", job_id), job.SerializeAsString(),
         {{"Nats-Msg-Id", id},
          {"Nats-Schedule",
           absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(fire_s),
                                                 absl::UTCTimeZone()))},
-         {"Nats-Schedule-Target", ReadySubject(job)}});
+         {"Nats-Schedule-Target", ReadySubject(job)}},
+        *msg);
   }
   if (st.ok() && not_before > now) {
     absl::MutexLock lock(&mu_);
@@ -676,13 +829,6 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
     if (scheduled_due_.size() >= 100'000) scheduled_due_.erase(scheduled_due_.begin());
     scheduled_due_.insert(job.due_unix_ms());
   }
-  if (st.ok()) {
-    const natsStatus s = natsMsg_Ack(*msg, nullptr);
-    if (s != NATS_OK) st = NatsError("acknowledging a retried job", s);
-  } else {
-    natsMsg_Nak(*msg, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
-  }
-  natsMsg_Destroy(*msg);
   return st;
 }
 
@@ -702,18 +848,9 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
   job.set_dead_at_unix_ms(now_ms);
-  absl::Status st = PublishSync(absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()),
-                                             ".", JobSubjectTail(job)),
-                                job.SerializeAsString(),
-                                {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}});
-  if (st.ok()) {
-    const natsStatus s = natsMsg_Ack(*msg, nullptr);
-    if (s != NATS_OK) st = NatsError("acknowledging a buried job", s);
-  } else {
-    natsMsg_Nak(*msg, nullptr);
-  }
-  natsMsg_Destroy(*msg);
-  return st;
+  return PublishSettle(
+      absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()), ".", JobSubjectTail(job)),
+      job.SerializeAsString(), {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}}, *msg);
 }
 
 absl::Status JetStreamJobStore::WriteHealth() const {
@@ -747,6 +884,11 @@ JobCounts JetStreamJobStore::Counts() {
     const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
     counts.leased -= held;
     counts.scheduled += held;
+    // Fetched ahead but not handed to a deliverer: ready, as far as anyone can tell.
+    const int64_t fetched =
+        std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
+    counts.leased -= fetched;
+    counts.ready += fetched;
   }
   return counts;
 }
@@ -916,7 +1058,13 @@ absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
     config_revision_ = std::max(config_revision_, revision);
     return absl::OkStatus();
   }
-  // Refused: someone else's save, or ours landed and only its answer was lost.
+  // Refused: someone else's save (wrong last revision), or ours landed and only its answer was
+  // lost. The read may come from a replica a little behind, so any refusal that is not ours
+  // counts as a conflict: the caller reads the configuration again and re-applies its change.
+  const std::string error = nats_GetLastError(nullptr) != nullptr ? nats_GetLastError(nullptr) : "";
+  if (s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_CLOSED) {
+    return NatsError("writing the configuration", s);
+  }
   kvEntry* entry = nullptr;
   if (RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); }) == NATS_OK) {
     const bool ours = static_cast<size_t>(kvEntry_ValueLen(entry)) == bytes.size() &&
@@ -929,12 +1077,9 @@ absl::Status JetStreamJobStore::SaveConfig(std::string_view bytes) {
       config_revision_ = std::max(config_revision_, now_revision);
       return absl::OkStatus();
     }
-    if (now_revision != last) {
-      return absl::AbortedError(
-          "the configuration was changed through another collector meanwhile");
-    }
   }
-  return NatsError("writing the configuration", s);
+  return absl::AbortedError(absl::StrCat(
+      "the configuration was changed through another collector meanwhile (", error, ")"));
 }
 
 void JetStreamJobStore::WatchConfig(ConfigChanged changed) {
@@ -981,13 +1126,21 @@ void JetStreamJobStore::WatchLoop(kvWatcher* watcher) {
       {
         absl::MutexLock lock(&mu_);
         newer = revision > config_revision_;
-        if (newer) config_revision_ = revision;
       }
       if (newer) {
         std::string value(static_cast<const char*>(kvEntry_Value(entry)),
                           static_cast<size_t>(kvEntry_ValueLen(entry)));
-        absl::MutexLock lock(&callback_mu_);
-        if (config_changed_ != nullptr) config_changed_(std::move(value));
+        bool adopted = false;
+        {
+          absl::MutexLock lock(&callback_mu_);
+          if (config_changed_ != nullptr) adopted = config_changed_(std::move(value));
+        }
+        // Only a configuration the collector holds may be the base of its next save: bumped
+        // after the callback, so a save racing it is refused (ABORTED) and re-applied.
+        if (adopted) {
+          absl::MutexLock lock(&mu_);
+          config_revision_ = std::max(config_revision_, revision);
+        }
       }
     }
     kvEntry_Destroy(entry);
@@ -1000,6 +1153,7 @@ void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
   common::LogWarning("lost the connection to the JetStream cluster: events are refused (503) "
                      "until it is back",
                      {{"nats_url", events->urls}});
+  if (events->writable != nullptr) events->writable->Set(0);
   if (events->on_write_health) events->on_write_health(false);
 }
 
@@ -1009,6 +1163,7 @@ void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
+  if (events->writable != nullptr) events->writable->Set(1);
   if (events->on_write_health) events->on_write_health(true);
 }
 

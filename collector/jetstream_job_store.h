@@ -13,9 +13,12 @@
 // - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
 //   used). A job leased by a collector that dies returns to the others when it expires.
 // - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
-//   one-shot schedule for not_before (rounded up to a whole second), then acks the leased
-//   message: the job waits in the stream, outside the consumer's ack-pending window, and the
-//   server makes it ready at its time. A crash between the two re-delivers (at-least-once).
+//   one-shot schedule for not_before (rounded up to a whole second); Bury publishes it to
+//   hr.dead.<D>.<S>.<U>. Both return without waiting: the publish ack, on the client's ack
+//   thread, acks the leased message (or naks it when the publish failed: the job comes back
+//   now, the attempt not counted). The job waits in the stream, outside the consumer's
+//   ack-pending window, and the server makes it ready at its time. A crash between the publish
+//   and the ack re-delivers (at-least-once).
 // - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
 //   dead letter's id is its HR_DEAD sequence.
 // - Deletions, the per-user index, profiles and audiences: JetStreamUserData
@@ -47,6 +50,12 @@
 #include "collector/job_store.h"
 #include "common/clock.h"
 
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
 namespace hookrelay::collector {
 
 class JetStreamUserData;
@@ -72,6 +81,9 @@ class JetStreamJobStore final : public JobStore {
     absl::Duration connect_timeout = absl::Seconds(30);
     // Called with false when the connection to the cluster is lost and true when it is back.
     std::function<void(bool writable)> on_write_health;
+    // Optional: hookrelay_store_writable, hookrelay_ingest_duplicates_total and
+    // hookrelay_jetstream_dedup_lookup_failures_total are registered in it.
+    prometheus::Registry* registry = nullptr;
     // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
     absl::Duration max_schedule_delay = absl::InfiniteDuration();
   };
@@ -80,7 +92,10 @@ class JetStreamJobStore final : public JobStore {
   ~JetStreamJobStore() override;
 
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
+  // Never waits for the cluster: returns what was fetched ahead (see FetchLoop) and held jobs
+  // now due; what it could not return becomes the fetcher's demand.
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) override;
+  void SetReadyCallback(std::function<void()> ready) override;
   absl::Status Complete(uint64_t job_id, uint64_t lease) override;
   absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                      const hookrelay::v1::Attempt& attempt) override;
@@ -168,12 +183,14 @@ class JetStreamJobStore final : public JobStore {
     std::atomic<bool> store_closed{false};
     std::string urls;
     std::function<void(bool writable)> on_write_health;
+    prometheus::Gauge* writable = nullptr;
   };
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
   ConnectionEvents* events_ = nullptr;
-  std::atomic<int64_t> dedup_lookup_failures_{0};
+  prometheus::Counter* duplicates_ = nullptr;
+  prometheus::Counter* dedup_lookup_failures_ = nullptr;
   void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
@@ -183,6 +200,13 @@ class JetStreamJobStore final : public JobStore {
   absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
   absl::Status PublishSync(const std::string& subject, const std::string& body,
                            const std::vector<std::pair<std::string, std::string>>& headers);
+  // Publishes a retry or dead letter asynchronously; its ack settles `leased` (ack when stored,
+  // nak when not). Takes `leased`. An error here means nothing was sent (leased nak'ed).
+  absl::Status PublishSettle(const std::string& subject, const std::string& body,
+                             const std::vector<std::pair<std::string, std::string>>& headers,
+                             natsMsg* leased);
+  // Retry and dead-letter publishes in flight → the leased message each settles.
+  absl::flat_hash_map<natsMsg*, natsMsg*> settling_ ABSL_GUARDED_BY(mu_);
 
   const Options options_;
   const common::Clock& clock_;
@@ -218,8 +242,19 @@ class JetStreamJobStore final : public JobStore {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Lookup>> lookups_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lookup_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
-  // Lease() fetches one batch at a time.
+  // Lease() runs one at a time.
   absl::Mutex fetch_mu_;
+  // Pulls from the shared consumer while Lease wants more than it got (the demand: what the
+  // Subscribe streams' credits asked for), long-polling the server (no client-side polling), and
+  // calls the ready callback when jobs arrive. Jobs fetched and not leased within a quarter of the
+  // ack wait are handed back (nak) so no lease runs out unseen.
+  void FetchLoop();
+  std::thread fetcher_;
+  std::deque<std::pair<absl::Time, natsMsg*>> fetched_ ABSL_GUARDED_BY(mu_);
+  size_t demand_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::CondVar fetch_cv_;
+  absl::Mutex ready_mu_;
+  std::function<void()> ready_ ABSL_GUARDED_BY(ready_mu_);
   // Publishes refused for a moment (no responders while a node rejoins, a leader election) are
   // sent again after a pause, for up to kRepublishFor, by this thread.
   void RepublishLoop();

@@ -41,8 +41,10 @@ struct Wanted {
   std::string why;
 };
 
-absl::Status Check(const std::string& what, const std::string& info_body,
-                   const std::vector<Wanted>& wanted) {
+// The settings of `info_body` that differ from `wanted`, as "key is X, hookrelay needs Y (why)".
+absl::StatusOr<std::vector<std::string>> Differences(const std::string& what,
+                                                     const std::string& info_body,
+                                                     const std::vector<Wanted>& wanted) {
   simdjson::dom::parser parser;
   simdjson::dom::object config;
   if (parser.parse(info_body)["config"].get_object().get(config) != simdjson::SUCCESS) {
@@ -56,9 +58,16 @@ absl::Status Check(const std::string& what, const std::string& info_body,
                                       ", hookrelay needs ", w.value, " (", w.why, ")"));
     }
   }
-  if (problems.empty()) return absl::OkStatus();
+  return problems;
+}
+
+absl::Status Check(const std::string& what, const std::string& info_body,
+                   const std::vector<Wanted>& wanted) {
+  absl::StatusOr<std::vector<std::string>> problems = Differences(what, info_body, wanted);
+  if (!problems.ok()) return problems.status();
+  if (problems->empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      what, " exists with other settings: ", absl::StrJoin(problems, "; "),
+      what, " exists with other settings: ", absl::StrJoin(*problems, "; "),
       ". Change it (nats stream/consumer edit) or remove it so hookrelay creates it."));
 }
 
@@ -78,6 +87,16 @@ absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
   if (!created.ok()) return created.status();
   if (created->error_code != 0) {
     return absl::UnavailableError(absl::StrCat("creating ", what, ": ", created->error));
+  }
+  // A server older than hookrelay needs ignores settings it does not know (message schedules,
+  // direct gets) and creates the stream without them: say so rather than run without retries.
+  absl::StatusOr<std::vector<std::string>> problems = Differences(what, created->body, wanted);
+  if (!problems.ok()) return problems.status();
+  if (!problems->empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " was created without settings this server does not know (",
+        absl::StrJoin(*problems, "; "), "): hookrelay needs nats-server ", kMinNatsServerVersion,
+        " or later. Remove the stream after upgrading the server."));
   }
   return absl::OkStatus();
 }

@@ -36,6 +36,10 @@
 
 namespace hookrelay::collector {
 
+// The oldest nats-server release hookrelay supports, and the one its tests run (message
+// schedules came in 2.12, batched direct gets in 2.11; tools/bootstrap.sh pins this one).
+inline constexpr char kMinNatsServerVersion[] = "2.14.9";
+
 inline constexpr char kJobsStream[] = "HR_JOBS";
 inline constexpr char kDeadStream[] = "HR_DEAD";
 inline constexpr char kDispatchConsumer[] = "dispatch";

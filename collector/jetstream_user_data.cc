@@ -713,6 +713,7 @@ void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
     seen_->slots[i].store(0, std::memory_order_relaxed);
   }
   const absl::Time now = absl::Now();
+  any_purges_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (purged_.size() > 100'000) {
     absl::erase_if(purged_, [&](const auto& e) { return now - e.second.second > kPurgeMarkFor; });
@@ -725,6 +726,7 @@ void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
 }
 
 bool JetStreamUserData::PurgedByDeletion(const Job& job, uint64_t job_id) {
+  if (!any_purges_.load(std::memory_order_relaxed)) return false;  // The dispatch path's case.
   if (job.type() == hookrelay::v1::DELETE || job.test() || job.user_id().empty()) return false;
   absl::MutexLock lock(&mu_);
   auto it = purged_.find(UserSourceHash(job.user_id(), job.source_id()));

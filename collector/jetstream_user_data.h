@@ -81,8 +81,9 @@ class JetStreamUserData {
                          std::vector<std::pair<natsMsg*, size_t>>* out,
                          JobStore::AppendCallback* done);
 
-  // The Retry / Bury hook: whether the leased job `job_id` (its HR_JOBS sequence) was purged by
-  // a deletion while leased, so its attempt's outcome is dropped.
+  // The Lease / Retry / Bury hook: whether the job `job_id` (its HR_JOBS sequence), fetched or
+  // leased by this collector, was purged by a deletion meanwhile: it is not handed out, or its
+  // attempt's outcome is dropped.
   bool PurgedByDeletion(const hookrelay::v1::Job& job, uint64_t job_id);
 
   absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id);
@@ -196,6 +197,7 @@ class JetStreamUserData {
   bool stopping_ ABSL_GUARDED_BY(compact_mu_) = false;
   std::thread compactor_;
 
+  std::atomic<bool> any_purges_{false};
   absl::Mutex mu_;
   // Purge marks: pair hash → (HR_JOBS sequence purged up to, when noted), kept kPurgeMarkFor.
   absl::flat_hash_map<uint64_t, std::pair<uint64_t, absl::Time>> purged_ ABSL_GUARDED_BY(mu_);

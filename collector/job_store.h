@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -218,14 +219,26 @@ class JobStore {
   virtual absl::StatusOr<std::optional<std::string>> LoadConfig() = 0;
   virtual absl::Status SaveConfig(std::string_view bytes) = 0;
   // Calls `changed` with the stored bytes each time another process sharing the engine saves the
-  // configuration (on a store thread; must not block long). An engine that belongs to one
-  // collector never calls it. Call at most once.
-  using ConfigChanged = absl::AnyInvocable<void(std::string bytes)>;
+  // configuration (on a store thread; must not block long); it returns whether the caller now
+  // holds that configuration (only then do later saves build on it). An engine that belongs to
+  // one collector never calls it. Calling again replaces the callback; an empty one stops the
+  // calls (it returns once no call is running).
+  using ConfigChanged = absl::AnyInvocable<bool(std::string bytes)>;
   virtual void WatchConfig(ConfigChanged changed) { (void)changed; }
 
+  // Called (on a store thread; must not block) when jobs became leasable that an earlier Lease
+  // could not return: an engine that fetches jobs from elsewhere (JetStream) uses it so that
+  // the dispatcher needs no polling for them. The embedded engine's new jobs are announced by
+  // the ingest path, its retries by NextDue: it never calls it. Set before the first Lease.
+  virtual void SetReadyCallback(std::function<void()> ready) { (void)ready; }
+
   virtual JobCounts Counts() = 0;
-  // The earliest due time of a scheduled job, or InfiniteFuture (lets a dispatcher sleep).
+  // The earliest due time of a scheduled job, or InfiniteFuture.
   virtual absl::Time NextDue() = 0;
+  // When jobs may become leasable without an append or a ready callback: the next due time or
+  // the earliest lease expiry; the dispatcher sleeps until then (or until woken). InfiniteFuture
+  // when nothing is pending.
+  virtual absl::Time NextWake() { return NextDue(); }
 };
 
 // Counts a delivery attempt in a job: attempts + 1, the first attempt's time (the retry window

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& op
     o.clock = options.clock;
     o.layout.dedup_window = options.dedup_window;
     o.on_write_health = options.on_write_health;
+    o.registry = options.registry;
     o.max_schedule_delay = options.max_schedule_delay;
     absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(std::move(o));
     if (!store.ok()) return store.status();

@@ -19,7 +19,7 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(std::string, data_dir, "./data", "embedded job store directory");
 ABSL_FLAG(std::string, store, "embedded",
           "job store engine: embedded (RocksDB under --data_dir) or jetstream (a NATS JetStream "
-          "cluster at --nats_url; a preview, see docs/DESIGN.md)");
+          "cluster at --nats_url, shared by any number of collectors; see docs/DESIGN.md)");
 ABSL_FLAG(std::string, nats_url, "", "--store=jetstream: comma-separated nats:// URLs");
 ABSL_FLAG(int, nats_replicas, 3, "--store=jetstream: copies of every stream (1, 3 or 5)");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",

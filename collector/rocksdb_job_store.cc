@@ -2215,6 +2215,13 @@ JobCounts RocksDbJobStore::Counts() {
   return counts;
 }
 
+absl::Time RocksDbJobStore::NextWake() {
+  const absl::Time due = NextDue();
+  absl::MutexLock lock(&mu_);
+  if (lease_deadlines_.empty()) return due;
+  return std::min(due, lease_deadlines_.begin()->first);
+}
+
 absl::Time RocksDbJobStore::NextDue() {
   absl::MutexLock lock(&mu_);
   PopTombstonesLocked();

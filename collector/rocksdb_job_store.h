@@ -161,6 +161,7 @@ class RocksDbJobStore final : public JobStore {
   absl::Status SaveConfig(std::string_view bytes) override;
   JobCounts Counts() override;
   absl::Time NextDue() override;
+  absl::Time NextWake() override;
 
   // Waits until every write queued before the call is committed.
   void Flush();

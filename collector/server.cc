@@ -221,7 +221,7 @@ absl::Status Server::Start() {
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
   // Changes saved through another collector sharing the engine (JetStream) apply here too.
   s.store->WatchConfig([config = s.config.get()](std::string bytes) {
-    (void)config->AdoptStored(bytes);
+    return config->AdoptStored(bytes).ok();
   });
   s.audiences->Start();
   s.auth = std::make_unique<AdminAuth>(s.options.admin_token);
@@ -238,6 +238,7 @@ absl::Status Server::Start() {
   };
   s.dispatcher = std::make_unique<Dispatcher>(dispatcher_options, *s.store, *s.routing,
                                               *s.options.clock, s.registry.get());
+  s.store->SetReadyCallback([d = s.dispatcher.get()] { d->Notify(); });
   s.dispatcher->Start();
   s.admin_core->SetDispatcher(s.dispatcher.get());
   Ingestor::Options ingestor_options;
@@ -363,6 +364,7 @@ void Server::Shutdown() {
   s.admin.reset();
   s.admin_http.reset();
   if (s.admin_core) s.admin_core->SetDispatcher(nullptr);
+  if (s.store) s.store->SetReadyCallback(nullptr);  // No more calls into the dispatcher.
   s.dispatcher.reset();
   s.admin_core.reset();
   if (s.store) s.store->WatchConfig(nullptr);  // No more calls into the config manager.
@@ -379,6 +381,10 @@ void Server::Shutdown() {
 }
 
 JobStore* Server::job_store() { return impl_->store.get(); }
+
+void Server::WakeDispatcher() {
+  if (impl_->dispatcher) impl_->dispatcher->Notify();
+}
 
 int64_t Server::dispatch_passes() const {
   return impl_->dispatcher ? impl_->dispatcher->passes() : 0;

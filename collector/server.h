@@ -67,6 +67,8 @@ class Server {
   // The job store (after Start, until Shutdown): for tests and tools in the same process.
   JobStore* job_store();
   // Dispatch passes so far (Dispatcher::passes), for tests that move a manual clock.
+  // Wakes the dispatcher for a pass now (tests: a pass that surely began after a clock move).
+  void WakeDispatcher();
   int64_t dispatch_passes() const;
 
   int grpc_port() const;

@@ -21,6 +21,7 @@
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
 #include "tests/pipeline_test_util.h"
+#include "tests/test_engines.h"
 #include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
@@ -85,9 +86,16 @@ void ExpectCleanExit(ChildProcess& p) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
-class DeliveryFaultTest : public ::testing::Test {
+// On both job-store engines (tests/test_engines.h).
+class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    if (engine->engine == "jetstream") {
+      engine_flags_ = {"--store=jetstream", absl::StrCat("--nats_url=", engine->nats_url),
+                       "--nats_replicas=3"};
+    }
     WebhookReceiver::Options options;
     options.threads = 2;
     // Slow enough that many jobs are in flight at any moment.
@@ -104,14 +112,22 @@ class DeliveryFaultTest : public ::testing::Test {
     ASSERT_TRUE(WriteFile(config_path_, PipelineConfig({receiver_->Url()}, "s")).ok());
   }
 
+  // The engine's flags plus `extra`.
+  std::vector<std::string> Flags(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> flags = engine_flags_;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return flags;
+  }
+
+  std::vector<std::string> engine_flags_;
   std::unique_ptr<WebhookReceiver> receiver_;
   std::string dir_, config_path_, data_dir_;
 };
 
 // kill -9 of the deliverer while it holds jobs: a new deliverer gets them once the leases
 // expire, and every event is delivered.
-TEST_F(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
-  auto collector = StartCollectorProcess(config_path_, data_dir_, {"--lease_duration=2s"});
+TEST_P(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
+  auto collector = StartCollectorProcess(config_path_, data_dir_, Flags({"--lease_duration=2s"}));
   ASSERT_TRUE(collector.ok()) << collector.status();
   const int grpc_port = (*collector)->IntField("grpc_port");
   auto first = StartDelivererProcess({grpc_port});
@@ -134,10 +150,11 @@ TEST_F(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
   ExpectCleanExit(**collector);
 }
 
-// kill -9 of the collector mid-stream: restarted on the same data dir and gRPC port, it serves
-// every acknowledged event again; the deliverer reconnects on its own.
-TEST_F(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
-  auto collector = StartCollectorProcess(config_path_, data_dir_);
+// kill -9 of the collector mid-stream: restarted on the same data dir (embedded) or cluster
+// (JetStream: the killed one's leases expire first) and gRPC port, it serves every acknowledged
+// event again; the deliverer reconnects on its own.
+TEST_P(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
+  auto collector = StartCollectorProcess(config_path_, data_dir_, Flags({"--lease_duration=5s"}));
   ASSERT_TRUE(collector.ok()) << collector.status();
   const int grpc_port = (*collector)->IntField("grpc_port");
   auto deliverer = StartDelivererProcess({grpc_port});
@@ -155,7 +172,8 @@ TEST_F(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
   acked.insert(during.begin(), during.end());
 
   auto restarted = StartCollectorProcess(
-      config_path_, data_dir_, {absl::StrCat("--grpc_address=127.0.0.1:", grpc_port)});
+      config_path_, data_dir_,
+      Flags({"--lease_duration=5s", absl::StrCat("--grpc_address=127.0.0.1:", grpc_port)}));
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   ASSERT_EQ((*restarted)->IntField("grpc_port"), grpc_port);
   EXPECT_TRUE(WaitDelivered(*receiver_, acked, kDeliveryWait))
@@ -164,6 +182,8 @@ TEST_F(DeliveryFaultTest, KillCollectorLosesNothingAcknowledged) {
   ExpectCleanExit(**deliverer);
   ExpectCleanExit(**restarted);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, DeliveryFaultTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

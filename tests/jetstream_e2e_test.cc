@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <set>
 #include <thread>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
 #include "tests/nats_cluster.h"
+#include "tests/pipeline_test_util.h"
 #include "tools/receiver/webhook_receiver.h"
 
 namespace hookrelay::test {
@@ -240,6 +242,92 @@ TEST(JetStreamEndToEndTest, ConfigChangesReachEveryCollectorWithinASecond) {
     (*c)->Signal(SIGTERM);
     EXPECT_EQ((*c)->Wait(), 0);
   }
+}
+
+// The cluster unreachable (its only server killed): ingest answers 503 with Retry-After, /healthz
+// and /readyz say so; the server back on the same port and store: the collector reconnects by
+// itself, every event acknowledged before and after is delivered.
+TEST(JetStreamEndToEndTest, UnreachableClusterRefusesThenRecovers) {
+  absl::StatusOr<std::unique_ptr<NatsCluster>> cluster = NatsCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string dir = MakeTempDir("jetstream-unreachable");
+  auto receiver = receiver::WebhookReceiver::Start(receiver::WebhookReceiver::Options{}, nullptr);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  auto c = StartCollectorProcess("", dir + "/c",
+                                 {"--store=jetstream",
+                                  absl::StrCat("--nats_url=", (*cluster)->urls()),
+                                  "--nats_replicas=1"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const int admin = (*c)->IntField("admin_http_port");
+  const int http = (*c)->IntField("http_port");
+  const int metrics = (*c)->IntField("metrics_port");
+  HttpResponse r = Admin(admin, "POST", "/admin/v1/sources",
+                         R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  r = Admin(admin, "POST", "/admin/v1/destinations",
+            absl::StrCat(R"({"id":"orders","sources":["shop"],"enabled":true,"urls":[{"url":")",
+                         (*receiver)->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto d = StartDelivererProcess({(*c)->IntField("grpc_port")}, {});
+  ASSERT_TRUE(d.ok()) << d.status();
+
+  auto track = [&](const std::string& id) {
+    absl::StatusOr<HttpResponse> t =
+        HttpPost(http, "/v1/track",
+                 absl::StrCat(R"({"userId":"u1","event":"Ordered","messageId":")", id, R"("})"),
+                 key);
+    return t.ok() ? *std::move(t) : HttpResponse{};
+  };
+  auto status_of = [](int port, const std::string& target) {
+    return Admin(port, "GET", target).status;
+  };
+  std::set<std::string> acked;
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = absl::StrCat("before-", i);
+    ASSERT_EQ(track(id).status, 200);
+    acked.insert(id);
+  }
+
+  ASSERT_TRUE((*cluster)->Kill(0).ok());
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline &&
+         (status_of(http, "/healthz") != 503 || status_of(metrics, "/readyz") != 503)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(status_of(http, "/healthz"), 503);
+  EXPECT_EQ(status_of(metrics, "/readyz"), 503);
+  const HttpResponse refused = track("while-down");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_FALSE(refused.Header("Retry-After").empty());
+  EXPECT_TRUE(absl::StrContains(refused.body, "JetStream cluster is unreachable")) << refused.body;
+
+  ASSERT_TRUE((*cluster)->Restart(0).ok());
+  deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline && status_of(http, "/healthz") != 200) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(status_of(http, "/healthz"), 200);
+  EXPECT_EQ(status_of(metrics, "/readyz"), 200);
+  // Right after the restart the server may still be recovering its streams: a refusal then is
+  // allowed (not acknowledged), not a lost event.
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = absl::StrCat("after-", i);
+    HttpResponse answer = track(id);
+    for (int attempt = 0; answer.status != 200 && attempt < 50; ++attempt) {
+      absl::SleepFor(absl::Milliseconds(200));
+      answer = track(id);
+    }
+    ASSERT_EQ(answer.status, 200) << answer.body;
+    acked.insert(id);
+  }
+  EXPECT_TRUE(WaitDelivered(**receiver, acked, absl::Seconds(60)))
+      << DeliveredIds(**receiver).size() << " of " << acked.size();
+
+  (*d)->Signal(SIGTERM);
+  EXPECT_EQ((*d)->Wait(), 0);
+  (*c)->Signal(SIGTERM);
+  EXPECT_EQ((*c)->Wait(), 0);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
 #include "tests/nats_cluster.h"
 
 namespace hookrelay::collector {
@@ -45,6 +47,16 @@ absl::StatusOr<AppendResult> AppendAndWait(JobStore& store, std::vector<AppendIt
   return result;
 }
 
+// The value of the unlabelled counter or gauge `name`, or -1.
+double Metric(prometheus::Registry& registry, const std::string& name) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != name || family.metric.empty()) continue;
+    return family.type == prometheus::MetricType::Counter ? family.metric[0].counter.value
+                                                          : family.metric[0].gauge.value;
+  }
+  return -1;
+}
+
 // Leases until `n` jobs came or `wait` passed.
 std::vector<LeasedJob> LeaseN(JobStore& store, size_t n, absl::Duration wait) {
   std::vector<LeasedJob> out;
@@ -53,6 +65,7 @@ std::vector<LeasedJob> LeaseN(JobStore& store, size_t n, absl::Duration wait) {
     absl::StatusOr<std::vector<LeasedJob>> got = store.Lease(n - out.size(), absl::Seconds(90));
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) break;
+    if (got->empty()) absl::SleepFor(absl::Milliseconds(2));  // Lease never waits.
     for (LeasedJob& j : *got) out.push_back(std::move(j));
   }
   return out;
@@ -166,6 +179,8 @@ TEST(JetStreamJobStoreTest, DuplicatesRefusedAfterTheStreamWindowUntilTheDedupWi
   options.urls = (*cluster)->urls();
   options.layout.duplicate_window = absl::Seconds(1);
   options.layout.dedup_window = absl::Seconds(6);
+  prometheus::Registry registry;
+  options.registry = &registry;
   absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
   ASSERT_TRUE(opened.ok()) << opened.status();
   JetStreamJobStore& store = **opened;
@@ -186,6 +201,9 @@ TEST(JetStreamJobStoreTest, DuplicatesRefusedAfterTheStreamWindowUntilTheDedupWi
   ASSERT_TRUE(appended.ok()) << appended.status();
   EXPECT_EQ(appended->stored, (std::vector<bool>{false, false, true}));
   EXPECT_EQ(store.Counts().ready, 602);
+  EXPECT_EQ(Metric(registry, "hookrelay_ingest_duplicates_total"), 3);
+  EXPECT_EQ(Metric(registry, "hookrelay_store_writable"), 1);
+  EXPECT_EQ(Metric(registry, "hookrelay_jetstream_dedup_lookup_failures_total"), 0);
 
   // Markers expire with the dedup window.
   const absl::Time deadline = absl::Now() + absl::Seconds(20);

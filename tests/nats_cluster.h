@@ -31,6 +31,8 @@ class NatsCluster {
 
   int size() const { return static_cast<int>(nodes_.size()); }
   int client_port(int node) const { return nodes_[node].client_port; }
+  // The node's server_name ("n1", "n2", ...): what JetStream reports as a stream's leader.
+  const std::string& name(int node) const { return nodes_[node].name; }
   // "nats://127.0.0.1:p1,nats://127.0.0.1:p2,..." (for --nats_url and natsOptions_SetServers).
   std::string urls() const;
   std::string url(int node) const;

@@ -75,13 +75,14 @@ bool InProcessPipeline::AdvanceAndWaitForDispatch(absl::Duration d) {
     }
     return true;
   };
-  // The first pass after the move may have begun just before it; the one after that, woken by
-  // a second (tiny) move, began after it.
+  // The first pass after the move may have begun just before it; the one after that, woken
+  // again, began after it.
   const int64_t before = server.dispatch_passes();
   clock().Advance(d);
+  server.WakeDispatcher();
   if (!wait_past(before)) return false;
   const int64_t after = server.dispatch_passes();
-  clock().Advance(absl::Milliseconds(100));
+  server.WakeDispatcher();
   return wait_past(after);
 }
 
