@@ -29,6 +29,7 @@ using hookrelay::v1::Job;
 
 // JetStream's error codes.
 constexpr int64_t kNoMessageFound = 10037;
+constexpr int64_t kTemporarilyUnavailable = 10008;
 // "wrong last sequence: N" and, for an expected last subject sequence, "wrong last sequence".
 constexpr int64_t kWrongLastSequence = 10071;
 constexpr int64_t kWrongLastSequenceConstant = 10164;
@@ -277,7 +278,8 @@ absl::StatusOr<std::vector<JetStreamUserData::Answer>> JetStreamUserData::Exchan
       }
       for (const auto& [i, answered] : open) {
         const Answer& a = answers[i];
-        // Passing: no answer, no responders (a node rejoining), a busy or stopping server. A direct get's normal ends: 204 (end of batch), 404 (nothing).
+        // Passing: no answer, no responders (a node rejoining), a busy or stopping server. A
+        // direct get's normal ends: 204 (end of batch), 404 (nothing).
         const bool passing =
             !answered || a.status == "503" || a.status == "408" ||
             (batch && !a.status.empty() && a.status != "204" && a.status != "404") ||
@@ -311,7 +313,10 @@ absl::StatusOr<JetStreamApiReply> JetStreamUserData::Api(const std::string& subj
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   for (;;) {
     reply = JetStreamApi(nc_, subject, body, layout_.request_timeout);
-    if (reply.ok() || !absl::IsUnavailable(reply.status()) || absl::Now() >= give_up) break;
+    // Passing: nothing answered, or "JetStream system temporarily unavailable" (an election).
+    const bool passing = reply.ok() ? reply->error_code == kTemporarilyUnavailable
+                                    : absl::IsUnavailable(reply.status());
+    if (!passing || absl::Now() >= give_up) break;
     absl::SleepFor(absl::Milliseconds(200));
   }
   return reply;
@@ -760,7 +765,8 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::ApplyDeletion(DeletionPlan pl
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Resume(DeletionPlan& plan,
                                                           const std::string& earlier_id) {
   DeletionOutcome outcome;
-  ASSIGN_OR_RETURN(std::optional<Stored> stored, GetLast(kDeletionsStream, RecordSubject(earlier_id)));
+  ASSIGN_OR_RETURN(std::optional<Stored> stored,
+                   GetLast(kDeletionsStream, RecordSubject(earlier_id)));
   Deletion earlier;
   if (stored.has_value() && !earlier.ParseFromString(stored->data)) {
     return absl::DataLossError("JetStream: an unreadable deletion record");

@@ -167,7 +167,8 @@ class JetStreamUserData {
   void NotePurge(const hookrelay::v1::Deletion& record, uint64_t jobs_upto);
   absl::StatusOr<DeletionOutcome> Resume(DeletionPlan& plan, const std::string& earlier_id);
   absl::StatusOr<DeletionOutcome> Apply(DeletionPlan& plan);
-  absl::Status RemoveMembership(const std::string& audience, const std::string& user, bool* removed);
+  absl::Status RemoveMembership(const std::string& audience, const std::string& user,
+                                bool* removed);
   // Read-modify-write of an audience's state, retried on concurrent changes. `change` returns
   // false to give up (nothing written).
   absl::StatusOr<hookrelay::v1::AudienceState> UpdateState(

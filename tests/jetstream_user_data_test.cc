@@ -366,8 +366,9 @@ TEST_F(JetStreamUserDataTest, InterruptedDeletionIsFinishedByItsRetry) {
   DeletionPlan interrupted = MakeDeletion("del_old", "u1", {"s1"}, "req-9");
   const std::string claim = interrupted.record.SerializeAsString();
   natsMsg* reply = nullptr;
-  ASSERT_EQ(natsConnection_Request(&reply, nc, absl::StrCat("hr.del.req.", JetStreamToken("req-9")).c_str(),
-                                   claim.data(), static_cast<int>(claim.size()), 5000),
+  const std::string subject = absl::StrCat("hr.del.req.", JetStreamToken("req-9"));
+  ASSERT_EQ(natsConnection_Request(&reply, nc, subject.c_str(), claim.data(),
+                                   static_cast<int>(claim.size()), 5000),
             NATS_OK);
   natsMsg_Destroy(reply);
   natsConnection_Destroy(nc);
