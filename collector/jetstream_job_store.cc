@@ -1,5 +1,7 @@
 #include "collector/jetstream_job_store.h"
 
+#include "collector/jetstream_user_data.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -29,10 +31,6 @@ constexpr char kConfigBucket[] = "hr_config";
 constexpr char kConfigKey[] = "config";
 
 
-absl::Status NotYet(std::string_view what) {
-  return absl::UnimplementedError(absl::StrCat(
-      std::string(what), " is not available on the JetStream engine yet (issue 12); use --store=embedded"));
-}
 
 // Runs `call` again while it fails in a way that passes within seconds (a node rejoining, a leader
 // election: no responders, a timeout), for up to 10 s.
@@ -199,6 +197,10 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   s = natsConnection_JetStream(&store->js_, store->nc_, &js_options);
   if (s != NATS_OK) return NatsError("JetStream context", s);
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
+  absl::StatusOr<std::unique_ptr<JetStreamUserData>> user_data =
+      JetStreamUserData::Start(store->nc_, o.layout, clock);
+  if (!user_data.ok()) return user_data.status();
+  store->user_data_ = *std::move(user_data);
 
   // The configuration bucket: bound when it exists, created (replicated like the jobs) when not.
   s = RetryPassing([&] { return js_KeyValue(&store->config_kv_, store->js_, kConfigBucket); });
@@ -369,6 +371,7 @@ JetStreamJobStore::~JetStreamJobStore() {
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   if (js_ != nullptr) jsCtx_Destroy(js_);
+  user_data_.reset();  // Before the connection goes.
   if (events_ != nullptr) events_->store_closed = true;
   if (nc_ != nullptr) {
     natsConnection_Close(nc_);  // The closed callback frees events_.
@@ -449,7 +452,8 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
     if (it == publishing_.end()) return;
     PendingAppend& p = *it->second.append;
     if (!status.ok() && p.status.ok()) p.status = status;
-    if (duplicate && p.result.stored[it->second.item]) {
+    // Not a job (an index entry or profile delta, JetStreamUserData::kNotAJob): no stored flag.
+    if (duplicate && it->second.item < p.result.stored.size() && p.result.stored[it->second.item]) {
       p.result.stored[it->second.item] = false;  // A racing copy of the event was stored first.
       if (duplicates_ != nullptr) duplicates_->Increment();
     }
@@ -622,6 +626,8 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
       msgs.emplace_back(msg, i);
     }
   }
+  // The events' index entries and profile deltas, acknowledged with the jobs.
+  user_data_->AddAppendMessages(items, publish, &msgs, &pending->done);
   if (msgs.empty()) {
     PublishMarkers(pending->markers);
     std::move(pending->done)(std::move(pending->result));
@@ -687,6 +693,11 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
     }
     leased.job.set_id(meta->Sequence.Stream);
     jsMsgMetaData_Destroy(meta);
+    if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
+      natsMsg_Ack(msg, nullptr);
+      natsMsg_Destroy(msg);
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     const int64_t due = leased.job.due_unix_ms();
     if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
@@ -785,6 +796,11 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   Job job;
   job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
   job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
   const absl::Time now = clock_.Now();
   RecordAttempt(attempt, absl::ToUnixMillis(now), job);
   job.set_due_unix_ms(absl::ToUnixMillis(not_before));
@@ -823,6 +839,11 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   Job job;
   job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
   job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
@@ -968,37 +989,40 @@ absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter& filter) {
   }
   return replayed;
 }
-absl::StatusOr<std::vector<std::string>> JetStreamJobStore::SourcesSeen(std::string_view) {
-  return NotYet("the per-user index");
+absl::StatusOr<std::vector<std::string>> JetStreamJobStore::SourcesSeen(std::string_view user_id) {
+  return user_data_->SourcesSeen(user_id);
 }
-absl::StatusOr<DeletionOutcome> JetStreamJobStore::ApplyDeletion(DeletionPlan) {
-  return NotYet("deletion requests");
+absl::StatusOr<DeletionOutcome> JetStreamJobStore::ApplyDeletion(DeletionPlan plan) {
+  return user_data_->ApplyDeletion(std::move(plan));
 }
 absl::StatusOr<std::optional<hookrelay::v1::Deletion>> JetStreamJobStore::GetDeletion(
-    std::string_view) {
-  return NotYet("deletion requests");
+    std::string_view id) {
+  return user_data_->GetDeletion(id);
 }
 absl::StatusOr<std::vector<hookrelay::v1::Deletion>> JetStreamJobStore::ListDeletions(
-    std::string_view, size_t) {
-  return NotYet("deletion requests");
+    std::string_view before_id, size_t limit) {
+  return user_data_->ListDeletions(before_id, limit);
 }
 absl::StatusOr<AudienceSyncInput> JetStreamJobStore::BeginAudienceSync(
-    std::string_view, const std::vector<std::string>&, absl::Time) {
-  return NotYet("audiences");
+    std::string_view audience_id, const std::vector<std::string>& sources, absl::Time now) {
+  return user_data_->BeginAudienceSync(audience_id, sources, now);
 }
 absl::StatusOr<std::vector<AudienceUser>> JetStreamJobStore::ReadAudienceUsers(
-    std::string_view, const std::vector<std::string>&, const std::vector<std::string>&) {
-  return NotYet("audiences");
+    std::string_view audience_id, const std::vector<std::string>& users,
+    const std::vector<std::string>& sources) {
+  return user_data_->ReadAudienceUsers(audience_id, users, sources);
 }
 absl::StatusOr<hookrelay::v1::AudienceState> JetStreamJobStore::CommitAudienceSync(
-    AudienceSyncPlan) {
-  return NotYet("audiences");
+    AudienceSyncPlan plan) {
+  return user_data_->CommitAudienceSync(std::move(plan));
 }
 absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> JetStreamJobStore::GetAudienceState(
-    std::string_view) {
-  return NotYet("audiences");
+    std::string_view audience_id) {
+  return user_data_->GetAudienceState(audience_id);
 }
-absl::Status JetStreamJobStore::DropAudience(std::string_view) { return NotYet("audiences"); }
+absl::Status JetStreamJobStore::DropAudience(std::string_view audience_id) {
+  return user_data_->DropAudience(audience_id);
+}
 absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
   kvEntry* entry = nullptr;
   const natsStatus s = RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); });
