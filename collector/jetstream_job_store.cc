@@ -27,6 +27,9 @@ namespace {
 using hookrelay::v1::Job;
 
 constexpr absl::Duration kRepublishFor = absl::Seconds(10);
+// A connection lost for longer than this makes the store unwritable (503, not ready); shorter
+// (a reconnect to another server of the cluster) is absorbed by the client's buffer.
+constexpr absl::Duration kWriteGrace = absl::Seconds(2);
 constexpr char kConfigBucket[] = "hr_config";
 constexpr char kConfigKey[] = "config";
 
@@ -289,13 +292,14 @@ void JetStreamJobStore::RepublishLoop() {
       }
     }
     for (const std::shared_ptr<Lookup>& lookup : expired) FinishLookup(lookup);
+    CheckConnection();
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || (!republish_.empty() && republish_.front().first <= absl::Now());
       };
-      const absl::Time next =
-          republish_.empty() ? absl::Now() + absl::Seconds(1) : republish_.front().first;
+      const absl::Time next = republish_.empty() ? absl::Now() + absl::Milliseconds(250)
+                                                 : republish_.front().first;
       mu_.AwaitWithDeadline(absl::Condition(&ready), next);
       if (stopping_) return;
       if (republish_.empty() || republish_.front().first > absl::Now()) continue;
@@ -306,8 +310,21 @@ void JetStreamJobStore::RepublishLoop() {
     jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
     const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
     if (s != NATS_OK) {
+      natsMsg* leased = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        if (auto it = settling_.find(msg); it != settling_.end()) {
+          leased = it->second.leased;
+          settling_.erase(it);
+        }
+      }
+      if (leased != nullptr) {  // A retry or dead letter not stored: the job comes back now.
+        natsMsg_Nak(leased, nullptr);
+        natsMsg_Destroy(leased);
+      } else {
+        Acked(msg, NatsError("publishing a job", s), false);
+      }
       if (owned != nullptr) natsMsg_Destroy(owned);
-      Acked(msg, NatsError("publishing a job", s), false);
     }
   }
 }
@@ -364,7 +381,7 @@ JetStreamJobStore::~JetStreamJobStore() {
     held_.clear();
     for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
     fetched_.clear();
-    for (auto& [msg, leased] : settling_) natsMsg_Destroy(leased);  // Their leases expire.
+    for (auto& [msg, settling] : settling_) natsMsg_Destroy(settling.leased);  // Leases expire.
     settling_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
@@ -398,9 +415,20 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
   auto* store = static_cast<JetStreamJobStore*>(self);
   natsMsg* leased = nullptr;
   {
+    const bool passing = pa == nullptr && pae != nullptr &&
+                         (pae->Err == NATS_NO_RESPONDERS || pae->Err == NATS_TIMEOUT);
+    const absl::Time now = absl::Now();
     absl::MutexLock lock(&store->mu_);
     if (auto it = store->settling_.find(msg); it != store->settling_.end()) {
-      leased = it->second;
+      // Passing (a node rejoining, an election): sent again after a pause, within a bound.
+      if (passing && !store->stopping_) {
+        if (it->second.first_failure == absl::InfiniteFuture()) it->second.first_failure = now;
+        if (now - it->second.first_failure < kRepublishFor) {
+          store->republish_.emplace_back(now + absl::Milliseconds(200), msg);
+          return;  // The message stays ours until it is sent again.
+        }
+      }
+      leased = it->second.leased;
       store->settling_.erase(it);
     }
   }
@@ -773,7 +801,7 @@ absl::Status JetStreamJobStore::PublishSettle(
   }
   if (s == NATS_OK) {
     absl::MutexLock lock(&mu_);
-    settling_[msg] = leased;
+    settling_[msg] = Settling{leased};
   }
   natsMsg* owned = msg;
   jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
@@ -854,7 +882,12 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
 }
 
 absl::Status JetStreamJobStore::WriteHealth() const {
-  if (natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED) return absl::OkStatus();
+  // A reconnect to another server within the grace period is invisible: publishes wait in the
+  // client's buffer and are acknowledged once it is back.
+  const int64_t since = events_->disconnected_since_ms;
+  if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) {
+    return absl::OkStatus();
+  }
   return absl::UnavailableError("cannot store events now: the JetStream cluster is unreachable; "
                                 "retry later");
 }
@@ -1150,21 +1183,38 @@ void JetStreamJobStore::WatchLoop(kvWatcher* watcher) {
 void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
-  common::LogWarning("lost the connection to the JetStream cluster: events are refused (503) "
-                     "until it is back",
-                     {{"nats_url", events->urls}});
-  if (events->writable != nullptr) events->writable->Set(0);
-  if (events->on_write_health) events->on_write_health(false);
+  int64_t connected = 0;
+  events->disconnected_since_ms.compare_exchange_strong(connected,
+                                                        absl::ToUnixMillis(absl::Now()));
+  common::LogInfo("lost the connection to a JetStream server; reconnecting (publishes are "
+                  "buffered meanwhile)",
+                  {{"nats_url", events->urls}});
 }
 
 void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
+  events->disconnected_since_ms = 0;
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
-  if (events->writable != nullptr) events->writable->Set(1);
-  if (events->on_write_health) events->on_write_health(true);
+  if (events->reported_down.exchange(false)) {
+    if (events->writable != nullptr) events->writable->Set(1);
+    if (events->on_write_health) events->on_write_health(true);
+  }
+}
+
+void JetStreamJobStore::CheckConnection() {
+  ConnectionEvents* events = events_;
+  const int64_t since = events->disconnected_since_ms;
+  if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) return;
+  if (events->reported_down.exchange(true)) return;
+  common::LogWarning("the JetStream cluster is unreachable: events are refused (503) until it is "
+                     "back",
+                     {{"nats_url", events->urls},
+                      {"disconnected_for", absl::FormatDuration(kWriteGrace)}});
+  if (events->writable != nullptr) events->writable->Set(0);
+  if (events->on_write_health) events->on_write_health(false);
 }
 
 void JetStreamJobStore::OnClosed(natsConnection*, void* closure) {

@@ -184,7 +184,14 @@ class JetStreamJobStore final : public JobStore {
     std::string urls;
     std::function<void(bool writable)> on_write_health;
     prometheus::Gauge* writable = nullptr;
+    // When the connection was lost (ms since the epoch), 0 while connected.
+    std::atomic<int64_t> disconnected_since_ms{0};
+    // Whether the store was reported unwritable (on_write_health(false)).
+    std::atomic<bool> reported_down{false};
   };
+  // Reports the store unwritable once the connection has been lost for longer than the grace
+  // period (from the republisher thread).
+  void CheckConnection();
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
@@ -206,7 +213,11 @@ class JetStreamJobStore final : public JobStore {
                              const std::vector<std::pair<std::string, std::string>>& headers,
                              natsMsg* leased);
   // Retry and dead-letter publishes in flight → the leased message each settles.
-  absl::flat_hash_map<natsMsg*, natsMsg*> settling_ ABSL_GUARDED_BY(mu_);
+  struct Settling {
+    natsMsg* leased = nullptr;
+    absl::Time first_failure = absl::InfiniteFuture();
+  };
+  absl::flat_hash_map<natsMsg*, Settling> settling_ ABSL_GUARDED_BY(mu_);
 
   const Options options_;
   const common::Clock& clock_;

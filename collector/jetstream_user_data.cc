@@ -649,7 +649,10 @@ void JetStreamUserData::CompactLoop() {
 
 absl::Status JetStreamUserData::RollUp(const std::string& subject) {
   // A delta arriving between the read and the rollup refuses it: read again, a few times.
+  // The pause grows (50 ms to 0.8 s): a replica a little behind answers the read with an older
+  // last sequence, and a burst of deltas passes.
   for (int attempt = 0; attempt < 5; ++attempt) {
+    if (attempt > 0) absl::SleepFor(absl::Milliseconds(50 << (attempt - 1)));
     absl::StatusOr<bool> rolled = TryRollUp(subject);
     if (!rolled.ok() || *rolled) return rolled.status();
   }
