@@ -165,7 +165,11 @@ void AudienceSyncer::SyncDue() {
     if (!due) continue;
     absl::MutexLock lock(&sync_mu_);
     absl::StatusOr<AudienceState> synced = Sync(a, *config);
-    if (!synced.ok()) {
+    if (absl::IsAborted(synced.status())) {
+      // An engine shared by several collectors: another one is syncing it (its turn).
+      common::LogDebug("audience sync left to another collector",
+                       {{"audience", a.id()}, {"reason", synced.status().message()}});
+    } else if (!synced.ok()) {
       common::LogWarning("audience sync failed",
                          {{"audience", a.id()}, {"error", synced.status().message()}});
     }

@@ -7,7 +7,9 @@
 // between evaluating and enqueueing neither duplicates nor skips a change.
 //
 // Time comes from the injected clock (window edges, intervals, timestamps); a ManualClock moves
-// 30-day windows in tests. Syncs run one at a time (the periodic loop and SyncNow share a lock).
+// 30-day windows in tests. Syncs run one at a time (the periodic loop and SyncNow share a lock);
+// on an engine shared by several collectors the store lets one at a time sync an audience and
+// answers ABORTED to the others (logged at debug level by the loop, returned by SyncNow).
 #ifndef HOOKRELAY_COLLECTOR_AUDIENCE_SYNCER_H_
 #define HOOKRELAY_COLLECTOR_AUDIENCE_SYNCER_H_
 

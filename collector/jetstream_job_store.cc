@@ -1,5 +1,7 @@
 #include "collector/jetstream_job_store.h"
 
+#include "collector/jetstream_user_data.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -25,14 +27,13 @@ namespace {
 using hookrelay::v1::Job;
 
 constexpr absl::Duration kRepublishFor = absl::Seconds(10);
+// A connection lost for longer than this makes the store unwritable (503, not ready); shorter
+// (a reconnect to another server of the cluster) is absorbed by the client's buffer.
+constexpr absl::Duration kWriteGrace = absl::Seconds(2);
 constexpr char kConfigBucket[] = "hr_config";
 constexpr char kConfigKey[] = "config";
 
 
-absl::Status NotYet(std::string_view what) {
-  return absl::UnimplementedError(absl::StrCat(
-      std::string(what), " is not available on the JetStream engine yet (issue 12); use --store=embedded"));
-}
 
 // Runs `call` again while it fails in a way that passes within seconds (a node rejoining, a leader
 // election: no responders, a timeout), for up to 10 s.
@@ -199,6 +200,10 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   s = natsConnection_JetStream(&store->js_, store->nc_, &js_options);
   if (s != NATS_OK) return NatsError("JetStream context", s);
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
+  absl::StatusOr<std::unique_ptr<JetStreamUserData>> user_data =
+      JetStreamUserData::Start(store->nc_, o.layout, clock);
+  if (!user_data.ok()) return user_data.status();
+  store->user_data_ = *std::move(user_data);
 
   // The configuration bucket: bound when it exists, created (replicated like the jobs) when not.
   s = RetryPassing([&] { return js_KeyValue(&store->config_kv_, store->js_, kConfigBucket); });
@@ -287,13 +292,14 @@ void JetStreamJobStore::RepublishLoop() {
       }
     }
     for (const std::shared_ptr<Lookup>& lookup : expired) FinishLookup(lookup);
+    CheckConnection();
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || (!republish_.empty() && republish_.front().first <= absl::Now());
       };
-      const absl::Time next =
-          republish_.empty() ? absl::Now() + absl::Seconds(1) : republish_.front().first;
+      const absl::Time next = republish_.empty() ? absl::Now() + absl::Milliseconds(250)
+                                                 : republish_.front().first;
       mu_.AwaitWithDeadline(absl::Condition(&ready), next);
       if (stopping_) return;
       if (republish_.empty() || republish_.front().first > absl::Now()) continue;
@@ -304,8 +310,21 @@ void JetStreamJobStore::RepublishLoop() {
     jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
     const natsStatus s = js_PublishMsgAsync(js_, &owned, &publish);
     if (s != NATS_OK) {
+      natsMsg* leased = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        if (auto it = settling_.find(msg); it != settling_.end()) {
+          leased = it->second.leased;
+          settling_.erase(it);
+        }
+      }
+      if (leased != nullptr) {  // A retry or dead letter not stored: the job comes back now.
+        natsMsg_Nak(leased, nullptr);
+        natsMsg_Destroy(leased);
+      } else {
+        Acked(msg, NatsError("publishing a job", s), false);
+      }
       if (owned != nullptr) natsMsg_Destroy(owned);
-      Acked(msg, NatsError("publishing a job", s), false);
     }
   }
 }
@@ -362,13 +381,14 @@ JetStreamJobStore::~JetStreamJobStore() {
     held_.clear();
     for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
     fetched_.clear();
-    for (auto& [msg, leased] : settling_) natsMsg_Destroy(leased);  // Their leases expire.
+    for (auto& [msg, settling] : settling_) natsMsg_Destroy(settling.leased);  // Leases expire.
     settling_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   if (js_ != nullptr) jsCtx_Destroy(js_);
+  user_data_.reset();  // Before the connection goes.
   if (events_ != nullptr) events_->store_closed = true;
   if (nc_ != nullptr) {
     natsConnection_Close(nc_);  // The closed callback frees events_.
@@ -395,9 +415,20 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
   auto* store = static_cast<JetStreamJobStore*>(self);
   natsMsg* leased = nullptr;
   {
+    const bool passing = pa == nullptr && pae != nullptr &&
+                         (pae->Err == NATS_NO_RESPONDERS || pae->Err == NATS_TIMEOUT);
+    const absl::Time now = absl::Now();
     absl::MutexLock lock(&store->mu_);
     if (auto it = store->settling_.find(msg); it != store->settling_.end()) {
-      leased = it->second;
+      // Passing (a node rejoining, an election): sent again after a pause, within a bound.
+      if (passing && !store->stopping_) {
+        if (it->second.first_failure == absl::InfiniteFuture()) it->second.first_failure = now;
+        if (now - it->second.first_failure < kRepublishFor) {
+          store->republish_.emplace_back(now + absl::Milliseconds(200), msg);
+          return;  // The message stays ours until it is sent again.
+        }
+      }
+      leased = it->second.leased;
       store->settling_.erase(it);
     }
   }
@@ -449,7 +480,8 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
     if (it == publishing_.end()) return;
     PendingAppend& p = *it->second.append;
     if (!status.ok() && p.status.ok()) p.status = status;
-    if (duplicate && p.result.stored[it->second.item]) {
+    // Not a job (an index entry or profile delta, JetStreamUserData::kNotAJob): no stored flag.
+    if (duplicate && it->second.item < p.result.stored.size() && p.result.stored[it->second.item]) {
       p.result.stored[it->second.item] = false;  // A racing copy of the event was stored first.
       if (duplicates_ != nullptr) duplicates_->Increment();
     }
@@ -622,6 +654,8 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
       msgs.emplace_back(msg, i);
     }
   }
+  // The events' index entries and profile deltas, acknowledged with the jobs.
+  user_data_->AddAppendMessages(items, publish, &msgs, &pending->done);
   if (msgs.empty()) {
     PublishMarkers(pending->markers);
     std::move(pending->done)(std::move(pending->result));
@@ -687,6 +721,11 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl
     }
     leased.job.set_id(meta->Sequence.Stream);
     jsMsgMetaData_Destroy(meta);
+    if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
+      natsMsg_Ack(msg, nullptr);
+      natsMsg_Destroy(msg);
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     const int64_t due = leased.job.due_unix_ms();
     if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
@@ -762,7 +801,7 @@ absl::Status JetStreamJobStore::PublishSettle(
   }
   if (s == NATS_OK) {
     absl::MutexLock lock(&mu_);
-    settling_[msg] = leased;
+    settling_[msg] = Settling{leased};
   }
   natsMsg* owned = msg;
   jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
@@ -785,6 +824,11 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   Job job;
   job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
   job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
   const absl::Time now = clock_.Now();
   RecordAttempt(attempt, absl::ToUnixMillis(now), job);
   job.set_due_unix_ms(absl::ToUnixMillis(not_before));
@@ -823,6 +867,11 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   Job job;
   job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
   job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
@@ -833,7 +882,12 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
 }
 
 absl::Status JetStreamJobStore::WriteHealth() const {
-  if (natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED) return absl::OkStatus();
+  // A reconnect to another server within the grace period is invisible: publishes wait in the
+  // client's buffer and are acknowledged once it is back.
+  const int64_t since = events_->disconnected_since_ms;
+  if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) {
+    return absl::OkStatus();
+  }
   return absl::UnavailableError("cannot store events now: the JetStream cluster is unreachable; "
                                 "retry later");
 }
@@ -968,37 +1022,40 @@ absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter& filter) {
   }
   return replayed;
 }
-absl::StatusOr<std::vector<std::string>> JetStreamJobStore::SourcesSeen(std::string_view) {
-  return NotYet("the per-user index");
+absl::StatusOr<std::vector<std::string>> JetStreamJobStore::SourcesSeen(std::string_view user_id) {
+  return user_data_->SourcesSeen(user_id);
 }
-absl::StatusOr<DeletionOutcome> JetStreamJobStore::ApplyDeletion(DeletionPlan) {
-  return NotYet("deletion requests");
+absl::StatusOr<DeletionOutcome> JetStreamJobStore::ApplyDeletion(DeletionPlan plan) {
+  return user_data_->ApplyDeletion(std::move(plan));
 }
 absl::StatusOr<std::optional<hookrelay::v1::Deletion>> JetStreamJobStore::GetDeletion(
-    std::string_view) {
-  return NotYet("deletion requests");
+    std::string_view id) {
+  return user_data_->GetDeletion(id);
 }
 absl::StatusOr<std::vector<hookrelay::v1::Deletion>> JetStreamJobStore::ListDeletions(
-    std::string_view, size_t) {
-  return NotYet("deletion requests");
+    std::string_view before_id, size_t limit) {
+  return user_data_->ListDeletions(before_id, limit);
 }
 absl::StatusOr<AudienceSyncInput> JetStreamJobStore::BeginAudienceSync(
-    std::string_view, const std::vector<std::string>&, absl::Time) {
-  return NotYet("audiences");
+    std::string_view audience_id, const std::vector<std::string>& sources, absl::Time now) {
+  return user_data_->BeginAudienceSync(audience_id, sources, now);
 }
 absl::StatusOr<std::vector<AudienceUser>> JetStreamJobStore::ReadAudienceUsers(
-    std::string_view, const std::vector<std::string>&, const std::vector<std::string>&) {
-  return NotYet("audiences");
+    std::string_view audience_id, const std::vector<std::string>& users,
+    const std::vector<std::string>& sources) {
+  return user_data_->ReadAudienceUsers(audience_id, users, sources);
 }
 absl::StatusOr<hookrelay::v1::AudienceState> JetStreamJobStore::CommitAudienceSync(
-    AudienceSyncPlan) {
-  return NotYet("audiences");
+    AudienceSyncPlan plan) {
+  return user_data_->CommitAudienceSync(std::move(plan));
 }
 absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> JetStreamJobStore::GetAudienceState(
-    std::string_view) {
-  return NotYet("audiences");
+    std::string_view audience_id) {
+  return user_data_->GetAudienceState(audience_id);
 }
-absl::Status JetStreamJobStore::DropAudience(std::string_view) { return NotYet("audiences"); }
+absl::Status JetStreamJobStore::DropAudience(std::string_view audience_id) {
+  return user_data_->DropAudience(audience_id);
+}
 absl::StatusOr<std::optional<std::string>> JetStreamJobStore::LoadConfig() {
   kvEntry* entry = nullptr;
   const natsStatus s = RetryPassing([&] { return kvStore_Get(&entry, config_kv_, kConfigKey); });
@@ -1126,21 +1183,38 @@ void JetStreamJobStore::WatchLoop(kvWatcher* watcher) {
 void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
-  common::LogWarning("lost the connection to the JetStream cluster: events are refused (503) "
-                     "until it is back",
-                     {{"nats_url", events->urls}});
-  if (events->writable != nullptr) events->writable->Set(0);
-  if (events->on_write_health) events->on_write_health(false);
+  int64_t connected = 0;
+  events->disconnected_since_ms.compare_exchange_strong(connected,
+                                                        absl::ToUnixMillis(absl::Now()));
+  common::LogInfo("lost the connection to a JetStream server; reconnecting (publishes are "
+                  "buffered meanwhile)",
+                  {{"nats_url", events->urls}});
 }
 
 void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
+  events->disconnected_since_ms = 0;
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
-  if (events->writable != nullptr) events->writable->Set(1);
-  if (events->on_write_health) events->on_write_health(true);
+  if (events->reported_down.exchange(false)) {
+    if (events->writable != nullptr) events->writable->Set(1);
+    if (events->on_write_health) events->on_write_health(true);
+  }
+}
+
+void JetStreamJobStore::CheckConnection() {
+  ConnectionEvents* events = events_;
+  const int64_t since = events->disconnected_since_ms;
+  if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) return;
+  if (events->reported_down.exchange(true)) return;
+  common::LogWarning("the JetStream cluster is unreachable: events are refused (503) until it is "
+                     "back",
+                     {{"nats_url", events->urls},
+                      {"disconnected_for", absl::FormatDuration(kWriteGrace)}});
+  if (events->writable != nullptr) events->writable->Set(0);
+  if (events->on_write_health) events->on_write_health(false);
 }
 
 void JetStreamJobStore::OnClosed(natsConnection*, void* closure) {

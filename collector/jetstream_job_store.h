@@ -21,8 +21,9 @@
 //   and the ack re-delivers (at-least-once).
 // - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
 //   dead letter's id is its HR_DEAD sequence.
-// - Deletions, the per-user index and audiences are not on this engine yet (issue 12): those
-//   calls answer UNIMPLEMENTED naming the issue.
+// - Deletions, the per-user index, profiles and audiences: JetStreamUserData
+//   (collector/jetstream_user_data.h), which this store owns; an event's index entry and profile
+//   delta are published and acknowledged with its jobs.
 #ifndef HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
 
@@ -56,6 +57,8 @@ class Registry;
 }  // namespace prometheus
 
 namespace hookrelay::collector {
+
+class JetStreamUserData;
 
 // Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
 std::string JetStreamToken(std::string_view id);
@@ -120,7 +123,7 @@ class JetStreamJobStore final : public JobStore {
   // from HR_DEAD. A crash in between replays it again at most once more (at-least-once).
   absl::StatusOr<size_t> Replay(const DeadFilter& filter) override;
 
-  // Not yet on this engine (issue 12): UNIMPLEMENTED.
+  // Delegated to JetStreamUserData.
   absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id) override;
   absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan) override;
   absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id) override;
@@ -181,7 +184,14 @@ class JetStreamJobStore final : public JobStore {
     std::string urls;
     std::function<void(bool writable)> on_write_health;
     prometheus::Gauge* writable = nullptr;
+    // When the connection was lost (ms since the epoch), 0 while connected.
+    std::atomic<int64_t> disconnected_since_ms{0};
+    // Whether the store was reported unwritable (on_write_health(false)).
+    std::atomic<bool> reported_down{false};
   };
+  // Reports the store unwritable once the connection has been lost for longer than the grace
+  // period (from the republisher thread).
+  void CheckConnection();
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
@@ -203,7 +213,11 @@ class JetStreamJobStore final : public JobStore {
                              const std::vector<std::pair<std::string, std::string>>& headers,
                              natsMsg* leased);
   // Retry and dead-letter publishes in flight → the leased message each settles.
-  absl::flat_hash_map<natsMsg*, natsMsg*> settling_ ABSL_GUARDED_BY(mu_);
+  struct Settling {
+    natsMsg* leased = nullptr;
+    absl::Time first_failure = absl::InfiniteFuture();
+  };
+  absl::flat_hash_map<natsMsg*, Settling> settling_ ABSL_GUARDED_BY(mu_);
 
   const Options options_;
   const common::Clock& clock_;
@@ -212,6 +226,7 @@ class JetStreamJobStore final : public JobStore {
   jsCtx* js_ = nullptr;
   natsSubscription* dispatch_ = nullptr;
   kvStore* config_kv_ = nullptr;
+  std::unique_ptr<JetStreamUserData> user_data_;
 
   absl::Mutex mu_;
   // Retries scheduled through the server by this collector, by due time (ms of the store's

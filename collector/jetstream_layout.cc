@@ -161,6 +161,37 @@ std::string DedupStreamConfig(const JetStreamLayout& layout) {
                       R"(,"max_msgs_per_subject":1,"allow_direct":true,"discard":"old"})");
 }
 
+namespace {
+// A limits stream of user data: `extra` settings appended.
+std::string UserDataConfig(const JetStreamLayout& layout, const char* name, const char* subjects,
+                           const std::string& extra) {
+  return absl::StrCat(R"({"name":")", name, R"(","subjects":[")", subjects,
+                      R"("],"retention":"limits","storage":"file","num_replicas":)",
+                      layout.replicas, R"(,"discard":"old")", extra, "}");
+}
+}  // namespace
+
+std::string UsersStreamConfig(const JetStreamLayout& layout) {
+  return UserDataConfig(layout, kUsersStream, kUsersSubjects, R"(,"max_msgs_per_subject":1)");
+}
+
+std::string ProfilesStreamConfig(const JetStreamLayout& layout) {
+  return UserDataConfig(layout, kProfilesStream, kProfilesSubjects,
+                        R"(,"allow_direct":true,"allow_rollup_hdrs":true,"duplicate_window":)" +
+                            absl::StrCat(absl::ToInt64Nanoseconds(layout.duplicate_window)));
+}
+
+std::string DeletionsStreamConfig(const JetStreamLayout& layout) {
+  return UserDataConfig(layout, kDeletionsStream, kDeletionsSubjects,
+                        R"(,"max_msgs_per_subject":1)");
+}
+
+std::string AudiencesStreamConfig(const JetStreamLayout& layout) {
+  return UserDataConfig(layout, kAudiencesStream, kAudiencesSubjects,
+                        R"(,"max_msgs_per_subject":1,"duplicate_window":)" +
+                            absl::StrCat(absl::ToInt64Nanoseconds(layout.duplicate_window)));
+}
+
 std::string DispatchConsumerConfig(const JetStreamLayout& layout) {
   return absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":{"durable_name":")",
                       kDispatchConsumer, R"(","filter_subject":")", kReadySubjects,
@@ -201,6 +232,35 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
                       "--dedup_window"},
                      {"max_msgs_per_subject", "1", "one marker per event"},
                      {"allow_direct", "true", "batched marker lookups"}});
+  if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kUsersStream, internal::UsersStreamConfig(layout),
+                    {{"subjects", kUsersSubjects, "the sources each user was seen in"},
+                     {"storage", "file", "the index survives restarts"},
+                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"max_msgs_per_subject", "1", "one entry per user and source"}});
+  if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kProfilesStream, internal::ProfilesStreamConfig(layout),
+                    {{"subjects", kProfilesSubjects, "profile deltas by source and user"},
+                     {"storage", "file", "profiles survive restarts"},
+                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"max_msgs_per_subject", "-1", "every delta of a profile is kept"},
+                     {"max_age", "0", "profiles are kept until deleted"},
+                     {"allow_direct", "true", "batched profile reads"},
+                     {"allow_rollup_hdrs", "true", "profiles are rolled up"}});
+  if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kDeletionsStream, internal::DeletionsStreamConfig(layout),
+                    {{"subjects", kDeletionsSubjects, "deletion records and request ids"},
+                     {"storage", "file", "deletion records survive restarts"},
+                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"max_msgs_per_subject", "1", "one record per deletion"},
+                     {"max_age", "0", "deletion records are kept"}});
+  if (!st.ok()) return st;
+  st = EnsureStream(nc, layout, kAudiencesStream, internal::AudiencesStreamConfig(layout),
+                    {{"subjects", kAudiencesSubjects, "audience states and memberships"},
+                     {"storage", "file", "memberships sent survive restarts"},
+                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"max_msgs_per_subject", "1", "one value per key"},
+                     {"max_age", "0", "memberships are kept"}});
   if (!st.ok()) return st;
 
   const std::string what = absl::StrCat("JetStream consumer ", kJobsStream, "/", kDispatchConsumer);

@@ -13,6 +13,10 @@
 //   HR_DEDUP  subjects hr.dedup.<128-bit hash of the dedup key>: one marker per accepted event,
 //             kept `dedup_window` (max age), one per subject, direct gets allowed (the
 //             de-duplication lookup reads them in batches).
+//   HR_USERS, HR_PROFILES, HR_DELETIONS, HR_AUDIENCES: deletions and audiences
+//             (collector/jetstream_user_data.h): limits retention, file storage, `replicas`
+//             copies; one message per subject except HR_PROFILES (deltas, rolled up; direct
+//             gets allowed for batched reads).
 //   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready.>, explicit acks, ack wait = the
 //             lease, no delivery limit (retries are hookrelay's, by schedule).
 //
@@ -44,6 +48,14 @@ inline constexpr char kReadySubjects[] = "hr.jobs.ready.>";
 inline constexpr char kScheduleSubjects[] = "hr.jobs.sched.>";
 inline constexpr char kDeadSubjects[] = "hr.dead.>";
 inline constexpr char kDedupSubjects[] = "hr.dedup.*";
+inline constexpr char kUsersStream[] = "HR_USERS";
+inline constexpr char kUsersSubjects[] = "hr.users.*.*";
+inline constexpr char kProfilesStream[] = "HR_PROFILES";
+inline constexpr char kProfilesSubjects[] = "hr.prof.*.*";
+inline constexpr char kDeletionsStream[] = "HR_DELETIONS";
+inline constexpr char kDeletionsSubjects[] = "hr.del.>";
+inline constexpr char kAudiencesStream[] = "HR_AUDIENCES";
+inline constexpr char kAudiencesSubjects[] = "hr.aud.>";
 
 struct JetStreamLayout {
   // --nats_replicas: copies of every stream (1, 3 or 5).
@@ -80,6 +92,10 @@ namespace internal {
 std::string JobsStreamConfig(const JetStreamLayout& layout);
 std::string DeadStreamConfig(const JetStreamLayout& layout);
 std::string DedupStreamConfig(const JetStreamLayout& layout);
+std::string UsersStreamConfig(const JetStreamLayout& layout);
+std::string ProfilesStreamConfig(const JetStreamLayout& layout);
+std::string DeletionsStreamConfig(const JetStreamLayout& layout);
+std::string AudiencesStreamConfig(const JetStreamLayout& layout);
 std::string DispatchConsumerConfig(const JetStreamLayout& layout);
 }  // namespace internal
 

@@ -21,9 +21,8 @@ class Server {
     // API. Empty = none: the collector starts with what the admin API stored (SPEC §9).
     std::string config_path;
     std::string data_dir = "./data";
-    // "embedded" (RocksDB under data_dir) or "jetstream" (a NATS JetStream cluster at nats_url,
-    // a preview: ingest, delivery, retries, dead-lettering and run-time config; see
-    // docs/DESIGN.md, "The JetStream engine").
+    // "embedded" (RocksDB under data_dir) or "jetstream" (a NATS JetStream cluster at nats_url
+    // shared by any number of collectors; docs/DESIGN.md, "The JetStream engine").
     std::string store = "embedded";
     std::string nats_url;
     int nats_replicas = 3;

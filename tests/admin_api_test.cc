@@ -277,9 +277,6 @@ TEST_P(AdminApiTest, SetupFlowFromAnEmptyCollector) {
 // identify per member with context.personas; a later sync only the change; a deletion sends the
 // delete body exactly, purges, and the member count drops with no identify following.
 TEST_P(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
-  if (GetParam() == "jetstream") {
-    GTEST_SKIP() << "deletions and audiences are not on the JetStream engine yet (issue 12)";
-  }
   StartCollector();
   StartDeliverer();
   HttpResponse r =

@@ -81,6 +81,16 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(dedup, HasSubstr(R"("max_age":86400000000000)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("max_msgs_per_subject":1)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("allow_direct":true)")) << dedup;
+  // Deletions and audiences (collector/jetstream_user_data.h).
+  for (const char* stream : {"HR_USERS", "HR_PROFILES", "HR_DELETIONS", "HR_AUDIENCES"}) {
+    const std::string info = Api(absl::StrCat("$JS.API.STREAM.INFO.", stream));
+    EXPECT_THAT(info, HasSubstr(R"("num_replicas":3)")) << info;
+    EXPECT_THAT(info, HasSubstr(R"("storage":"file")")) << info;
+  }
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_USERS"), HasSubstr(R"("max_msgs_per_subject":1)"));
+  const std::string profiles = Api("$JS.API.STREAM.INFO.HR_PROFILES");
+  EXPECT_THAT(profiles, HasSubstr(R"("allow_rollup_hdrs":true)")) << profiles;
+  EXPECT_THAT(profiles, HasSubstr(R"("max_msgs_per_subject":-1)")) << profiles;
 
   // Idempotent: a second collector starting finds everything as it should be.
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());
@@ -124,6 +134,25 @@ TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {
   EXPECT_THAT(st.message(), HasSubstr("JetStream stream HR_DEAD exists with other settings"));
   EXPECT_THAT(st.message(), HasSubstr("subjects is other.>, hookrelay needs hr.dead.>"));
   EXPECT_THAT(st.message(), HasSubstr("storage is memory, hookrelay needs file"));
+}
+
+TEST_F(JetStreamLayoutTest, ProfilesKeepingOneMessagePerSubjectAreRefused) {
+  // A profile stream that would drop all but the last delta of each profile.
+  std::string answer;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    answer = Api("$JS.API.STREAM.CREATE.HR_PROFILES",
+                 R"({"name":"HR_PROFILES","subjects":["hr.prof.*.*"],"storage":"file",)"
+                 R"("num_replicas":3,"max_msgs_per_subject":1,"allow_direct":true,)"
+                 R"("allow_rollup_hdrs":true})");
+    if (!absl::StrContains(answer, "\"error\"") && !answer.empty()) break;
+    absl::SleepFor(absl::Milliseconds(300));
+  } while (absl::Now() < deadline);
+  ASSERT_FALSE(absl::StrContains(answer, "\"error\"")) << answer;
+  const absl::Status st = Ensure(JetStreamLayout());
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("JetStream stream HR_PROFILES exists with other settings"));
+  EXPECT_THAT(st.message(), HasSubstr("max_msgs_per_subject is 1, hookrelay needs -1"));
 }
 
 TEST(JetStreamLayoutOptionsTest, BadOptions) {

@@ -40,7 +40,8 @@ absl::Status Empty(const std::string& urls) {
   if (s != NATS_OK) {
     st = absl::UnavailableError(absl::StrCat("connecting to ", urls, ": ", natsStatus_GetText(s)));
   }
-  for (const char* stream : {"HR_JOBS", "HR_DEAD", "HR_DEDUP", "KV_hr_config"}) {
+  for (const char* stream : {"HR_JOBS", "HR_DEAD", "HR_DEDUP", "HR_USERS", "HR_PROFILES",
+                             "HR_DELETIONS", "HR_AUDIENCES", "KV_hr_config"}) {
     if (!st.ok()) break;
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<collector::JetStreamApiReply> reply = collector::JetStreamApi(

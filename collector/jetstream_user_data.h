@@ -1,0 +1,220 @@
+// The JetStream engine's user data (issue 12; SPEC §6): the per-user index, deletions, profiles
+// and audiences, owned by JetStreamJobStore and given its connection. docs/DESIGN.md ("The
+// JetStream engine", "Deletions and audiences on JetStream") says why it is shaped this way.
+//
+// Streams (created and checked with the others, collector/jetstream_layout.h):
+//   HR_USERS      hr.users.<U>.<S>: the user was seen in the source (one message per subject).
+//                 Published with the event's jobs when this collector's cache of pairs already
+//                 written misses.
+//   HR_PROFILES   hr.prof.<S>.<U>: one message per v1::ProfileDelta (published with the event's
+//                 jobs, Nats-Msg-Id from the event's dedup marker), folded on read; a read that
+//                 folds many, and a background thread for profiles this collector published
+//                 many deltas to, roll them up into one v1::Profile (Nats-Rollup: sub, header
+//                 Hr-Profile: full, refused if a delta arrived meanwhile). The stream sequence is
+//                 the profile change log: a sync reads hr.prof.<S>.* from its cursor.
+//   HR_DELETIONS  hr.del.rec.<deletion id>: the record (state unset while applying, COMPLETED
+//                 once done; header Hr-Jobs-Upto); hr.del.req.<request id>: the claim of a
+//                 request id (published with Nats-Expected-Last-Subject-Sequence 0).
+//   HR_AUDIENCES  hr.aud.state.<A> (v1::AudienceState), hr.aud.m.<A>.<U> (a membership as last
+//                 sent), hr.aud.rx.<A>.<minute>.<ms>.<U> (evaluate again then), hr.aud.lock.<A>
+//                 (the collector syncing it, with an expiry). One message per subject.
+// <U>, <S>, <A> are JetStreamToken()s.
+//
+// A deletion (ApplyDeletion) cannot be one atomic write across streams. It claims the request
+// id, records "applying" with the HR_JOBS sequence L it purges up to, purges by subject (the
+// user's ready and scheduled jobs of each source with a sequence <= L, dead letters, index
+// entries, profiles), removes memberships (member counts by compare-and-set), publishes the
+// notifications (Nats-Msg-Id del-<id>-<n>) and records COMPLETED. A re-run of the request id
+// resumes an unfinished one, or answers the completed record. A job leased while its subject
+// was purged finishes its attempt: Retry and Bury drop it (PurgedByDeletion), every collector
+// learning L from the records it sees on hr.del.rec.>.
+//
+// An audience sync takes hr.aud.lock.<A> (compare-and-set; another collector syncing it makes
+// BeginAudienceSync answer ABORTED), reads profile messages with batched direct gets confirmed
+// by the stream leader (nothing newer than what a lagging replica answered is missed), reads
+// memberships from the leader, and commits in an order safe to re-run: identify jobs (Nats-Msg-Id
+// from the state's sequence, user, direction and destination), memberships, rechecks, then the
+// state (compare-and-set, retried over deletions' count changes) and the lock's release.
+//
+// Thread-safe.
+#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_
+#define HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_
+
+#include <nats/nats.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "collector/jetstream_layout.h"
+#include "collector/job_store.h"
+#include "common/clock.h"
+
+namespace hookrelay::collector {
+
+class JetStreamUserData {
+ public:
+  // Not owned; `nc` must outlive this object (destroy it before closing the connection).
+  static absl::StatusOr<std::unique_ptr<JetStreamUserData>> Start(natsConnection* nc,
+                                                                 const JetStreamLayout& layout,
+                                                                 const common::Clock& clock);
+  ~JetStreamUserData();
+
+  // The append hook: for each item to publish (publish[i]), the messages that go with its jobs
+  // (its index entry on a cache miss, its profile delta), appended to `out` with item index
+  // kNotAJob. The caller publishes and acknowledges them like the jobs. `done` is wrapped so that
+  // the index pairs of stored items enter the cache once the append succeeded.
+  static constexpr size_t kNotAJob = ~size_t{0};
+  void AddAppendMessages(const std::vector<AppendItem>& items, const std::vector<bool>& publish,
+                         std::vector<std::pair<natsMsg*, size_t>>* out,
+                         JobStore::AppendCallback* done);
+
+  // The Lease / Retry / Bury hook: whether the job `job_id` (its HR_JOBS sequence), fetched or
+  // leased by this collector, was purged by a deletion meanwhile: it is not handed out, or its
+  // attempt's outcome is dropped.
+  bool PurgedByDeletion(const hookrelay::v1::Job& job, uint64_t job_id);
+
+  absl::StatusOr<std::vector<std::string>> SourcesSeen(std::string_view user_id);
+  absl::StatusOr<DeletionOutcome> ApplyDeletion(DeletionPlan plan);
+  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> GetDeletion(std::string_view id);
+  absl::StatusOr<std::vector<hookrelay::v1::Deletion>> ListDeletions(std::string_view before_id,
+                                                                     size_t limit);
+  absl::StatusOr<AudienceSyncInput> BeginAudienceSync(std::string_view audience_id,
+                                                      const std::vector<std::string>& sources,
+                                                      absl::Time now);
+  absl::StatusOr<std::vector<AudienceUser>> ReadAudienceUsers(
+      std::string_view audience_id, const std::vector<std::string>& users,
+      const std::vector<std::string>& sources);
+  absl::StatusOr<hookrelay::v1::AudienceState> CommitAudienceSync(AudienceSyncPlan plan);
+  absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> GetAudienceState(
+      std::string_view audience_id);
+  absl::Status DropAudience(std::string_view audience_id);
+
+  // One message of a stream as read back.
+  struct Stored {
+    uint64_t seq = 0;
+    std::string subject;
+    std::string data;
+    bool full_profile = false;  // Hr-Profile: full
+    uint64_t pending = 0;       // direct gets: matching messages after this one
+  };
+
+ private:
+  JetStreamUserData(natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock);
+
+  // A request and its answers. A direct batch get answers several messages and a status.
+  struct Request {
+    std::string subject;
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+  };
+  struct Answer {
+    std::vector<Stored> messages;  // direct gets: the messages; otherwise the body in [0].data
+    std::string status;            // "" or the status of the last message (204, 404, ...)
+  };
+  // Sends the requests pipelined (a window at a time) and collects their answers; requests
+  // answered by a passing failure (no responders, no answer) are
+  // sent again for up to 10 s. `batch`: answers end with a status message (direct gets).
+  absl::StatusOr<std::vector<Answer>> Exchange(const std::vector<Request>& requests, bool batch);
+
+  // The JSON API with passing failures retried.
+  absl::StatusOr<JetStreamApiReply> Api(const std::string& subject, const std::string& body);
+  absl::StatusOr<uint64_t> LastSeq(const char* stream);
+  // The subjects of `stream` matching `filter` (STREAM.INFO subjects_filter, paged).
+  absl::StatusOr<std::vector<std::string>> Subjects(const char* stream, const std::string& filter);
+  // Purges `filter`; below_seq > 0 keeps messages with a sequence >= below_seq. How many went.
+  absl::StatusOr<uint64_t> Purge(const char* stream, const std::string& filter,
+                                 uint64_t below_seq = 0);
+  // The last message of `subject`, read from the stream leader.
+  absl::StatusOr<std::optional<Stored>> GetLast(const char* stream, const std::string& subject);
+  // Publishes one message and waits for its ack: the sequence, or FAILED_PRECONDITION when an
+  // expected-last-subject-sequence header was not met.
+  absl::StatusOr<uint64_t> Publish(Request request);
+  // Publishes many (pipelined); every one acknowledged or an error.
+  absl::Status PublishAll(const std::vector<Request>& requests);
+  // STREAM.MSG.GET requests (answered by the stream leader), pipelined: each body's message or
+  // nullopt.
+  absl::StatusOr<std::vector<std::optional<Stored>>> LeaderGets(
+      const char* stream, const std::vector<std::string>& bodies);
+  // Every message matching each filter, in order, none missed by a lagging replica.
+  absl::StatusOr<std::vector<std::vector<Stored>>> ReadAll(const char* stream,
+                                                           const std::vector<std::string>& filters);
+  // The last message of each subject that has one, from the leader.
+  absl::StatusOr<std::vector<Stored>> LastOf(const char* stream,
+                                             const std::vector<std::string>& subjects);
+
+  // Profiles rolled up off the ingest path: a subject this collector published kCompactAfter
+  // deltas to since it last queued it is folded and rolled up by the compactor thread (so that
+  // profiles no audience reads stay bounded too).
+  void CompactLoop();
+  absl::Status RollUp(const std::string& subject);
+  absl::StatusOr<bool> TryRollUp(const std::string& subject);  // false: refused, a delta came
+
+  // Deletion records published by any collector: cache invalidation and purge marks.
+  static void OnRecord(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
+  void NotePurge(const hookrelay::v1::Deletion& record, uint64_t jobs_upto);
+  absl::StatusOr<DeletionOutcome> Resume(DeletionPlan& plan, const std::string& earlier_id);
+  absl::StatusOr<DeletionOutcome> Apply(DeletionPlan& plan);
+  absl::Status RemoveMembership(const std::string& audience, const std::string& user,
+                                bool* removed);
+  // Read-modify-write of an audience's state, retried on concurrent changes. `change` returns
+  // false to give up (nothing written).
+  absl::StatusOr<hookrelay::v1::AudienceState> UpdateState(
+      const std::string& audience,
+      absl::AnyInvocable<absl::StatusOr<bool>(std::optional<hookrelay::v1::AudienceState>&)>
+          change);
+
+  natsConnection* const nc_;
+  const JetStreamLayout layout_;
+  const common::Clock& clock_;
+  const std::string owner_;  // This process, in audience locks.
+  std::string inbox_;
+  std::atomic<uint64_t> next_exchange_{1};
+  std::atomic<uint64_t> next_publish_{1};
+  natsSubscription* records_ = nullptr;
+
+  // (user, source) pairs whose index entry is known written: a direct-mapped cache of pair
+  // hashes (0 = empty), cleared by every deletion this collector sees.
+  // Shared with the append callbacks it wraps, which may run after this object is gone.
+  static constexpr size_t kSeenCacheSlots = size_t{1} << 16;
+  struct SeenCache;
+  std::shared_ptr<SeenCache> seen_;
+
+  absl::Mutex compact_mu_;
+  absl::flat_hash_map<std::string, int> deltas_published_ ABSL_GUARDED_BY(compact_mu_);
+  std::deque<std::string> compact_queue_ ABSL_GUARDED_BY(compact_mu_);
+  bool stopping_ ABSL_GUARDED_BY(compact_mu_) = false;
+  std::thread compactor_;
+
+  std::atomic<bool> any_purges_{false};
+  absl::Mutex mu_;
+  // Purge marks: pair hash → (HR_JOBS sequence purged up to, when noted), kept kPurgeMarkFor.
+  absl::flat_hash_map<uint64_t, std::pair<uint64_t, absl::Time>> purged_ ABSL_GUARDED_BY(mu_);
+  // Per audience, what BeginAudienceSync saw: the state's sequence and last sync time.
+  struct SyncSeen {
+    uint64_t state_seq = 0;
+    int64_t last_sync_ms = -1;
+    uint64_t lock_seq = 0;
+    absl::Time lock_refreshed;
+  };
+  absl::flat_hash_map<std::string, SyncSeen> syncs_ ABSL_GUARDED_BY(mu_);
+};
+
+// The 64-bit hash of a (user, source) pair used by the cache and the purge marks.
+uint64_t UserSourceHash(std::string_view user, std::string_view source);
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_

@@ -1,0 +1,667 @@
+// Deletions, the per-user index and audiences on the JetStream engine (issue 12; SPEC §6), on a
+// real 3-node cluster at 3 replicas: the same observable behaviour as the embedded engine's tests
+// (collector/rocksdb_job_store_test.cc, collector/audience_syncer_test.cc) — purge by user and
+// source of ready, scheduled, leased and dead jobs, the sources-seen index, idempotent request
+// ids, records listed newest first, first and later audience syncs, window expiry on a manual
+// clock, deleted members, a deletion between evaluation and commit, dropped audiences, one sync
+// at a time across collectors — and the cost the index and profiles add to Append.
+#include <nats/nats.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "collector/audience_eval.h"
+#include "collector/audience_syncer.h"
+#include "collector/jetstream_job_store.h"
+#include "collector/job_store.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "hookrelay/v1/config.pb.h"
+#include "tests/test_engines.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::AudienceState;
+using hookrelay::v1::Config;
+using hookrelay::v1::Job;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+constexpr char kConfig[] = R"({
+  "sources": [{"id":"web","kind":"WEB","write_keys":["wk1"]},
+              {"id":"ios","kind":"MOBILE","write_keys":["wk2"]},
+              {"id":"srv","kind":"SERVER","write_keys":["wk3"]}],
+  "destinations": [
+    {"id":"hook","type":"webhooks","sources":["web"],"enabled":true,"urls":[{"url":"https://a.example/x"}]},
+    {"id":"hook-ios","type":"webhooks","sources":["ios"],"enabled":true,"urls":[{"url":"https://b.example/x"}]},
+    {"id":"hook-off","type":"webhooks","sources":["web","ios"],"enabled":false,"urls":[{"url":"https://c.example/x"}]},
+    {"id":"hook-srv","type":"webhooks","sources":["srv"],"enabled":true,"urls":[{"url":"https://d.example/x"}]}],
+  "audiences": [{"id":"aud_power","name":"Power Users!","sources":["web","ios"],
+    "rule":{"match":"any","conditions":[
+      {"trait":"plan","op":"eq","value":"pro"},
+      {"event":"Order Completed","count_gte":3,"within":"30d"}]}}]
+})";
+
+class JetStreamUserDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<test::EngineSetup> engine = test::PrepareEngine("jetstream");
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    urls_ = engine->nats_url;
+    config_ = std::make_shared<Config>();
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(kConfig, config_.get()).ok());
+    store_ = Open();
+    ASSERT_NE(store_, nullptr);
+    AudienceSyncer::Options syncer_options;
+    syncer_options.clock = &clock_;
+    syncer_options.chunk = 2;  // Several chunks even with a few users.
+    syncer_ = std::make_unique<AudienceSyncer>(syncer_options, *store_);
+    syncer_->SetConfig(config_);
+  }
+  void TearDown() override {
+    syncer_.reset();
+    store_.reset();
+  }
+
+  std::unique_ptr<JetStreamJobStore> Open() {
+    JetStreamJobStore::Options options;
+    options.urls = urls_;
+    options.clock = &clock_;
+    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  void Restart() {
+    syncer_.reset();
+    store_.reset();
+    store_ = Open();
+    AudienceSyncer::Options syncer_options;
+    syncer_options.clock = &clock_;
+    syncer_options.chunk = 2;
+    syncer_ = std::make_unique<AudienceSyncer>(syncer_options, *store_);
+    syncer_->SetConfig(config_);
+  }
+
+  // An event as ingest records it: a job to `destination` (none when empty), the index fields
+  // and the profile delta.
+  AppendItem Item(const std::string& source, const std::string& user,
+                  hookrelay::v1::EventType type, const std::string& event,
+                  const std::string& traits, const std::string& destination) {
+    const AudienceInputs inputs(*config_);
+    AppendItem item;
+    const std::string message = absl::StrCat("m", ++messages_);
+    item.dedup_key = DedupKey(source, message);
+    item.user_id = user;
+    item.source_id = source;
+    hookrelay::v1::ProfileDelta delta;
+    if (inputs.DeltaFor(source, type, event, traits, clock_.Now(), &delta)) {
+      delta.SerializeToString(&item.profile_delta);
+      item.log_profile_change = true;
+    }
+    if (!destination.empty()) {
+      Job& job = item.jobs.emplace_back();
+      job.set_source_id(source);
+      job.set_destination_id(destination);
+      job.set_type(type);
+      job.set_message_id(message);
+      job.set_user_id(user);
+      job.set_event_json(absl::StrCat(R"({"messageId":")", message, R"("})"));
+    }
+    return item;
+  }
+  void Append(std::vector<AppendItem> items) {
+    absl::Notification done;
+    store_->Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+  void Identify(const std::string& source, const std::string& user, const std::string& traits) {
+    Append({Item(source, user, hookrelay::v1::IDENTIFY, "", traits, "")});
+  }
+  void Order(const std::string& source, const std::string& user) {
+    Append({Item(source, user, hookrelay::v1::TRACK, "Order Completed", "", "")});
+  }
+
+  // Leases until `n` jobs came or `wait` passed.
+  std::vector<LeasedJob> LeaseN(size_t n, absl::Duration wait = absl::Seconds(10)) {
+    std::vector<LeasedJob> out;
+    const absl::Time deadline = absl::Now() + wait;
+    while (out.size() < n && absl::Now() < deadline) {
+      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(n - out.size(), absl::Seconds(90));
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok()) break;
+      for (LeasedJob& j : *got) out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  AudienceState Sync() {
+    absl::StatusOr<AudienceState> state = syncer_->SyncNow("aud_power");
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.value_or(AudienceState());
+  }
+
+  // The identify calls enqueued since the last call: "user:destination:true|false".
+  std::vector<std::string> Sent() {
+    std::vector<std::string> out;
+    for (const LeasedJob& j : LeaseN(1000, absl::Milliseconds(500))) {
+      const std::string& body = j.job.event_json();
+      EXPECT_EQ(j.job.type(), hookrelay::v1::IDENTIFY);
+      const bool member = body.find(R"("power_users":true)") != std::string::npos;
+      EXPECT_TRUE(member || body.find(R"("power_users":false)") != std::string::npos) << body;
+      out.push_back(absl::StrCat(j.job.user_id(), ":", j.job.destination_id(), ":",
+                                 member ? "true" : "false"));
+      EXPECT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+    }
+    return out;
+  }
+
+  static DeletionPlan MakeDeletion(const std::string& id, const std::string& user,
+                                   std::vector<std::string> sources,
+                                   const std::string& request_id = "") {
+    DeletionPlan plan;
+    plan.record.set_id(id);
+    plan.record.set_user_id(user);
+    plan.record.set_request_id(request_id);
+    for (const std::string& s : sources) {
+      plan.record.add_source_ids(s);
+      Job& job = plan.notifications.emplace_back();
+      job.set_source_id(s);
+      job.set_destination_id("d1");
+      job.set_type(hookrelay::v1::DELETE);
+      job.set_message_id(absl::StrCat(id, "/", s));
+      job.set_user_id(user);
+    }
+    return plan;
+  }
+
+  common::ManualClock clock_{absl::FromUnixSeconds(20834LL * 86400)};
+  std::string urls_;
+  std::shared_ptr<Config> config_;
+  std::unique_ptr<JetStreamJobStore> store_;
+  std::unique_ptr<AudienceSyncer> syncer_;
+  int messages_ = 0;
+};
+
+hookrelay::v1::Attempt MakeAttempt() {
+  hookrelay::v1::Attempt attempt;
+  attempt.set_at_unix_ms(absl::ToUnixMillis(absl::Now()));
+  attempt.add_urls()->set_status(500);
+  return attempt;
+}
+
+// The user's ready, scheduled, leased and dead jobs of the deleted source go; other sources and
+// users stay; the notification is enqueued; a job leased meanwhile is dropped, not retried.
+TEST_F(JetStreamUserDataTest, DeletionPurgesTheUsersJobsOfItsSources) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1"),
+          Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1"),
+          Item("s2", "u1", TRACK, "e", "", "d1"), Item("s1", "u2", TRACK, "e", "", "d1")});
+  std::vector<LeasedJob> leased = LeaseN(3);  // the first three: u1, s1
+  ASSERT_EQ(leased.size(), 3u);
+  ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease,
+                            clock_.Now() + absl::Hours(1), MakeAttempt()).ok());
+  ASSERT_TRUE(store_->Bury(leased[1].job.id(), leased[1].lease, "400", MakeAttempt()).ok());
+  EXPECT_EQ(store_->Counts().dead, 1);
+
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->created);
+  EXPECT_EQ(outcome->record.state(), hookrelay::v1::Deletion::COMPLETED);
+  EXPECT_EQ(outcome->record.notifications(), 1u);
+  // The fourth (ready), the first (scheduled) and the third (leased); the second was dead.
+  EXPECT_EQ(outcome->record.purged_jobs(), 3u);
+  EXPECT_EQ(outcome->record.purged_dead_letters(), 1u);
+  EXPECT_LT(outcome->keys_touched, 20u);
+  EXPECT_EQ(store_->Counts().dead, 0);
+  EXPECT_THAT(store_->ListDead({}).value_or(std::vector<Job>{Job()}), IsEmpty());
+  // The leased job's attempt failed: dropped, not retried (nor buried).
+  EXPECT_EQ(store_->Retry(leased[2].job.id(), leased[2].lease, clock_.Now(), MakeAttempt()).code(),
+            absl::StatusCode::kNotFound);
+
+  std::vector<LeasedJob> rest = LeaseN(3);
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
+  std::vector<std::string> seen;
+  for (const LeasedJob& job : rest) {
+    seen.push_back(absl::StrCat(job.job.user_id(), "/", job.job.source_id(), "/",
+                                job.job.type() == hookrelay::v1::DELETE ? "delete" : "track"));
+  }
+  EXPECT_THAT(seen, UnorderedElementsAre("u1/s2/track", "u2/s1/track", "u1/s1/delete"));
+  // A new event of the user after the deletion is kept, and its retry is not dropped.
+  Append({Item("s1", "u1", TRACK, "e", "", "d1")});
+  std::vector<LeasedJob> fresh = LeaseN(1);
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_TRUE(store_->Retry(fresh[0].job.id(), fresh[0].lease, clock_.Now(), MakeAttempt()).ok());
+  EXPECT_EQ(LeaseN(1).size(), 1u);
+}
+
+// The sources a user was seen in come from the index written with the append (events without
+// jobs too); a deletion forgets the pairs it covered, and a later event is indexed again.
+TEST_F(JetStreamUserDataTest, SourcesSeenIndex) {
+  using hookrelay::v1::TRACK;
+  Append({Item("web", "u1", TRACK, "e", "", "d1"), Item("ios", "u1", TRACK, "e", "", ""),
+          Item("web", "u1", TRACK, "e", "", "d1"), Item("web", "u2", TRACK, "e", "", "d1"),
+          Item("web", std::string("u\0x", 3), TRACK, "e", "", "d1")});
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
+              ElementsAre("ios", "web"));
+  EXPECT_THAT(store_->SourcesSeen("u").value_or(std::vector<std::string>{"x"}), IsEmpty());
+  EXPECT_THAT(store_->SourcesSeen(std::string("u\0x", 3)).value_or(std::vector<std::string>{}),
+              ElementsAre("web"));
+  EXPECT_THAT(store_->SourcesSeen("nobody").value_or(std::vector<std::string>{"x"}), IsEmpty());
+
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"web"})).ok());
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}), ElementsAre("ios"));
+  Append({Item("web", "u1", TRACK, "e", "", "")});  // Seen again after the deletion.
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
+              ElementsAre("ios", "web"));
+  // Another collector (its own cache) after a deletion made through this one.
+  std::unique_ptr<JetStreamJobStore> other = Open();
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_2", "u1", {"web", "ios"})).ok());
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{"x"}), IsEmpty());
+  absl::SleepFor(absl::Milliseconds(200));  // The record reaches the other collector.
+  absl::Notification done;
+  other->Append({Item("web", "u1", TRACK, "e", "", "")}, [&](absl::StatusOr<AppendResult> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}), ElementsAre("web"));
+}
+
+// A request id applies once: the repeat answers the first record and changes nothing; another
+// user's request under the same id gets that record back. Records survive a restart and list
+// newest first, a page at a time.
+TEST_F(JetStreamUserDataTest, DeletionIsIdempotentAndRecorded) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1")});
+  absl::StatusOr<DeletionOutcome> first =
+      store_->ApplyDeletion(MakeDeletion("del_a", "u1", {"s1"}, "req-1"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(first->record.purged_jobs(), 2u);
+  Append({Item("s1", "u1", TRACK, "e", "", "d1")});
+  absl::StatusOr<DeletionOutcome> again =
+      store_->ApplyDeletion(MakeDeletion("del_b", "u1", {"s1"}, "req-1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->record.id(), "del_a");
+  EXPECT_EQ(again->record.purged_jobs(), 2u);
+  absl::StatusOr<DeletionOutcome> other_user =
+      store_->ApplyDeletion(MakeDeletion("del_x", "u9", {"s1"}, "req-1"));
+  ASSERT_TRUE(other_user.ok()) << other_user.status();
+  EXPECT_FALSE(other_user->created);
+  EXPECT_EQ(other_user->record.user_id(), "u1");
+  EXPECT_EQ(LeaseN(2).size(), 2u);  // The new event and one notification: nothing twice.
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_c", "u2", {})).ok());
+
+  Restart();
+  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> got = store_->GetDeletion("del_a");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->user_id(), "u1");
+  EXPECT_EQ((*got)->request_id(), "req-1");
+  EXPECT_FALSE(store_->GetDeletion("del_b").value_or(hookrelay::v1::Deletion()).has_value());
+  auto ids = [&](std::string_view before, size_t limit) {
+    std::vector<std::string> out;
+    for (const auto& d : store_->ListDeletions(before, limit).value_or(
+             std::vector<hookrelay::v1::Deletion>{})) {
+      out.push_back(d.id());
+    }
+    return out;
+  };
+  EXPECT_THAT(ids("", 10), ElementsAre("del_c", "del_a"));
+  EXPECT_THAT(ids("", 1), ElementsAre("del_c"));
+  EXPECT_THAT(ids("del_c", 10), ElementsAre("del_a"));
+  EXPECT_THAT(ids("del_a", 10), IsEmpty());
+}
+
+// A job leased by one collector while another deletes its user finishes its attempt there and
+// is dropped (the deletion's record reaches every collector).
+TEST_F(JetStreamUserDataTest, JobLeasedByAnotherCollectorIsDroppedAfterADeletion) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1")});
+  std::unique_ptr<JetStreamJobStore> other = Open();
+  ASSERT_NE(other, nullptr);
+  std::vector<LeasedJob> leased = LeaseN(2);
+  ASSERT_EQ(leased.size(), 2u);
+  absl::StatusOr<DeletionOutcome> outcome =
+      other->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 2u);
+  absl::SleepFor(absl::Milliseconds(200));  // The record reaches this collector.
+  EXPECT_EQ(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now(), MakeAttempt()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Bury(leased[1].job.id(), leased[1].lease, "400", MakeAttempt()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Counts().dead, 0);
+  std::vector<LeasedJob> rest = LeaseN(1);  // The notification only.
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].job.type(), hookrelay::v1::DELETE);
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
+}
+
+// A deletion interrupted after claiming its request id (the collector died) is finished by the
+// request's next attempt, under the first id.
+TEST_F(JetStreamUserDataTest, InterruptedDeletionIsFinishedByItsRetry) {
+  using hookrelay::v1::TRACK;
+  Append({Item("s1", "u1", TRACK, "e", "", "d1")});
+  // What the interrupted attempt left: its claim of req-9, nothing else.
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, urls_.c_str()), NATS_OK);
+  DeletionPlan interrupted = MakeDeletion("del_old", "u1", {"s1"}, "req-9");
+  const std::string claim = interrupted.record.SerializeAsString();
+  natsMsg* reply = nullptr;
+  const std::string subject = absl::StrCat("hr.del.req.", JetStreamToken("req-9"));
+  ASSERT_EQ(natsConnection_Request(&reply, nc, subject.c_str(), claim.data(),
+                                   static_cast<int>(claim.size()), 5000),
+            NATS_OK);
+  natsMsg_Destroy(reply);
+  natsConnection_Destroy(nc);
+  EXPECT_FALSE(store_->GetDeletion("del_old").value_or(hookrelay::v1::Deletion()).has_value());
+
+  absl::StatusOr<DeletionOutcome> retried =
+      store_->ApplyDeletion(MakeDeletion("del_new", "u1", {"s1"}, "req-9"));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_TRUE(retried->created);
+  EXPECT_EQ(retried->record.id(), "del_old");
+  EXPECT_EQ(retried->record.purged_jobs(), 1u);
+  EXPECT_TRUE(store_->GetDeletion("del_old").value_or(std::nullopt).has_value());
+  EXPECT_FALSE(store_->GetDeletion("del_new").value_or(std::nullopt).has_value());
+  std::vector<LeasedJob> notification = LeaseN(1);
+  ASSERT_EQ(notification.size(), 1u);
+  EXPECT_EQ(notification[0].job.message_id(), "del_old/s1");
+  // And once more: done, nothing twice.
+  absl::StatusOr<DeletionOutcome> again =
+      store_->ApplyDeletion(MakeDeletion("del_3", "u1", {"s1"}, "req-9"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
+}
+
+TEST_F(JetStreamUserDataTest, FirstComputationThenOnlyChanges) {
+  Identify("web", "u1", R"({"plan":"pro"})");           // member by trait
+  for (int i = 0; i < 3; ++i) Order("ios", "u2");        // member by count
+  for (int i = 0; i < 2; ++i) Order("web", "u3");        // not yet
+  Identify("srv", "u4", R"({"plan":"pro"})");            // a source the audience does not read
+  Identify("web", "u5", R"({"plan":"free"})");           // not a member
+
+  AudienceState state = Sync();
+  EXPECT_TRUE(state.last_first());
+  EXPECT_EQ(state.last_evaluated(), 4u);
+  EXPECT_EQ(state.last_entered(), 2u);
+  EXPECT_EQ(state.members(), 2u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u1:hook:true", "u1:hook-ios:true", "u2:hook:true",
+                                           "u2:hook-ios:true"));
+
+  state = Sync();  // Nothing changed: nothing evaluated, nothing sent.
+  EXPECT_FALSE(state.last_first());
+  EXPECT_EQ(state.last_evaluated(), 0u);
+  EXPECT_TRUE(Sent().empty());
+
+  Order("ios", "u3");  // u3's third order, across two sources
+  Identify("web", "u1", R"({"plan":"free"})");
+  Identify("web", "u5", R"({"plan":"free","age":3})");  // changed, still out
+  Identify("srv", "u4", R"({"plan":"free"})");          // not a source of the audience
+  state = Sync();
+  EXPECT_EQ(state.last_evaluated(), 3u);
+  EXPECT_EQ(state.last_entered(), 1u);
+  EXPECT_EQ(state.last_exited(), 1u);
+  EXPECT_EQ(state.members(), 2u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u3:hook:true", "u3:hook-ios:true", "u1:hook:false",
+                                           "u1:hook-ios:false"));
+  EXPECT_EQ(store_->GetAudienceState("aud_power").value()->members(), 2u);
+}
+
+// Windows expire on the clock (rechecks), each exit sent once.
+TEST_F(JetStreamUserDataTest, WindowExpiry) {
+  for (int i = 0; i < 3; ++i) {
+    Order("web", "u2");
+    clock_.Advance(absl::Hours(24));
+  }
+  Sync();
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:true", "u2:hook-ios:true"));
+  clock_.Advance(absl::Hours(24 * 27));  // Day 30: still three orders within 30 days.
+  EXPECT_EQ(Sync().last_exited(), 0u);
+  EXPECT_TRUE(Sent().empty());
+  clock_.Advance(absl::Hours(24 * 2));  // Day 32: the first day's bucket has left.
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 1u);
+  EXPECT_EQ(state.members(), 0u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:false", "u2:hook-ios:false"));
+  clock_.Advance(absl::Hours(24 * 5));
+  EXPECT_EQ(Sync().last_exited(), 0u);  // Not sent twice.
+  EXPECT_TRUE(Sent().empty());
+}
+
+// Many deltas of one profile are rolled up; the folded profile is the same.
+TEST_F(JetStreamUserDataTest, ProfilesAreRolledUp) {
+  for (int i = 0; i < 20; ++i) Identify("web", "u1", absl::StrCat(R"({"n":)", i, "}"));
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u1:hook:true", "u1:hook-ios:true"));
+  Identify("web", "u1", R"({"n":99})");  // After the rollup: still pro.
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 0u);
+  EXPECT_EQ(state.members(), 1u);
+  absl::StatusOr<std::vector<AudienceUser>> users =
+      store_->ReadAudienceUsers("aud_power", {"u1"}, {"web", "ios"});
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ((*users)[0].profiles.size(), 1u);
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("plan").string_value(), "pro");
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("n").number_value(), 99);
+  EXPECT_TRUE((*users)[0].member);
+}
+
+// A profile no audience reads (source srv) is rolled up off the ingest path: its deltas do not
+// pile up, and the folded profile is unchanged.
+TEST_F(JetStreamUserDataTest, ProfilesNoAudienceReadsAreRolledUpInTheBackground) {
+  for (int i = 0; i < 40; ++i) Identify("srv", "u9", absl::StrCat(R"({"n":)", i, "}"));
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, urls_.c_str()), NATS_OK);
+  const std::string subject = absl::StrCat("hr.prof.", JetStreamToken("srv"), ".",
+                                           JetStreamToken("u9"));
+  auto messages = [&]() -> std::string {
+    absl::StatusOr<JetStreamApiReply> info =
+        JetStreamApi(nc, "$JS.API.STREAM.INFO.HR_PROFILES",
+                     absl::StrCat(R"({"subjects_filter":")", subject, R"("})"), absl::Seconds(5));
+    if (!info.ok()) return info.status().ToString();
+    const std::string key = absl::StrCat("\"", subject, "\":");
+    const size_t at = info->body.find(key);
+    if (at == std::string::npos) return "none";
+    return info->body.substr(at + key.size(), info->body.find_first_of(",}", at) - at - key.size());
+  };
+  // 40 deltas: rolled up once 32 were published (with those that came meanwhile), so 9 messages
+  // at most are left.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  int count = 0;
+  while (absl::Now() < deadline) {
+    if (absl::SimpleAtoi(messages(), &count) && count <= 9) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GE(count, 1);
+  EXPECT_LE(count, 9);
+  natsConnection_Destroy(nc);
+  absl::StatusOr<std::vector<AudienceUser>> users =
+      store_->ReadAudienceUsers("aud_x", {"u9"}, {"srv"});
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ((*users)[0].profiles.size(), 1u);
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("n").number_value(), 39);
+}
+
+// Memberships sent are durable: a restart between syncs neither re-sends nor skips.
+TEST_F(JetStreamUserDataTest, RestartBetweenSyncs) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  Identify("web", "u2", R"({"plan":"pro"})");
+  Restart();
+  AudienceState state = Sync();
+  EXPECT_FALSE(state.last_first());
+  EXPECT_EQ(state.members(), 2u);
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u2:hook:true", "u2:hook-ios:true"));
+  Restart();
+  EXPECT_EQ(Sync().last_evaluated(), 0u);
+  EXPECT_TRUE(Sent().empty());
+}
+
+// Deleting a member removes the profile and the membership: no identify follows, the count
+// drops.
+TEST_F(JetStreamUserDataTest, DeletingAMember) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Identify("web", "u2", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 4u);
+  Identify("web", "u1", R"({"plan":"pro","x":1})");  // In the change log when deleted.
+  DeletionPlan plan;
+  plan.record.set_id("del_1");
+  plan.record.set_user_id("u1");
+  plan.record.add_source_ids("web");
+  plan.record.add_source_ids("ios");
+  plan.audience_ids.push_back("aud_power");
+  absl::StatusOr<DeletionOutcome> deleted = store_->ApplyDeletion(std::move(plan));
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_TRUE(deleted->record.purged_profile());
+  EXPECT_EQ(store_->GetAudienceState("aud_power").value()->members(), 1u);
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 0u);
+  EXPECT_EQ(state.members(), 1u);
+  EXPECT_TRUE(Sent().empty());
+}
+
+// A user deleted between a sync's evaluation and its commit gets no identify, in either
+// direction, and the member count stays right.
+TEST_F(JetStreamUserDataTest, DeletionBetweenEvaluationAndCommit) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  Identify("web", "u1", R"({"plan":"free"})");
+  Identify("web", "u2", R"({"plan":"pro"})");
+  const std::vector<std::string> sources = {"web", "ios"};
+  absl::StatusOr<AudienceSyncInput> input =
+      store_->BeginAudienceSync("aud_power", sources, clock_.Now());
+  ASSERT_TRUE(input.ok()) << input.status();
+  AudienceSyncPlan plan;
+  plan.audience_id = "aud_power";
+  plan.sources = sources;
+  plan.log_position = input->log_position;
+  for (const auto& [user, member] : {std::pair<std::string, bool>{"u1", false}, {"u2", true}}) {
+    plan.changes.emplace_back(user, member);
+    Job& job = plan.jobs.emplace_back();
+    job.set_user_id(user);
+    job.set_destination_id("hook");
+    job.set_source_id("web");
+    job.set_type(hookrelay::v1::IDENTIFY);
+  }
+  for (const char* user : {"u1", "u2"}) {
+    DeletionPlan deletion;
+    deletion.record.set_id(absl::StrCat("del_", user));
+    deletion.record.set_user_id(user);
+    deletion.record.add_source_ids("web");
+    deletion.audience_ids.push_back("aud_power");
+    ASSERT_TRUE(store_->ApplyDeletion(std::move(deletion)).ok());
+  }
+  absl::StatusOr<AudienceState> state = store_->CommitAudienceSync(std::move(plan));
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->members(), 0u);
+  EXPECT_TRUE(Sent().empty());
+}
+
+// An audience removed from the configuration is dropped (nothing sent); defined again, it is
+// computed afresh.
+TEST_F(JetStreamUserDataTest, DroppedAudienceStartsOver) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_EQ(Sent().size(), 2u);
+  auto without = std::make_shared<Config>(*config_);
+  without->clear_audiences();
+  syncer_->SetConfig(without);
+  EXPECT_FALSE(store_->GetAudienceState("aud_power").value().has_value());
+  EXPECT_TRUE(Sent().empty());
+  syncer_->SetConfig(config_);
+  EXPECT_TRUE(Sync().last_first());
+  EXPECT_EQ(Sent().size(), 2u);
+}
+
+// Two collectors: one syncs an audience at a time; the other is told so and nothing is sent
+// twice.
+TEST_F(JetStreamUserDataTest, OneSyncAtATimeAcrossCollectors) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  std::unique_ptr<JetStreamJobStore> other = Open();
+  ASSERT_NE(other, nullptr);
+  const std::vector<std::string> sources = {"web", "ios"};
+  absl::StatusOr<AudienceSyncInput> input =
+      store_->BeginAudienceSync("aud_power", sources, clock_.Now());
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_EQ(other->BeginAudienceSync("aud_power", sources, clock_.Now()).status().code(),
+            absl::StatusCode::kAborted);
+  AudienceSyncPlan plan;
+  plan.audience_id = "aud_power";
+  plan.sources = sources;
+  plan.log_position = input->log_position;
+  ASSERT_TRUE(store_->CommitAudienceSync(std::move(plan)).ok());
+  // Released: the other one may sync now.
+  absl::StatusOr<AudienceSyncInput> next =
+      other->BeginAudienceSync("aud_power", sources, clock_.Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->users.empty());
+}
+
+// What the index entries and profile deltas add to Append: 100-event batches of identify calls
+// (one job each) without user data, by users seen before (a profile delta each: the index entry
+// is cached) and by new users (a delta and an index entry each), interleaved on the same cluster
+// in the same run. Prints the numbers (docs/BENCHMARKS.md).
+TEST_F(JetStreamUserDataTest, AppendCostOfUserData) {
+  constexpr int kBatches = 30;
+  enum Kind { kNone, kKnownUsers, kNewUsers };
+  int round = 0;
+  auto run = [&](Kind kind) {
+    ++round;
+    const auto started = std::chrono::steady_clock::now();
+    for (int b = 0; b < kBatches; ++b) {
+      std::vector<AppendItem> items;
+      for (int i = 0; i < 100; ++i) {
+        const std::string user = kind == kNewUsers ? absl::StrCat("new-", round, "-", b, "-", i)
+                                                   : absl::StrCat("known-", i);
+        AppendItem item =
+            Item("web", user, hookrelay::v1::IDENTIFY, "", R"({"plan":"pro"})", "hook");
+        if (kind == kNone) {
+          item.user_id.clear();
+          item.profile_delta.clear();
+        }
+        items.push_back(std::move(item));
+      }
+      Append(std::move(items));
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+    return took.count() * 1000 / kBatches;
+  };
+  run(kNone);        // Warm up (leaders, connections).
+  run(kKnownUsers);  // Fills the index cache for "known-*".
+  double sum[3] = {0, 0, 0};
+  for (int r = 0; r < 3; ++r) {
+    for (Kind kind : {kNone, kKnownUsers, kNewUsers}) sum[kind] += run(kind);
+  }
+  std::printf("Append of 100 identify events (1 job each), ms per batch, mean of 3 interleaved "
+              "runs of %d batches: no user data %.1f, known users (profile delta) %.1f, new "
+              "users (delta + index entry) %.1f\n",
+              kBatches, sum[kNone] / 3, sum[kKnownUsers] / 3, sum[kNewUsers] / 3);
+  EXPECT_GT(sum[kNewUsers], 0);
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
