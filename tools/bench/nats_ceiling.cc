@@ -71,6 +71,18 @@ ABSL_FLAG(absl::Duration, warmup, absl::Seconds(2), "unmeasured period at the st
 ABSL_FLAG(absl::Duration, duplicate_window, absl::Minutes(2), "the stream's duplicate window");
 ABSL_FLAG(bool, consumer, true, "also create a durable pull consumer like the dispatch consumer");
 ABSL_FLAG(bool, delete_stream, true, "delete the stream at the end");
+ABSL_FLAG(uint64_t, messages, 0, "closed loop: stop publishing after this many (0 = --duration)");
+ABSL_FLAG(bool, drain, false,
+          "after publishing, drain the stream through the durable consumer like the engine's "
+          "fetcher (one fetch of --drain_batch at a time, each message acked on its own) and "
+          "print DRAIN {json}: the same ack policy's ceiling for deliveries");
+ABSL_FLAG(int, drain_batch, 256, "messages per fetch when draining (the engine's fetcher: 256)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(180), "give up draining after this");
+ABSL_FLAG(bool, lookups, true, "with --protocol: the dedup lookups (false: markers only)");
+ABSL_FLAG(int, dedup_max_msgs_per_subject, 1,
+          "with --protocol: the dedup stream's max_msgs_per_subject (HR_DEDUP's is 1; -1 = none)");
+ABSL_FLAG(absl::Duration, dedup_max_age, absl::Hours(24),
+          "with --protocol: the dedup stream's max_age (HR_DEDUP's is the dedup window, 24 h)");
 ABSL_FLAG(bool, protocol, false,
           "also the engine's dedup traffic: <stream>_DEDUP like HR_DEDUP, a multi_last direct get "
           "per --batch messages, a marker per acknowledged message");
@@ -167,13 +179,79 @@ bool EnsureStream(natsConnection* nc, const std::string& stream, const std::stri
   }
 }
 
+// The number of messages in `stream` (STREAM.INFO state.messages); -1 when unknown.
+int64_t StreamMessages(natsConnection* nc, const std::string& stream) {
+  const std::string info = Api(nc, absl::StrCat("$JS.API.STREAM.INFO.", stream), "");
+  const size_t state = info.find("\"state\":");
+  if (state == std::string::npos) return -1;
+  const size_t at = info.find("\"messages\":", state);
+  if (at == std::string::npos) return -1;
+  return strtoll(info.c_str() + at + sizeof("\"messages\":") - 1, nullptr, 10);
+}
+
+// Drains `stream` through the durable consumer "ceiling": one fetch at a time, every message
+// acked on its own (natsMsg_Ack, not waited for), until the stream is empty (work queue: an ack
+// removes the message). Prints DRAIN {json}.
+int Drain(natsConnection* nc, jsCtx* js, const std::string& stream, const std::string& prefix,
+          int batch, absl::Duration timeout) {
+  const int64_t total = StreamMessages(nc, stream);
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = stream.c_str();
+  so.Consumer = "ceiling";
+  so.ManualAck = true;
+  natsSubscription* sub = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const std::string filter = absl::StrCat(prefix, ".ready.>");
+  if (js_PullSubscribe(&sub, js, filter.c_str(), "ceiling", nullptr, &so, &code) != NATS_OK) {
+    std::fprintf(stderr, "binding the consumer to drain %s failed\n", stream.c_str());
+    return 1;
+  }
+  const double cpu0 = CpuSeconds();
+  const int64_t start = NowNs();
+  const int64_t give_up = start + absl::ToInt64Nanoseconds(timeout);
+  uint64_t acked = 0;
+  int64_t left = total;
+  while (NowNs() < give_up) {
+    natsMsgList list{};
+    const natsStatus s = natsSubscription_Fetch(&list, sub, batch, 250, &code);
+    if (s == NATS_OK) {
+      for (int i = 0; i < list.Count; ++i) {
+        natsMsg_Ack(list.Msgs[i], nullptr);
+        ++acked;
+      }
+    }
+    natsMsgList_Destroy(&list);
+    if (s != NATS_OK || (total > 0 && acked >= static_cast<uint64_t>(total))) {
+      natsConnection_FlushTimeout(nc, 5000);
+      left = StreamMessages(nc, stream);
+      if (left == 0) break;
+    }
+  }
+  // Until the server has applied the last acks (the stream is empty).
+  while (left != 0 && NowNs() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    left = StreamMessages(nc, stream);
+  }
+  const double seconds = static_cast<double>(NowNs() - start) / 1e9;
+  std::printf("DRAIN {\"stream\":\"%s\",\"messages\":%lld,\"acked\":%llu,\"left\":%lld,"
+              "\"seconds\":%.3f,\"acks_per_s\":%.0f,\"client_cpu_s\":%.2f}\n",
+              stream.c_str(), static_cast<long long>(total), static_cast<unsigned long long>(acked),
+              static_cast<long long>(left), seconds, acked / seconds, CpuSeconds() - cpu0);
+  std::fflush(stdout);
+  natsSubscription_Destroy(sub);
+  return left == 0 ? 0 : 3;
+}
+
 // The dedup stream, like HR_DEDUP (collector/jetstream_layout.cc).
 bool EnsureDedupStream(natsConnection* nc, const std::string& stream, const std::string& prefix,
                        int replicas) {
   const std::string config = absl::StrCat(
       R"({"name":")", stream, R"(","subjects":[")", prefix,
       R"(.dedup.>"],"retention":"limits","storage":"file","num_replicas":)", replicas,
-      R"(,"max_age":86400000000000,"max_msgs_per_subject":1,"allow_direct":true,"discard":"old"})");
+      R"(,"max_age":)", absl::ToInt64Nanoseconds(absl::GetFlag(FLAGS_dedup_max_age)),
+      R"(,"max_msgs_per_subject":)", absl::GetFlag(FLAGS_dedup_max_msgs_per_subject),
+      R"(,"allow_direct":true,"discard":"old"})");
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (;;) {
     std::string answer = Api(nc, absl::StrCat("$JS.API.STREAM.INFO.", stream), "");
@@ -382,6 +460,7 @@ int main(int argc, char** argv) {
   const double rate = absl::GetFlag(FLAGS_rate);
   const int batch = absl::GetFlag(FLAGS_batch);
   const int requests = absl::GetFlag(FLAGS_requests);
+  const uint64_t max_messages = absl::GetFlag(FLAGS_messages);
   const absl::Duration duration = absl::GetFlag(FLAGS_duration);
   const absl::Duration warmup = absl::GetFlag(FLAGS_warmup);
   if (absl::GetFlag(FLAGS_probe_stream).empty() &&
@@ -457,7 +536,15 @@ int main(int argc, char** argv) {
   uint64_t lookups_sent = 0;
   const std::string direct_get = absl::StrCat("$JS.API.DIRECT.GET.", dedup_stream);
   // --protocol: one multi_last lookup for messages [first, first + n), before they are published.
+  const bool lookups = absl::GetFlag(FLAGS_lookups);
   auto lookup = [&](uint64_t first, int n, uint64_t token) {
+    if (!lookups) {  // Markers only: the request goes on as if answered.
+      if (stats.requests_mode) {
+        std::lock_guard<std::mutex> lock(stats.mu);
+        stats.to_publish.push_back(token);
+      }
+      return;
+    }
     std::string body = R"({"multi_last":[)";
     for (int k = 0; k < n; ++k) {
       absl::StrAppend(&body, k == 0 ? "\"" : ",\"", MarkerSubject(stats, first + k), "\"");
@@ -577,6 +664,7 @@ int main(int argc, char** argv) {
       const int64_t now = NowNs();
       if (now >= window_end) break;
       if (cpu_at_window_start < 0 && now >= window_start) cpu_at_window_start = CpuSeconds();
+      if (max_messages > 0 && sent_total >= max_messages) break;
       if (protocol) lookup(published, batch, lookups_sent);
       for (int k = 0; k < (protocol ? batch : 64); ++k) {
         if (!publish(NowNs())) break;
@@ -602,7 +690,7 @@ int main(int argc, char** argv) {
     }
   }
   // Acks arriving after the window do not count; wait for them anyway (failures are reported).
-  const int64_t idle_until = window_end;
+  const int64_t idle_until = max_messages > 0 && sent_total >= max_messages ? 0 : window_end;
   while (NowNs() < idle_until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   cpu_at_window_end = CpuSeconds();
   if (cpu_at_window_start < 0) cpu_at_window_start = cpu_at_window_end;
@@ -682,6 +770,11 @@ int main(int argc, char** argv) {
       failures.c_str());
   std::fflush(stdout);
 
+  int drain_rc = 0;
+  if (absl::GetFlag(FLAGS_drain)) {
+    drain_rc = Drain(nc, js, stream, prefix, absl::GetFlag(FLAGS_drain_batch),
+                     absl::GetFlag(FLAGS_drain_timeout));
+  }
   if (lookup_sub != nullptr) {
     natsSubscription_Unsubscribe(lookup_sub);
     natsSubscription_Destroy(lookup_sub);
@@ -693,5 +786,5 @@ int main(int argc, char** argv) {
   jsCtx_Destroy(js);
   natsConnection_Destroy(nc);
   natsOptions_Destroy(opts);
-  return failed + publish_errors > 0 ? 3 : 0;
+  return failed + publish_errors > 0 ? 3 : drain_rc;
 }

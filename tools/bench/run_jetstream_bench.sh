@@ -22,12 +22,19 @@
 #   2. delivery  for each engine of $DELIVERY_ENGINES (embedded, r3): fresh servers, receiver
 #                (bench_receiver) and collector, $PRELOAD_EVENTS events preloaded with no
 #                deliverer, then a deliverer with $DELIVERY_FLAGS drains the backlog; deliveries/s =
-#                requests / (last − first request) as the receiver saw them.
+#                requests / (last − first request) as the receiver saw them. After each
+#                jetstream drain (DELIVERY_CEILING=1), the same backlog published and drained by
+#                nats_ceiling --drain alone (fetches of 256 like the engine's fetcher, one ack per
+#                job): the ack policy's own ceiling for deliveries.
 #   3. summary   every run, CPU split (collector / nats-servers / load generator / everything
 #                else), and the ratios: r3 / ceiling r3, r1 / ceiling r1 (closed-loop ingest vs the
 #                best ceiling window), jetstream r3 / embedded deliveries; the issue's goals. The
 #                exit status is 1 when a step produced nothing or a drain lost jobs (not for goals
 #                missed).
+#
+# Every run also records the servers' traffic per event (or per delivery) from their /varz
+# (in/out messages and bytes summed over the servers: NAME.varz.json), and with PERF=1 perf
+# profiles of the collector and every server in the r3 closed loop and the first r3 drain.
 #
 # Servers: r1 = one nats-server (JetStream, no cluster); r3 = three nats-servers clustered over
 # loopback routes (as tests/nats_cluster.cc). Server settings otherwise the defaults, like the
@@ -82,6 +89,7 @@ else
 fi
 DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
 DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
+DELIVERY_CEILING=${DELIVERY_CEILING:-1}  # 1: after each jetstream drain, nats_ceiling --drain on the same backlog
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
 PRELOAD_RATE=${PRELOAD_RATE:-40000}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-180}
@@ -281,12 +289,16 @@ start_nats() {
   NATS_DIR=$TMP/$name.nats
   mkdir -p "$NATS_DIR"
   local client=() route=()
-  for (( i = 0; i < nodes; i++ )); do client+=("$(free_port)"); route+=("$(free_port)"); done
-  NATS_URLS=""; NATS_PIDS=""
+  local monitor=()
+  for (( i = 0; i < nodes; i++ )); do
+    client+=("$(free_port)"); route+=("$(free_port)"); monitor+=("$(free_port)")
+  done
+  NATS_URLS=""; NATS_PIDS=""; NATS_MONITOR="${monitor[*]}"
   for (( i = 0; i < nodes; i++ )); do
     {
       echo "server_name: n$(( i + 1 ))"
       echo "listen: 127.0.0.1:${client[$i]}"
+      echo "http: 127.0.0.1:${monitor[$i]}"  # /varz: messages and bytes in and out
       echo "jetstream { store_dir: \"$NATS_DIR/n$(( i + 1 ))\", max_memory_store: 256MB, max_file_store: 64GB }"
       if (( nodes > 1 )); then
         routes=""
@@ -315,7 +327,21 @@ stop_nats() {
   local pid
   for pid in ${NATS_PIDS//,/ }; do stop "$pid"; forget "$pid"; done
   rm -rf "$NATS_DIR"
-  NATS_PIDS=""; NATS_URLS=""
+  NATS_PIDS=""; NATS_URLS=""; NATS_MONITOR=""
+}
+# varz_snap: "in_msgs out_msgs in_bytes out_bytes" summed over the running servers (client and
+# route traffic alike: a replicated write shows up on every server it crosses).
+varz_snap() {
+  local port
+  for port in ${NATS_MONITOR:-}; do
+    curl -s --max-time 2 "http://127.0.0.1:$port/varz" | jq -r '"\(.in_msgs) \(.out_msgs) \(.in_bytes) \(.out_bytes)"' 2>/dev/null
+  done | awk '{ a += $1; b += $2; c += $3; d += $4 } END { print a + 0, b + 0, c + 0, d + 0 }'
+}
+# varz_json "SNAP_A" "SNAP_B" N: the servers' traffic per event (N events) as JSON.
+varz_json() {
+  python3 -c 'import json,sys
+a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; n=max(float(sys.argv[3]),1)
+print(json.dumps(dict(zip(["in_msgs","out_msgs","in_bytes","out_bytes"],[round((y-x)/n,2) for x,y in zip(a,b)]))))' "$1" "$2" "$3"
 }
 
 # start_collector NAME ENGINE CONFIG: embedded (fresh data directory) or r1 / r3 (on the servers
@@ -372,6 +398,48 @@ problems() {  # warning/error lines in a collector or deliverer log (not the adm
 }
 secs() { python3 -c "import sys; print(f'{float(sys.argv[1]):g}s')" "$1"; }
 
+# PERF=1: perf_start NAME DELAY_S ROLE=PID... profiles each process (and every running
+# nats-server, as natsK) for PERF_SECONDS from DELAY_S on; perf_finish NAME waits and writes the
+# reports to $TMP/NAME.perf.txt.
+PERF_PIDS=(); PERF_ROLES=()
+perf_start() {
+  local name=$1 delay=$2 k=1 pid role; shift 2
+  PERF_PIDS=(); PERF_ROLES=("$@")
+  for pid in ${NATS_PIDS//,/ }; do PERF_ROLES+=("nats$k=$pid"); k=$(( k + 1 )); done
+  for role in "${PERF_ROLES[@]}"; do
+    pid=${role#*=}; role=${role%%=*}
+    (sleep "$delay"; exec timeout $(( PERF_SECONDS + 20 )) \
+      perf record -F 499 -g -o "$TMP/$name.$role.perf.data" -p "$pid" -- sleep "$PERF_SECONDS") \
+      >"$TMP/$name.$role.perf.log" 2>&1 &
+    PERF_PIDS+=("$!"); PIDS+=("$!")
+  done
+}
+perf_finish() {
+  local name=$1 pid role
+  (( ${#PERF_PIDS[@]} > 0 )) || return 0
+  for pid in "${PERF_PIDS[@]}"; do wait "$pid" || true; forget "$pid"; done
+  for role in "${PERF_ROLES[@]}"; do
+    role=${role%%=*}
+    [[ -s "$TMP/$name.$role.perf.data" ]] || continue
+    echo "## $role: samples $(timeout 60 perf report -i "$TMP/$name.$role.perf.data" --stdio 2>/dev/null | awk '/^# Samples/ { print $3; exit }') at 499 Hz over ${PERF_SECONDS} s"
+    echo "## $role: by thread"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid -g none \
+      --percent-limit 2 --stdio 2>/dev/null | grep '%' | head -20 || true
+    echo "## $role: by thread and library"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,dso -g none \
+      --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
+    echo "## $role: top symbols (self)"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
+      --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
+    echo "## $role: inclusive (children)"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
+      --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -60 || true
+    rm -f "$TMP/$name.$role.perf.data"
+  done | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' >"$TMP/$name.perf.txt"
+  PERF_PIDS=(); PERF_ROLES=()
+  echo "   profile: $name.perf.txt"
+}
+
 # measure NAME GROUPS NAMES -- COMMAND...: runs COMMAND (a load generator printing RESULT {json})
 # with a timeout; CPU of the groups over the measured window (from the warm-up's end, for
 # $DURATION) in $TMP/NAME.cpu.json, RESULT in $TMP/NAME.json, collector threads in
@@ -384,54 +452,30 @@ measure() {
     fi
     sleep "$(python3 -c "print($WARMUP_S + 0.15)")"
     # shellcheck disable=SC2086
-    a=$(cpu_snap $groups); ta=""; tb=""
+    a=$(cpu_snap $groups); ta=""; tb=""; va=$(varz_snap)
     if [[ -n "${COLLECTOR_PID:-}" ]]; then ta=$(threads_snap "$COLLECTOR_PID"); fi
     sleep "$DURATION_S"
     # shellcheck disable=SC2086
-    b=$(cpu_snap $groups)
+    b=$(cpu_snap $groups); vb=$(varz_snap)
     if [[ -n "${COLLECTOR_PID:-}" ]]; then tb=$(threads_snap "$COLLECTOR_PID"); fi
+    echo "$va" >"$TMP/$name.varz"; echo "$vb" >>"$TMP/$name.varz"
     # shellcheck disable=SC2086
     cpu_json "$a" "$b" $names >"$TMP/$name.cpu.json"
     if [[ -n "$ta" ]]; then threads_json "$ta" "$tb" "$DURATION_S" >"$TMP/$name.threads.json"; fi
   ) &
   local sampler=$!
-  local perf_pids=() roles=()
   if [[ -n "$PERF" && "$name" == r3_closed* ]]; then
-    local role pid k=1
-    roles=(collector)
-    for pid in ${NATS_PIDS//,/ }; do roles+=("nats$k"); k=$(( k + 1 )); done
-    for role in "${roles[@]}"; do
-      case $role in collector) pid=$COLLECTOR_PID ;; *) pid=$(cut -d, -f"${role#nats}" <<<"$NATS_PIDS") ;; esac
-      (sleep "$(python3 -c "print($WARMUP_S + 1)")"; exec timeout $(( PERF_SECONDS + 20 )) \
-        perf record -F 499 -g -o "$TMP/$name.$role.perf.data" -p "$pid" -- sleep "$PERF_SECONDS") \
-        >"$TMP/$name.$role.perf.log" 2>&1 &
-      perf_pids+=("$!"); PIDS+=("$!")
-    done
+    perf_start "$name" "$(python3 -c "print($WARMUP_S + 1)")" "collector=$COLLECTOR_PID"
   fi
   timeout "$RUN_TIMEOUT" "$@" >"$TMP/$name.out" 2>&1 || echo "   (load generator exited $?)"
   wait "$sampler" || echo '{}' >"$TMP/$name.cpu.json"
   grep '^RESULT ' "$TMP/$name.out" | sed 's/^RESULT //' >"$TMP/$name.json" || echo '{}' >"$TMP/$name.json"
-  if (( ${#perf_pids[@]} > 0 )); then
-    for pid in "${perf_pids[@]}"; do wait "$pid" || true; forget "$pid"; done
-    for role in "${roles[@]}"; do
-      [[ -s "$TMP/$name.$role.perf.data" ]] || continue
-      echo "## $role: samples $(timeout 60 perf report -i "$TMP/$name.$role.perf.data" --stdio 2>/dev/null | awk '/^# Samples/ { print $3; exit }') at 499 Hz over ${PERF_SECONDS} s"
-      echo "## $role: by thread"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid -g none \
-        --percent-limit 2 --stdio 2>/dev/null | grep '%' | head -20 || true
-      echo "## $role: by thread and library"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,dso -g none \
-        --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
-      echo "## $role: top symbols (self)"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
-        --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
-      echo "## $role: inclusive (children)"
-      timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
-        --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -60 || true
-      rm -f "$TMP/$name.$role.perf.data"
-    done | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' >"$TMP/$name.perf.txt"
-    echo "   profile: $name.perf.txt"
+  if [[ -n "${NATS_MONITOR:-}" && -s "$TMP/$name.varz" ]]; then
+    local n
+    n=$(jq -r '.durable_events // .acked_in_window // 0' "$TMP/$name.json")
+    varz_json "$(sed -n 1p "$TMP/$name.varz")" "$(sed -n 2p "$TMP/$name.varz")" "$n" >"$TMP/$name.varz.json"
   fi
+  perf_finish "$name"
 }
 
 ingest_run() {  # ingest_run NAME RATE: ingest_load HTTP against the running collector
@@ -445,6 +489,7 @@ ingest_run() {  # ingest_run NAME RATE: ingest_load HTTP against the running col
     --event_bytes="$EVENT_BYTES" --duration="$DURATION" --warmup="$WARMUP" --rate="$rate"
   jq -c '{durable_events_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
   echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json"); collector threads: $(cat "$TMP/$name.threads.json" 2>/dev/null)"
+  if [[ -s "$TMP/$name.varz.json" ]]; then echo "   servers' traffic per event: $(cat "$TMP/$name.varz.json")"; fi
 }
 
 ceiling_run() {  # ceiling_run NAME REPLICAS WINDOW RATE [FLAGS...]: nats_ceiling on the running servers
@@ -459,6 +504,7 @@ ceiling_run() {  # ceiling_run NAME REPLICAS WINDOW RATE [FLAGS...]: nats_ceilin
     --duration="$DURATION" --warmup="$WARMUP" "$@"
   jq -c '{msgs_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
   echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json")"
+  if [[ -s "$TMP/$name.varz.json" ]]; then echo "   servers' traffic per message: $(cat "$TMP/$name.varz.json")"; fi
 }
 
 half_rate() { jq -r '((.durable_events_per_s // 0) / 2 | floor)' "$TMP/$1.json" 2>/dev/null || echo 0; }
@@ -582,11 +628,15 @@ EOF
       wait_idle
       A=$(cpu_snap "$COLLECTOR_PID" "${NATS_PIDS:-0}" "$RECEIVER_PID")
       CT_A=$(threads_snap "$COLLECTOR_PID")
+      VA=$(varz_snap)
       START_NS=$(date +%s%N)
       "$TMP/deliverer" --collector="127.0.0.1:$GRPC_PORT" --metrics_address=127.0.0.1:0 \
         --allow_private_networks --sender_threads="$D_THREADS" --credits="$D_CREDITS" \
         --max_host_connections="$D_CONNS" >"$TMP/$name.deliverer.log" 2>&1 &
       DELIVERER_PID=$!; PIDS+=("$DELIVERER_PID")
+      if [[ -n "$PERF" && "$engine" != embedded && "$round" == 1 ]]; then
+        perf_start "$name" 1 "collector=$COLLECTOR_PID" "deliverer=$DELIVERER_PID"
+      fi
       A="$A 0"
       DEADLINE=$(( SECONDS + DRAIN_TIMEOUT ))
       while (( $(last_total "$TMP/$name.receiver.log") < JOBS )) && (( SECONDS < DEADLINE )); do
@@ -595,6 +645,8 @@ EOF
       done
       B=$(cpu_snap "$COLLECTOR_PID" "${NATS_PIDS:-0}" "$RECEIVER_PID" "$DELIVERER_PID")
       END_NS=$(date +%s%N)
+      if [[ -n "${NATS_MONITOR:-}" ]]; then varz_json "$VA" "$(varz_snap)" "$JOBS" >"$TMP/$name.varz.json"; fi
+      perf_finish "$name"
       WALL=$(python3 -c "print(($END_NS - $START_NS) / 1e9)")
       CT_B=$(threads_snap "$COLLECTOR_PID")
       cpu_json "$A" "$B" collector nats receiver deliverer >"$TMP/$name.cpu.json"
@@ -608,15 +660,33 @@ EOF
       [[ -n "$SUMMARY" ]] || SUMMARY='{}'
       jq -c --argjson jobs "$JOBS" --arg left "$LEFT" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
         --argjson wall "$WALL" --argjson threads "$(cat "$TMP/$name.threads.json")" \
+        --argjson varz "$(cat "$TMP/$name.varz.json" 2>/dev/null || echo null)" \
         --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
         --argjson cprob "$(problems "$TMP/$name.collector.log")" \
         '{jobs: $jobs, received: .requests, span_s, rate_per_s, wall_s: $wall, left: $left,
-          cpu: $cpu, collector_threads: $threads, deliverer_warnings: $dprob,
+          cpu: $cpu, collector_threads: $threads, servers_per_delivery: $varz,
+          deliverer_warnings: $dprob,
           collector_warnings: $cprob}' <<<"$SUMMARY" >"$TMP/$name.json"
       echo "   $(cat "$TMP/$name.json")"
       if [[ "$(jq -r '.received // 0' "$TMP/$name.json")" -lt "$JOBS" ]]; then FAILED+=("$name"); fi
       stop_collector "$name"
       if [[ -n "$NATS_PIDS" ]]; then stop_nats; fi
+      if [[ "$engine" != embedded && "$DELIVERY_CEILING" != 0 ]]; then
+        # The same backlog drained by nats_ceiling alone: the engine's fetch + per-job ack
+        # ceiling (no HTTP, no deliverer), on fresh servers.
+        dname="drain_ceiling_${engine}_$round"
+        echo
+        wait_idle
+        echo "== $dname: nats_ceiling --replicas=${engine#r} --messages=$JOBS, then --drain (fetches of 256, one ack per message)"
+        nats_for "$dname" "$engine"
+        timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
+          --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
+          --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain \
+          --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 || echo "   (nats_ceiling exited $?)"
+        grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
+        echo "   $(cat "$TMP/$dname.json")"
+        stop_nats
+      fi
     done
   done
 fi
@@ -646,7 +716,8 @@ print("%-26s %10s %12s %8s %8s %8s %8s %6s %6s %6s %6s  %s" % (
     "run", "offered/s", "acked/s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "coll%", "nats%", "gen%", "rest%", "failures"))
 ratios = {"r3/ceiling_r3": [], "r1/ceiling_r1": [], "r3 ingest ev/s": [], "delivery r3/embedded": [],
           "r3 open p99 ms": [], "embedded open p99 ms": [], "r3/protocol_r3": [], "r1/protocol_r1": [],
-          "ceiling_r3 msgs/s": [], "ceiling_r1 msgs/s": []}
+          "ceiling_r3 msgs/s": [], "ceiling_r1 msgs/s": [], "drain ceiling r3 acks/s": [],
+          "delivery r3/drain ceiling": []}
 for r in range(1, rounds + 1):
     names = []
     for engine in ("embedded", "r1", "r3"):
@@ -693,6 +764,11 @@ for r in range(1, rounds + 1):
     dj = (load("delivery_r3_%d" % r) or {}).get("rate_per_s") or 0
     if de and dj:
         ratios["delivery r3/embedded"].append(dj / de)
+    dc = (load("drain_ceiling_r3_%d" % r) or {}).get("acks_per_s") or 0
+    if dc:
+        ratios["drain ceiling r3 acks/s"].append(dc)
+    if dj and dc:
+        ratios["delivery r3/drain ceiling"].append(dj / dc)
 print("protocol_*: nats_ceiling --protocol --requests=<connections>, latencies per request (p90 not kept)")
 print("coll%/nats%/gen%/rest%: CPU of the collector / all nats-servers / the load generator (ingest_load or")
 print("nats_ceiling) / everything else, over the measured window, in %% of one core (%d cores = %d%%)" % (ncpu, 100 * ncpu))
@@ -721,6 +797,11 @@ def goal(text, key, ok):
     vals = ratios[key]
     if vals:
         print("  %-48s %s" % (text, "met" if ok(statistics.median(vals)) else "NOT met"))
+for r in range(1, rounds + 1):
+    d = load("drain_ceiling_r3_%d" % r)
+    if d:
+        print("drain_ceiling_r3_%d: %s messages drained in %.2f s = %.0f acks/s (nats_ceiling --drain: fetches of 256, one ack each)" % (
+            r, d.get("acked"), d.get("seconds", 0), d.get("acks_per_s", 0)))
 print("goals (issue 12 §4), on the medians:")
 goal("jetstream R3 ingest >= 0.5 of the ceiling", "r3/ceiling_r3", lambda v: v >= 0.5)
 goal("jetstream R3 ingest >= 50,000 events/s", "r3 ingest ev/s", lambda v: v >= 50000)
