@@ -618,7 +618,7 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
     }
     lookup->append->markers.push_back(marker);
   }
-  PublishJobs(lookup->append, lookup->items, publish);
+  PublishJobs(lookup->append, lookup->items, lookup->markers, publish);
 }
 
 void JetStreamJobStore::PublishMarkers(const std::vector<std::string>& markers) {
@@ -631,13 +631,13 @@ void JetStreamJobStore::PublishMarkers(const std::vector<std::string>& markers) 
 
 void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pending,
                                     std::vector<AppendItem>& items,
+                                    const std::vector<std::string>& markers,
                                     const std::vector<bool>& publish) {
   std::vector<std::pair<natsMsg*, size_t>> msgs;
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   for (size_t i = 0; i < items.size(); ++i) {
     if (!publish[i]) continue;
-    const std::string marker =
-        items[i].dedup_key.empty() ? std::string() : DedupMarkerSubject(items[i].dedup_key);
+    const std::string& marker = markers[i];
     for (Job& job : items[i].jobs) {
       job.set_due_unix_ms(now_ms);
       const std::string body = job.SerializeAsString();

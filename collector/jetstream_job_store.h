@@ -163,8 +163,9 @@ class JetStreamJobStore final : public JobStore {
   static void OnLookupReply(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
   // Publishes the jobs of the items not found as duplicates.
   void FinishLookup(const std::shared_ptr<Lookup>& lookup);
+  // `markers`: each item's dedup marker subject ("" without a dedup key), for the Nats-Msg-Id.
   void PublishJobs(const std::shared_ptr<PendingAppend>& pending, std::vector<AppendItem>& items,
-                   const std::vector<bool>& publish);
+                   const std::vector<std::string>& markers, const std::vector<bool>& publish);
   void PublishMarkers(const std::vector<std::string>& markers);
   struct Leased {
     natsMsg* msg = nullptr;

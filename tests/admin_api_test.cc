@@ -76,10 +76,7 @@ class AdminApiTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
     ASSERT_TRUE(engine.ok()) << engine.status();
-    if (engine->engine == "jetstream") {
-      engine_flags_ = {"--store=jetstream", absl::StrCat("--nats_url=", engine->nats_url),
-                       "--nats_replicas=3"};
-    }
+    engine_flags_ = CollectorEngineFlags(*engine);
     dir_ = MakeTempDir("admin-api");
     token_file_ = dir_ + "/admin-token";
     ASSERT_TRUE(WriteFile(token_file_, absl::StrCat(kToken, "\n")).ok());

@@ -92,10 +92,7 @@ class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
     ASSERT_TRUE(engine.ok()) << engine.status();
-    if (engine->engine == "jetstream") {
-      engine_flags_ = {"--store=jetstream", absl::StrCat("--nats_url=", engine->nats_url),
-                       "--nats_replicas=3"};
-    }
+    engine_flags_ = CollectorEngineFlags(*engine);
     WebhookReceiver::Options options;
     options.threads = 2;
     // Slow enough that many jobs are in flight at any moment.

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,12 @@ inline std::string EngineParamName(const ::testing::TestParamInfo<std::string>& 
 
 // A clean engine for one test.
 absl::StatusOr<EngineSetup> PrepareEngine(std::string_view engine);
+
+// The collector flags that select `engine` (none for the embedded engine).
+inline std::vector<std::string> CollectorEngineFlags(const EngineSetup& engine) {
+  if (engine.engine != "jetstream") return {};
+  return {"--store=jetstream", "--nats_url=" + engine.nats_url, "--nats_replicas=3"};
+}
 
 }  // namespace hookrelay::test
 
