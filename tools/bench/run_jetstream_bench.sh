@@ -63,7 +63,7 @@ WORKSPACE=$(pwd)
 if [[ -n "${SMOKE:-}" ]]; then
   : "${DURATION:=2s}" "${WARMUP:=1s}" "${PRELOAD_EVENTS:=5000}"
   : "${PRELOAD_RATE:=5000}" "${HTTP_CONNECTIONS:=16}" "${DRAIN_TIMEOUT:=30}"
-  : "${INGEST_ENGINES:=embedded r3}"  # r1 runs in the probe
+  : "${INGEST_ENGINES:=embedded r3}" "${TAP_SECONDS:=1}"  # r1 runs in the probe
 fi
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-3s}
@@ -89,6 +89,7 @@ else
 fi
 DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
 DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
+TAP_SECONDS=${TAP_SECONDS:-5}  # how long the collector's pull requests are sampled in a jetstream drain
 DELIVERY_CEILING=${DELIVERY_CEILING:-1}  # 1: after each jetstream drain, nats_ceiling --drain on the same backlog
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
 PRELOAD_RATE=${PRELOAD_RATE:-40000}
@@ -428,6 +429,9 @@ perf_finish() {
     echo "## $role: by thread and library"
     timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,dso -g none \
       --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
+    echo "## $role: top symbols by thread (self)"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,symbol -g none \
+      --percent-limit 0.8 --stdio 2>/dev/null | grep '%' | head -40 || true
     echo "## $role: top symbols (self)"
     timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
       --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
@@ -637,6 +641,14 @@ EOF
       if [[ -n "$PERF" && "$engine" != embedded && "$round" == 1 ]]; then
         perf_start "$name" 1 "collector=$COLLECTOR_PID" "deliverer=$DELIVERER_PID"
       fi
+      TAP_PID=""
+      if [[ "$engine" != embedded ]]; then
+        # A copy of the collector's pull requests for TAP_SECONDS: how many jobs each fetch asks for.
+        timeout $(( TAP_SECONDS + 15 )) "$TMP/nats_ceiling" --url="$NATS_URLS" \
+          --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch' --duration="${TAP_SECONDS}s" \
+          >"$TMP/$name.tap.out" 2>&1 &
+        TAP_PID=$!; PIDS+=("$TAP_PID")
+      fi
       A="$A 0"
       DEADLINE=$(( SECONDS + DRAIN_TIMEOUT ))
       while (( $(last_total "$TMP/$name.receiver.log") < JOBS )) && (( SECONDS < DEADLINE )); do
@@ -647,6 +659,11 @@ EOF
       END_NS=$(date +%s%N)
       if [[ -n "${NATS_MONITOR:-}" ]]; then varz_json "$VA" "$(varz_snap)" "$JOBS" >"$TMP/$name.varz.json"; fi
       perf_finish "$name"
+      if [[ -n "$TAP_PID" ]]; then
+        wait "$TAP_PID" || true; forget "$TAP_PID"
+        grep '^TAP ' "$TMP/$name.tap.out" | sed 's/^TAP //' >"$TMP/$name.tap.json" || true
+        echo "   the collector's pull requests (first ${TAP_SECONDS} s): $(jq -c '{pull_requests, mean_batch}' "$TMP/$name.tap.json" 2>/dev/null)"
+      fi
       WALL=$(python3 -c "print(($END_NS - $START_NS) / 1e9)")
       CT_B=$(threads_snap "$COLLECTOR_PID")
       cpu_json "$A" "$B" collector nats receiver deliverer >"$TMP/$name.cpu.json"
@@ -682,9 +699,23 @@ EOF
         timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
           --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
           --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain \
-          --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 || echo "   (nats_ceiling exited $?)"
+          --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 &
+        CEILING_PID=$!; PIDS+=("$CEILING_PID")
+        # CPU and the servers' traffic while draining (from "draining" to the end).
+        for _ in $(seq 1 $(( (DRAIN_TIMEOUT + 120) * 10 ))); do
+          grep -q '^draining' "$TMP/$dname.out" 2>/dev/null && break
+          kill -0 "$CEILING_PID" 2>/dev/null || break
+          sleep 0.1
+        done
+        A=$(cpu_snap "${NATS_PIDS:-0}" "$CEILING_PID"); VA=$(varz_snap)
+        wait "$CEILING_PID" || echo "   (nats_ceiling exited $?)"
+        forget "$CEILING_PID"
+        B=$(cpu_snap "${NATS_PIDS:-0}" 0); VB=$(varz_snap)
         grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
+        cpu_json "$A" "$B" nats ceiling_ignored >"$TMP/$dname.cpu.json"
+        varz_json "$VA" "$VB" "$(jq -r '.acked // 0' "$TMP/$dname.json")" >"$TMP/$dname.varz.json"
         echo "   $(cat "$TMP/$dname.json")"
+        echo "   cpu % of one core (servers; the drainer's own is client_cpu_s): $(jq -c 'del(.ceiling_ignored)' "$TMP/$dname.cpu.json"); servers' traffic per message: $(cat "$TMP/$dname.varz.json")"
         stop_nats
       fi
     done
@@ -798,6 +829,10 @@ def goal(text, key, ok):
     if vals:
         print("  %-48s %s" % (text, "met" if ok(statistics.median(vals)) else "NOT met"))
 for r in range(1, rounds + 1):
+    t = load("delivery_r3_%d.tap" % r)
+    if t:
+        print("delivery_r3_%d: the collector's fetches asked for %.1f jobs on average (%s pull requests in %s s)" % (
+            r, t.get("mean_batch", 0), t.get("pull_requests"), t.get("seconds")))
     d = load("drain_ceiling_r3_%d" % r)
     if d:
         print("drain_ceiling_r3_%d: %s messages drained in %.2f s = %.0f acks/s (nats_ceiling --drain: fetches of 256, one ack each)" % (
