@@ -79,6 +79,7 @@ CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
 # 1: also a diagnostic closed-loop run, nats_ceiling --protocol --requests=$HTTP_CONNECTIONS: the
 # engine's whole exchange with the servers per request (dedup lookup, then the jobs, all acks, then
 # the markers) at the load's concurrency, without HTTP or hookrelay's code; not the goal's ceiling.
+# PROTOCOL_DEDUP_R1=1 adds the same with the dedup stream at one replica (jobs still R3).
 CEILING_PROTOCOL=${CEILING_PROTOCOL:-1}
 # The first window is what the closed loop keeps in flight (connections x events per request);
 # 65536 is the engine's own PublishAsync.MaxPending.
@@ -89,6 +90,7 @@ else
 fi
 DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
 DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
+DRAIN_BATCHES=${DRAIN_BATCHES:-256}  # fetch sizes of the drain ceiling (256: the engine's largest fetch)
 TAP_SECONDS=${TAP_SECONDS:-5}  # how long the collector's pull requests are sampled in a jetstream drain
 DELIVERY_CEILING=${DELIVERY_CEILING:-1}  # 1: after each jetstream drain, nats_ceiling --drain on the same backlog
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
@@ -568,6 +570,10 @@ if has_phase ingest; then
         if [[ "$CEILING_PROTOCOL" != 0 ]]; then
           ceiling_run "protocol_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 \
             --protocol --requests="$HTTP_CONNECTIONS"
+          if [[ -n "${PROTOCOL_DEDUP_R1:-}" && "$replicas" != 1 ]]; then
+            ceiling_run "protocol_dedup1_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 \
+              --protocol --requests="$HTTP_CONNECTIONS" --dedup_replicas=1
+          fi
         fi
         stop_nats
       fi
@@ -691,32 +697,35 @@ EOF
       if [[ "$engine" != embedded && "$DELIVERY_CEILING" != 0 ]]; then
         # The same backlog drained by nats_ceiling alone: the engine's fetch + per-job ack
         # ceiling (no HTTP, no deliverer), on fresh servers.
-        dname="drain_ceiling_${engine}_$round"
-        echo
-        wait_idle
-        echo "== $dname: nats_ceiling --replicas=${engine#r} --messages=$JOBS, then --drain (fetches of 256, one ack per message)"
-        nats_for "$dname" "$engine"
-        timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
-          --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
-          --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain \
-          --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 &
-        CEILING_PID=$!; PIDS+=("$CEILING_PID")
-        # CPU and the servers' traffic while draining (from "draining" to the end).
-        for _ in $(seq 1 $(( (DRAIN_TIMEOUT + 120) * 10 ))); do
-          grep -q '^draining' "$TMP/$dname.out" 2>/dev/null && break
-          kill -0 "$CEILING_PID" 2>/dev/null || break
-          sleep 0.1
+        for drain_batch in $DRAIN_BATCHES; do
+          dname="drain_ceiling_${engine}_$round"
+          (( drain_batch == 256 )) || dname="drain_ceiling_${engine}_b${drain_batch}_$round"
+          echo
+          wait_idle
+          echo "== $dname: nats_ceiling --replicas=${engine#r} --messages=$JOBS, then --drain --drain_batch=$drain_batch (one ack per message)"
+          nats_for "$dname" "$engine"
+          timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
+            --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
+            --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain --drain_batch="$drain_batch" \
+            --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 &
+          CEILING_PID=$!; PIDS+=("$CEILING_PID")
+          # CPU and the servers' traffic while draining (from "draining" to the end).
+          for _ in $(seq 1 $(( (DRAIN_TIMEOUT + 120) * 10 ))); do
+            grep -q '^draining' "$TMP/$dname.out" 2>/dev/null && break
+            kill -0 "$CEILING_PID" 2>/dev/null || break
+            sleep 0.1
+          done
+          A=$(cpu_snap "${NATS_PIDS:-0}" "$CEILING_PID"); VA=$(varz_snap)
+          wait "$CEILING_PID" || echo "   (nats_ceiling exited $?)"
+          forget "$CEILING_PID"
+          B=$(cpu_snap "${NATS_PIDS:-0}" 0); VB=$(varz_snap)
+          grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
+          cpu_json "$A" "$B" nats ceiling_ignored >"$TMP/$dname.cpu.json"
+          varz_json "$VA" "$VB" "$(jq -r '.acked // 0' "$TMP/$dname.json")" >"$TMP/$dname.varz.json"
+          echo "   $(cat "$TMP/$dname.json")"
+          echo "   cpu % of one core (servers; the drainer's own is client_cpu_s): $(jq -c 'del(.ceiling_ignored)' "$TMP/$dname.cpu.json"); servers' traffic per message: $(cat "$TMP/$dname.varz.json")"
+          stop_nats
         done
-        A=$(cpu_snap "${NATS_PIDS:-0}" "$CEILING_PID"); VA=$(varz_snap)
-        wait "$CEILING_PID" || echo "   (nats_ceiling exited $?)"
-        forget "$CEILING_PID"
-        B=$(cpu_snap "${NATS_PIDS:-0}" 0); VB=$(varz_snap)
-        grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
-        cpu_json "$A" "$B" nats ceiling_ignored >"$TMP/$dname.cpu.json"
-        varz_json "$VA" "$VB" "$(jq -r '.acked // 0' "$TMP/$dname.json")" >"$TMP/$dname.varz.json"
-        echo "   $(cat "$TMP/$dname.json")"
-        echo "   cpu % of one core (servers; the drainer's own is client_cpu_s): $(jq -c 'del(.ceiling_ignored)' "$TMP/$dname.cpu.json"); servers' traffic per message: $(cat "$TMP/$dname.varz.json")"
-        stop_nats
       fi
     done
   done
@@ -755,7 +764,8 @@ for r in range(1, rounds + 1):
         names += ["%s_closed_%d" % (engine, r), "%s_open_%d" % (engine, r)]
         if engine != "embedded":
             names += ["ceiling_%s_w%s_%d" % (engine, w, r) for w in windows]
-            names += ["ceiling_%s_open_%d" % (engine, r), "protocol_%s_%d" % (engine, r)]
+            names += ["ceiling_%s_open_%d" % (engine, r), "protocol_%s_%d" % (engine, r),
+                      "protocol_dedup1_%s_%d" % (engine, r)]
     for name in names:
         d = load(name)
         if d is None:
@@ -833,10 +843,13 @@ for r in range(1, rounds + 1):
     if t:
         print("delivery_r3_%d: the collector's fetches asked for %.1f jobs on average (%s pull requests in %s s)" % (
             r, t.get("mean_batch", 0), t.get("pull_requests"), t.get("seconds")))
-    d = load("drain_ceiling_r3_%d" % r)
-    if d:
-        print("drain_ceiling_r3_%d: %s messages drained in %.2f s = %.0f acks/s (nats_ceiling --drain: fetches of 256, one ack each)" % (
-            r, d.get("acked"), d.get("seconds", 0), d.get("acks_per_s", 0)))
+    for f in sorted(os.listdir(tmp)):
+        if f.startswith("drain_ceiling_r3_") and f.endswith("_%d.json" % r):
+            d = load(f[:-5])
+            c = cpu(f[:-5])
+            if d:
+                print("%s: %s messages drained in %.2f s = %.0f acks/s, servers %s%% of a core (nats_ceiling --drain)" % (
+                    f[:-5], d.get("acked"), d.get("seconds", 0), d.get("acks_per_s", 0), c.get("nats", "-")))
 print("goals (issue 12 §4), on the medians:")
 goal("jetstream R3 ingest >= 0.5 of the ceiling", "r3/ceiling_r3", lambda v: v >= 0.5)
 goal("jetstream R3 ingest >= 50,000 events/s", "r3 ingest ev/s", lambda v: v >= 50000)
