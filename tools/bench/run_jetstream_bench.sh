@@ -41,7 +41,7 @@
 # deployment's nats.conf (no per-message fsync: sync_interval default). Every measurement gets
 # servers started fresh on empty store directories, removed afterwards.
 #
-#   tools/bench/run_jetstream_bench.sh                         # one round, ~6 min once built
+#   tools/bench/run_jetstream_bench.sh                         # one round, ~8 min once built
 #   ROUNDS=3 IDLE_WAIT=120 RESULTS=/tmp/js-bench tools/bench/run_jetstream_bench.sh   # the figures
 #   SMOKE=1 tools/bench/run_jetstream_bench.sh                 # seconds per run: a check that it works
 #   SKIP_BUILD=1 BIN_DIR=bazel-bin tools/bench/run_jetstream_bench.sh   # binaries already built
