@@ -13,15 +13,19 @@
 //   - with --requests=N, the collector's request shape instead of a flat window: N requests of
 //     --batch messages in flight, each complete when all its messages are acknowledged.
 //   - with --protocol, also the engine's dedup traffic: a stream like HR_DEDUP, one batched direct
-//     get (multi_last) per --batch messages before they are published (not waited for), and one
-//     marker (core publish, no ack) per message once it is acknowledged: the server-side work of
-//     the engine's whole Append, without hookrelay's own.
+//     get (multi_last) per --batch messages before they are published (with --requests the
+//     publish waits for its answer, as the engine's does), and one marker (core publish, no ack)
+//     per message once acknowledged: the server-side work of the engine's whole Append, without
+//     hookrelay's own.
 //
 // Prints msgs/s over the window after the warm-up and ack latency percentiles, then a line
-// "RESULT {json}" for scripts (tools/bench/run_jetstream_bench.sh).
+// "RESULT {json}" for scripts (tools/bench/run_jetstream_bench.sh). Other modes:
 //
-//   nats_ceiling --url=nats://127.0.0.1:4222 --replicas=3 --msg_bytes=520 --max_pending=6400
-//   nats_ceiling --url=... --probe_stream=HR_JOBS   # sizes of a real stream's first messages
+//   nats_ceiling --url=nats://127.0.0.1:4222 --replicas=3 --msg_bytes=486 --max_pending=6400
+//   nats_ceiling --url=... --requests=64 --protocol          # the engine's exchange, emulated
+//   nats_ceiling --url=... --messages=200000 --drain         # then drain it: DRAIN {json}
+//   nats_ceiling --url=... --probe_stream=HR_JOBS            # sizes of a real stream's messages
+//   nats_ceiling --url=... --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch'  # pull sizes
 //
 // Loopback servers only.
 #include <nats/nats.h>
