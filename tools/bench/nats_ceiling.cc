@@ -13,15 +13,19 @@
 //   - with --requests=N, the collector's request shape instead of a flat window: N requests of
 //     --batch messages in flight, each complete when all its messages are acknowledged.
 //   - with --protocol, also the engine's dedup traffic: a stream like HR_DEDUP, one batched direct
-//     get (multi_last) per --batch messages before they are published (not waited for), and one
-//     marker (core publish, no ack) per message once it is acknowledged: the server-side work of
-//     the engine's whole Append, without hookrelay's own.
+//     get (multi_last) per --batch messages before they are published (with --requests the
+//     publish waits for its answer, as the engine's does), and one marker (core publish, no ack)
+//     per message once acknowledged: the server-side work of the engine's whole Append, without
+//     hookrelay's own.
 //
 // Prints msgs/s over the window after the warm-up and ack latency percentiles, then a line
-// "RESULT {json}" for scripts (tools/bench/run_jetstream_bench.sh).
+// "RESULT {json}" for scripts (tools/bench/run_jetstream_bench.sh). Other modes:
 //
-//   nats_ceiling --url=nats://127.0.0.1:4222 --replicas=3 --msg_bytes=520 --max_pending=6400
-//   nats_ceiling --url=... --probe_stream=HR_JOBS   # sizes of a real stream's first messages
+//   nats_ceiling --url=nats://127.0.0.1:4222 --replicas=3 --msg_bytes=486 --max_pending=6400
+//   nats_ceiling --url=... --requests=64 --protocol          # the engine's exchange, emulated
+//   nats_ceiling --url=... --messages=200000 --drain         # then drain it: DRAIN {json}
+//   nats_ceiling --url=... --probe_stream=HR_JOBS            # sizes of a real stream's messages
+//   nats_ceiling --url=... --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch'  # pull sizes
 //
 // Loopback servers only.
 #include <nats/nats.h>
@@ -81,6 +85,8 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(180), "give up draining a
 ABSL_FLAG(bool, lookups, true, "with --protocol: the dedup lookups (false: markers only)");
 ABSL_FLAG(int, dedup_max_msgs_per_subject, 1,
           "with --protocol: the dedup stream's max_msgs_per_subject (HR_DEDUP's is 1; -1 = none)");
+ABSL_FLAG(int, dedup_replicas, 0,
+          "with --protocol: the dedup stream's replicas (0 = --replicas, as HR_DEDUP's)");
 ABSL_FLAG(absl::Duration, dedup_max_age, absl::Hours(24),
           "with --protocol: the dedup stream's max_age (HR_DEDUP's is the dedup window, 24 h)");
 ABSL_FLAG(bool, protocol, false,
@@ -90,6 +96,10 @@ ABSL_FLAG(std::string, probe_stream, "",
           "instead of publishing: print the sizes of this stream's first --probe_messages "
           "messages (data, Nats-Msg-Id, subject) as PROBE {json}");
 ABSL_FLAG(int, probe_messages, 100, "messages read by --probe_stream");
+ABSL_FLAG(std::string, tap, "",
+          "instead of publishing: count the messages on this subject for --duration (a copy, "
+          "like any subscriber) and, for pull requests ($JS.API.CONSUMER.MSG.NEXT.<stream>."
+          "<consumer>), the batch each asked for; prints TAP {json}");
 
 namespace {
 
@@ -207,6 +217,8 @@ int Drain(natsConnection* nc, jsCtx* js, const std::string& stream, const std::s
     std::fprintf(stderr, "binding the consumer to drain %s failed\n", stream.c_str());
     return 1;
   }
+  std::printf("draining\n");  // run_jetstream_bench.sh samples CPU from here
+  std::fflush(stdout);
   const double cpu0 = CpuSeconds();
   const int64_t start = NowNs();
   const int64_t give_up = start + absl::ToInt64Nanoseconds(timeout);
@@ -309,6 +321,36 @@ int Probe(jsCtx* js, const std::string& stream, int messages) {
       static_cast<long long>(headers / n), static_cast<long long>(subject / n),
       absl::CEscape(example_subject).c_str(), absl::CEscape(example_id).c_str());
   return 0;
+}
+
+// --tap: pull requests seen and the batches they asked for.
+struct Tap {
+  std::mutex mu;
+  uint64_t messages = 0;
+  uint64_t with_batch = 0;
+  uint64_t batch_sum = 0;
+  std::map<int64_t, uint64_t> batches;  // batch asked -> requests
+};
+
+void OnTap(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+  auto* tap = static_cast<Tap*>(closure);
+  const std::string body(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  int64_t batch = -1;
+  if (const size_t at = body.find("\"batch\":"); at != std::string::npos) {
+    batch = strtoll(body.c_str() + at + sizeof("\"batch\":") - 1, nullptr, 10);
+  } else if (!body.empty() && body.find('{') == std::string::npos) {
+    batch = strtoll(body.c_str(), nullptr, 10);  // The plain-number form of a pull request.
+  }
+  {
+    std::lock_guard<std::mutex> lock(tap->mu);
+    ++tap->messages;
+    if (batch >= 0) {
+      ++tap->with_batch;
+      tap->batch_sum += static_cast<uint64_t>(batch);
+      ++tap->batches[batch];
+    }
+  }
+  natsMsg_Destroy(msg);
 }
 
 struct Stats {
@@ -501,6 +543,37 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (!absl::GetFlag(FLAGS_tap).empty()) {
+    Tap tap;
+    natsSubscription* sub = nullptr;
+    if (natsConnection_Subscribe(&sub, nc, absl::GetFlag(FLAGS_tap).c_str(), &OnTap, &tap) != NATS_OK) {
+      std::fprintf(stderr, "subscribing to %s failed\n", absl::GetFlag(FLAGS_tap).c_str());
+      return 1;
+    }
+    natsSubscription_SetPendingLimits(sub, -1, -1);
+    std::printf("tapping\n");
+    std::fflush(stdout);
+    absl::SleepFor(duration);
+    natsSubscription_Unsubscribe(sub);
+    std::lock_guard<std::mutex> lock(tap.mu);
+    std::string hist;
+    for (const auto& [b, n] : tap.batches) {
+      absl::StrAppendFormat(&hist, "%s\"%d\":%llu", hist.empty() ? "" : ",", b,
+                            static_cast<unsigned long long>(n));
+    }
+    std::printf("TAP {\"subject\":\"%s\",\"seconds\":%.1f,\"messages\":%llu,\"pull_requests\":%llu,"
+                "\"mean_batch\":%.1f,\"batches\":{%s}}\n",
+                absl::GetFlag(FLAGS_tap).c_str(), absl::ToDoubleSeconds(duration),
+                static_cast<unsigned long long>(tap.messages),
+                static_cast<unsigned long long>(tap.with_batch),
+                tap.with_batch == 0 ? 0.0 : static_cast<double>(tap.batch_sum) / tap.with_batch,
+                hist.c_str());
+    natsSubscription_Destroy(sub);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    natsOptions_Destroy(opts);
+    return 0;
+  }
   if (!absl::GetFlag(FLAGS_probe_stream).empty()) {
     const int rc = Probe(js, absl::GetFlag(FLAGS_probe_stream), absl::GetFlag(FLAGS_probe_messages));
     jsCtx_Destroy(js);
@@ -518,7 +591,10 @@ int main(int argc, char** argv) {
   std::string lookup_inbox;
   natsSubscription* lookup_sub = nullptr;
   if (protocol) {
-    if (!EnsureDedupStream(nc, dedup_stream, prefix, replicas)) return 1;
+    const int dedup_replicas = absl::GetFlag(FLAGS_dedup_replicas);
+    if (!EnsureDedupStream(nc, dedup_stream, prefix, dedup_replicas > 0 ? dedup_replicas : replicas)) {
+      return 1;
+    }
     natsInbox* inbox = nullptr;
     natsInbox_Create(&inbox);
     lookup_inbox = inbox;

@@ -41,7 +41,7 @@
 # deployment's nats.conf (no per-message fsync: sync_interval default). Every measurement gets
 # servers started fresh on empty store directories, removed afterwards.
 #
-#   tools/bench/run_jetstream_bench.sh                         # one round, ~6 min once built
+#   tools/bench/run_jetstream_bench.sh                         # one round, ~8 min once built
 #   ROUNDS=3 IDLE_WAIT=120 RESULTS=/tmp/js-bench tools/bench/run_jetstream_bench.sh   # the figures
 #   SMOKE=1 tools/bench/run_jetstream_bench.sh                 # seconds per run: a check that it works
 #   SKIP_BUILD=1 BIN_DIR=bazel-bin tools/bench/run_jetstream_bench.sh   # binaries already built
@@ -63,7 +63,7 @@ WORKSPACE=$(pwd)
 if [[ -n "${SMOKE:-}" ]]; then
   : "${DURATION:=2s}" "${WARMUP:=1s}" "${PRELOAD_EVENTS:=5000}"
   : "${PRELOAD_RATE:=5000}" "${HTTP_CONNECTIONS:=16}" "${DRAIN_TIMEOUT:=30}"
-  : "${INGEST_ENGINES:=embedded r3}"  # r1 runs in the probe
+  : "${INGEST_ENGINES:=embedded r3}" "${TAP_SECONDS:=1}"  # r1 runs in the probe
 fi
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-3s}
@@ -79,6 +79,7 @@ CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
 # 1: also a diagnostic closed-loop run, nats_ceiling --protocol --requests=$HTTP_CONNECTIONS: the
 # engine's whole exchange with the servers per request (dedup lookup, then the jobs, all acks, then
 # the markers) at the load's concurrency, without HTTP or hookrelay's code; not the goal's ceiling.
+# PROTOCOL_DEDUP_R1=1 adds the same with the dedup stream at one replica (jobs still R3).
 CEILING_PROTOCOL=${CEILING_PROTOCOL:-1}
 # The first window is what the closed loop keeps in flight (connections x events per request);
 # 65536 is the engine's own PublishAsync.MaxPending.
@@ -89,6 +90,8 @@ else
 fi
 DELIVERY_ENGINES=${DELIVERY_ENGINES:-"embedded r3"}
 DELIVERY_FLAGS=${DELIVERY_FLAGS:-"2:128:128"}  # sender_threads:credits:max_host_connections
+DRAIN_BATCHES=${DRAIN_BATCHES:-256}  # fetch sizes of the drain ceiling (256: the engine's largest fetch)
+TAP_SECONDS=${TAP_SECONDS:-5}  # how long the collector's pull requests are sampled in a jetstream drain
 DELIVERY_CEILING=${DELIVERY_CEILING:-1}  # 1: after each jetstream drain, nats_ceiling --drain on the same backlog
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-200000}
 PRELOAD_RATE=${PRELOAD_RATE:-40000}
@@ -428,6 +431,9 @@ perf_finish() {
     echo "## $role: by thread and library"
     timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,dso -g none \
       --percent-limit 1 --stdio 2>/dev/null | grep '%' | head -30 || true
+    echo "## $role: top symbols by thread (self)"
+    timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort pid,symbol -g none \
+      --percent-limit 0.8 --stdio 2>/dev/null | grep '%' | head -40 || true
     echo "## $role: top symbols (self)"
     timeout 120 perf report -i "$TMP/$name.$role.perf.data" --no-children --sort dso,symbol -g none \
       --percent-limit 0.7 --stdio 2>/dev/null | grep '%' | head -40 || true
@@ -564,6 +570,10 @@ if has_phase ingest; then
         if [[ "$CEILING_PROTOCOL" != 0 ]]; then
           ceiling_run "protocol_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 \
             --protocol --requests="$HTTP_CONNECTIONS"
+          if [[ -n "${PROTOCOL_DEDUP_R1:-}" && "$replicas" != 1 ]]; then
+            ceiling_run "protocol_dedup1_r${replicas}_$round" "$replicas" "${CEILING_WINDOWS%% *}" 0 \
+              --protocol --requests="$HTTP_CONNECTIONS" --dedup_replicas=1
+          fi
         fi
         stop_nats
       fi
@@ -637,6 +647,14 @@ EOF
       if [[ -n "$PERF" && "$engine" != embedded && "$round" == 1 ]]; then
         perf_start "$name" 1 "collector=$COLLECTOR_PID" "deliverer=$DELIVERER_PID"
       fi
+      TAP_PID=""
+      if [[ "$engine" != embedded ]]; then
+        # A copy of the collector's pull requests for TAP_SECONDS: how many jobs each fetch asks for.
+        timeout $(( TAP_SECONDS + 15 )) "$TMP/nats_ceiling" --url="$NATS_URLS" \
+          --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch' --duration="${TAP_SECONDS}s" \
+          >"$TMP/$name.tap.out" 2>&1 &
+        TAP_PID=$!; PIDS+=("$TAP_PID")
+      fi
       A="$A 0"
       DEADLINE=$(( SECONDS + DRAIN_TIMEOUT ))
       while (( $(last_total "$TMP/$name.receiver.log") < JOBS )) && (( SECONDS < DEADLINE )); do
@@ -647,6 +665,11 @@ EOF
       END_NS=$(date +%s%N)
       if [[ -n "${NATS_MONITOR:-}" ]]; then varz_json "$VA" "$(varz_snap)" "$JOBS" >"$TMP/$name.varz.json"; fi
       perf_finish "$name"
+      if [[ -n "$TAP_PID" ]]; then
+        wait "$TAP_PID" || true; forget "$TAP_PID"
+        grep '^TAP ' "$TMP/$name.tap.out" | sed 's/^TAP //' >"$TMP/$name.tap.json" || true
+        echo "   the collector's pull requests (first ${TAP_SECONDS} s): $(jq -c '{pull_requests, mean_batch}' "$TMP/$name.tap.json" 2>/dev/null)"
+      fi
       WALL=$(python3 -c "print(($END_NS - $START_NS) / 1e9)")
       CT_B=$(threads_snap "$COLLECTOR_PID")
       cpu_json "$A" "$B" collector nats receiver deliverer >"$TMP/$name.cpu.json"
@@ -674,18 +697,35 @@ EOF
       if [[ "$engine" != embedded && "$DELIVERY_CEILING" != 0 ]]; then
         # The same backlog drained by nats_ceiling alone: the engine's fetch + per-job ack
         # ceiling (no HTTP, no deliverer), on fresh servers.
-        dname="drain_ceiling_${engine}_$round"
-        echo
-        wait_idle
-        echo "== $dname: nats_ceiling --replicas=${engine#r} --messages=$JOBS, then --drain (fetches of 256, one ack per message)"
-        nats_for "$dname" "$engine"
-        timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
-          --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
-          --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain \
-          --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 || echo "   (nats_ceiling exited $?)"
-        grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
-        echo "   $(cat "$TMP/$dname.json")"
-        stop_nats
+        for drain_batch in $DRAIN_BATCHES; do
+          dname="drain_ceiling_${engine}_$round"
+          (( drain_batch == 256 )) || dname="drain_ceiling_${engine}_b${drain_batch}_$round"
+          echo
+          wait_idle
+          echo "== $dname: nats_ceiling --replicas=${engine#r} --messages=$JOBS, then --drain --drain_batch=$drain_batch (one ack per message)"
+          nats_for "$dname" "$engine"
+          timeout $(( DRAIN_TIMEOUT + 120 )) "$TMP/nats_ceiling" --url="$NATS_URLS" --replicas="${engine#r}" \
+            --messages="$JOBS" --max_pending=6400 --msg_bytes="$MSG_BYTES" --msg_id_bytes="$MSG_ID_BYTES" \
+            --subjects="$EVENTS_PER_REQUEST" --duration=120s --warmup=0s --drain --drain_batch="$drain_batch" \
+            --drain_timeout="${DRAIN_TIMEOUT}s" >"$TMP/$dname.out" 2>&1 &
+          CEILING_PID=$!; PIDS+=("$CEILING_PID")
+          # CPU and the servers' traffic while draining (from "draining" to the end).
+          for _ in $(seq 1 $(( (DRAIN_TIMEOUT + 120) * 10 ))); do
+            grep -q '^draining' "$TMP/$dname.out" 2>/dev/null && break
+            kill -0 "$CEILING_PID" 2>/dev/null || break
+            sleep 0.1
+          done
+          A=$(cpu_snap "${NATS_PIDS:-0}" "$CEILING_PID"); VA=$(varz_snap)
+          wait "$CEILING_PID" || echo "   (nats_ceiling exited $?)"
+          forget "$CEILING_PID"
+          B=$(cpu_snap "${NATS_PIDS:-0}" 0); VB=$(varz_snap)
+          grep '^DRAIN ' "$TMP/$dname.out" | sed 's/^DRAIN //' >"$TMP/$dname.json" || echo '{}' >"$TMP/$dname.json"
+          cpu_json "$A" "$B" nats ceiling_ignored >"$TMP/$dname.cpu.json"
+          varz_json "$VA" "$VB" "$(jq -r '.acked // 0' "$TMP/$dname.json")" >"$TMP/$dname.varz.json"
+          echo "   $(cat "$TMP/$dname.json")"
+          echo "   cpu % of one core (servers; the drainer's own is client_cpu_s): $(jq -c 'del(.ceiling_ignored)' "$TMP/$dname.cpu.json"); servers' traffic per message: $(cat "$TMP/$dname.varz.json")"
+          stop_nats
+        done
       fi
     done
   done
@@ -724,7 +764,8 @@ for r in range(1, rounds + 1):
         names += ["%s_closed_%d" % (engine, r), "%s_open_%d" % (engine, r)]
         if engine != "embedded":
             names += ["ceiling_%s_w%s_%d" % (engine, w, r) for w in windows]
-            names += ["ceiling_%s_open_%d" % (engine, r), "protocol_%s_%d" % (engine, r)]
+            names += ["ceiling_%s_open_%d" % (engine, r), "protocol_%s_%d" % (engine, r),
+                      "protocol_dedup1_%s_%d" % (engine, r)]
     for name in names:
         d = load(name)
         if d is None:
@@ -798,10 +839,17 @@ def goal(text, key, ok):
     if vals:
         print("  %-48s %s" % (text, "met" if ok(statistics.median(vals)) else "NOT met"))
 for r in range(1, rounds + 1):
-    d = load("drain_ceiling_r3_%d" % r)
-    if d:
-        print("drain_ceiling_r3_%d: %s messages drained in %.2f s = %.0f acks/s (nats_ceiling --drain: fetches of 256, one ack each)" % (
-            r, d.get("acked"), d.get("seconds", 0), d.get("acks_per_s", 0)))
+    t = load("delivery_r3_%d.tap" % r)
+    if t:
+        print("delivery_r3_%d: the collector's fetches asked for %.1f jobs on average (%s pull requests in %s s)" % (
+            r, t.get("mean_batch", 0), t.get("pull_requests"), t.get("seconds")))
+    for f in sorted(os.listdir(tmp)):
+        if f.startswith("drain_ceiling_r3_") and f.endswith("_%d.json" % r):
+            d = load(f[:-5])
+            c = cpu(f[:-5])
+            if d:
+                print("%s: %s messages drained in %.2f s = %.0f acks/s, servers %s%% of a core (nats_ceiling --drain)" % (
+                    f[:-5], d.get("acked"), d.get("seconds", 0), d.get("acks_per_s", 0), c.get("nats", "-")))
 print("goals (issue 12 §4), on the medians:")
 goal("jetstream R3 ingest >= 0.5 of the ceiling", "r3/ceiling_r3", lambda v: v >= 0.5)
 goal("jetstream R3 ingest >= 50,000 events/s", "r3 ingest ev/s", lambda v: v >= 50000)
