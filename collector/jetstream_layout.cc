@@ -156,7 +156,7 @@ std::string DeadStreamConfig(const JetStreamLayout& layout) {
 std::string DedupStreamConfig(const JetStreamLayout& layout) {
   return absl::StrCat(R"({"name":")", kDedupStream, R"(","subjects":[")", kDedupSubjects,
                       R"("],"retention":"limits","storage":"file","num_replicas":)",
-                      layout.replicas, R"(,"max_age":)",
+                      layout.DedupReplicas(), R"(,"max_age":)",
                       absl::ToInt64Nanoseconds(layout.dedup_window),
                       R"(,"max_msgs_per_subject":1,"allow_direct":true,"discard":"old"})");
 }
@@ -208,6 +208,11 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
     return absl::InvalidArgumentError(
         absl::StrCat("--nats_replicas is ", layout.replicas, "; use 1, 3 or 5"));
   }
+  if (layout.dedup_replicas != 0 && layout.dedup_replicas != 1 && layout.dedup_replicas != 3 &&
+      layout.dedup_replicas != 5) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nats_dedup_replicas is ", layout.dedup_replicas, "; use 0 (as --nats_replicas), 1, 3 or 5"));
+  }
   if (layout.ack_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("the JetStream lease (ack wait) must be at least 1s");
   }
@@ -227,7 +232,8 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
   if (!st.ok()) return st;
   st = EnsureStream(nc, layout, kDedupStream, internal::DedupStreamConfig(layout),
                     {{"subjects", kDedupSubjects, "one marker per accepted event"},
-                     {"num_replicas", replicas, "--nats_replicas"},
+                     {"num_replicas", absl::StrCat(layout.DedupReplicas()),
+                      "--nats_dedup_replicas"},
                      {"max_age", absl::StrCat(absl::ToInt64Nanoseconds(layout.dedup_window)),
                       "--dedup_window"},
                      {"max_msgs_per_subject", "1", "one marker per event"},

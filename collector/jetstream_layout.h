@@ -58,8 +58,14 @@ inline constexpr char kAudiencesStream[] = "HR_AUDIENCES";
 inline constexpr char kAudiencesSubjects[] = "hr.aud.>";
 
 struct JetStreamLayout {
+  int DedupReplicas() const { return dedup_replicas == 0 ? replicas : dedup_replicas; }
+
   // --nats_replicas: copies of every stream (1, 3 or 5).
   int replicas = 3;
+  // --nats_dedup_replicas: copies of HR_DEDUP (0 = `replicas`). Markers are best-effort (a
+  // lost marker is a duplicate check missed, never an event lost), and at 1 each event costs one
+  // replicated write instead of two; a node's loss then forgets a share of the markers.
+  int dedup_replicas = 0;
   // The lease of a dispatched job (the consumer's ack wait).
   absl::Duration ack_wait = absl::Seconds(90);
   // Jobs dispatched and not yet settled, across every collector.

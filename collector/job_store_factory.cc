@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& op
     JetStreamJobStore::Options o;
     o.urls = options.nats_url;
     o.layout.replicas = options.nats_replicas;
+    o.layout.dedup_replicas = options.nats_dedup_replicas;
     o.layout.ack_wait = options.lease_duration;
     o.clock = options.clock;
     o.layout.dedup_window = options.dedup_window;

@@ -30,6 +30,7 @@ struct JobStoreOptions {
   // jetstream: --nats_url (comma-separated nats:// URLs) and --nats_replicas (1, 3 or 5).
   std::string nats_url;
   int nats_replicas = 3;
+  int nats_dedup_replicas = 0;  // 0: as nats_replicas.
   // How long a dispatched job stays with a deliverer (jetstream: the consumer's ack wait).
   absl::Duration lease_duration = absl::Seconds(90);
   // A (source, messageId) is de-duplicated for this long.

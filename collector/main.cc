@@ -22,6 +22,10 @@ ABSL_FLAG(std::string, store, "embedded",
           "cluster at --nats_url, shared by any number of collectors; see docs/DESIGN.md)");
 ABSL_FLAG(std::string, nats_url, "", "--store=jetstream: comma-separated nats:// URLs");
 ABSL_FLAG(int, nats_replicas, 3, "--store=jetstream: copies of every stream (1, 3 or 5)");
+ABSL_FLAG(int, nats_dedup_replicas, 0,
+          "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 0 = as "
+          "--nats_replicas, or 1, 3, 5. At 1 an event costs one replicated write instead of two; "
+          "a lost node then forgets its share of the markers (duplicates possible, no loss)");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",
           "gRPC address (Ingest, Subscribe, Admin, health, reflection); port 0 picks a free port");
 ABSL_FLAG(std::string, http_address, "0.0.0.0:8080", "HTTP tracking API address (/v1/*)");
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   options.store = absl::GetFlag(FLAGS_store);
   options.nats_url = absl::GetFlag(FLAGS_nats_url);
   options.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
+  options.nats_dedup_replicas = absl::GetFlag(FLAGS_nats_dedup_replicas);
   if (options.store == "jetstream" && options.nats_url.empty()) {
     hookrelay::common::LogError("--store=jetstream needs --nats_url (nats://host:port,...)");
     return 2;

@@ -26,6 +26,7 @@ class Server {
     std::string store = "embedded";
     std::string nats_url;
     int nats_replicas = 3;
+    int nats_dedup_replicas = 0;  // 0: as nats_replicas.
     std::string grpc_address = "0.0.0.0:50051";
     std::string http_address = "0.0.0.0:8080";
     std::string metrics_address = "0.0.0.0:9464";

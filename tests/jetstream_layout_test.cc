@@ -116,6 +116,27 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(st.message(), HasSubstr("HR_DEDUP"));
   EXPECT_THAT(st.message(), HasSubstr("(--dedup_window)"));
+  // Another replication of the markers alone: the markers' stream says so, naming its flag.
+  JetStreamLayout dedup_r1 = layout;
+  dedup_r1.dedup_replicas = 1;
+  st = EnsureJetStreamLayout(nc_, dedup_r1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("HR_DEDUP"));
+  EXPECT_THAT(st.message(),
+              HasSubstr("num_replicas is 3, hookrelay needs 1 (--nats_dedup_replicas)"));
+  // 0 means "as --nats_replicas": the same layout as before.
+  JetStreamLayout dedup_same = layout;
+  dedup_same.dedup_replicas = 0;
+  EXPECT_TRUE(EnsureJetStreamLayout(nc_, dedup_same).ok());
+}
+
+TEST_F(JetStreamLayoutTest, DedupMarkersOnOneReplica) {
+  JetStreamLayout layout;
+  layout.dedup_replicas = 1;
+  ASSERT_TRUE(Ensure(layout).ok()) << Ensure(layout);
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_DEDUP"), HasSubstr(R"("num_replicas":1)"));
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));
+  EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());  // Idempotent.
 }
 
 TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {
@@ -160,6 +181,11 @@ TEST(JetStreamLayoutOptionsTest, BadOptions) {
   layout.replicas = 2;
   EXPECT_EQ(EnsureJetStreamLayout(nullptr, layout).code(), absl::StatusCode::kInvalidArgument);
   layout.replicas = 3;
+  layout.dedup_replicas = 2;
+  const absl::Status dedup = EnsureJetStreamLayout(nullptr, layout);
+  EXPECT_EQ(dedup.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dedup.message(), HasSubstr("--nats_dedup_replicas is 2"));
+  layout.dedup_replicas = 0;
   layout.ack_wait = absl::Milliseconds(10);
   EXPECT_EQ(EnsureJetStreamLayout(nullptr, layout).code(), absl::StatusCode::kInvalidArgument);
 }
