@@ -19,6 +19,7 @@
 #include "deliverer/http_sender.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "tools/receiver/webhook_receiver.h"
 

@@ -386,7 +386,10 @@ class HttpSender::Worker {
 
   // A host with nothing in flight or waiting is dropped (receivers come and go).
   void ForgetIfIdle(Host* host) {
-    if (host->active == 0 && host->waiting.empty()) hosts_.erase(host->key);
+    if (host->active == 0 && host->waiting.empty()) {
+      auto it = hosts_.find(host->key);
+      if (it != hosts_.end()) hosts_.erase(it);
+    }
   }
 
   std::unique_ptr<Transfer> TakeTransfer() {
