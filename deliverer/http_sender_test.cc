@@ -494,13 +494,18 @@ TEST(HttpSenderTest, UsesHttp2WhenTheReceiverOffersIt) {
   ASSERT_NE(sender, nullptr);
   std::vector<HttpRequest> requests;
   for (int i = 0; i < 5; ++i) {
-    HttpRequest request = Post(absl::StrCat("https://127.0.0.1:", port, "/hooks"));
-    request.headers = {{"TE", "trailers"}};
+    // What gRPC accepts (it resets a stream with another content type, or with a body that is
+    // not gRPC framing): one empty message. It answers 200 with grpc-status "unimplemented" for
+    // this unknown path, over HTTP/2.
+    HttpRequest request =
+        Post(absl::StrCat("https://127.0.0.1:", port, "/hooks"), std::string(5, '\0'));
+    request.headers = {{"Content-Type", "application/grpc"}, {"TE", "trailers"}};
     requests.push_back(std::move(request));
   }
   const std::vector<HttpResult> results = SendAllAndWait(*sender, std::move(requests));
   for (const HttpResult& r : results) {
     EXPECT_EQ(r.result.error, TransportError::kNone) << r.error_detail;
+    EXPECT_EQ(r.result.status, 200);
     EXPECT_EQ(r.http_version, 20);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
