@@ -21,8 +21,8 @@
 // Options::max_host_connections requests per receiver host (scheme, host and port) into libcurl
 // at once. Further requests to that host wait in the worker's own FIFO queue for that host,
 // outside libcurl, and enter it when a request to the host completes. A request's timeout starts
-// when it enters libcurl (connect or first byte sent), so it measures the receiver, never the
-// wait for a slot; that wait is reported separately (HttpResult::queued). libcurl itself has no
+// when it enters libcurl (name resolution, connect and TLS count, or the first byte sent on a
+// kept-alive connection), so it measures the receiver, never the wait for a slot; that wait is reported separately (HttpResult::queued). libcurl itself has no
 // per-host limit, so nothing queues inside the multi handle and the multi handle never holds more
 // easy handles than there are slots in use.
 //
