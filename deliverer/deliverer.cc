@@ -643,6 +643,7 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
   if (metrics_) {
     metrics_->RequestFinished();
     if (!job->delivery.job().test()) {
+      metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
       metrics_->CountRequest(job->delivery.destination().id(), result.result,
                              absl::ToDoubleSeconds(result.duration));
     }

@@ -118,6 +118,19 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The delivery benchmark, smoke version (3 s runs, a 5,000-job backlog, the deliverer's default
+# flags): the script, the servers and the load tools work together, on the binaries `bazel test`
+# just built (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the real run).
+if [ -z "${config[*]}" ]; then
+  echo "== Delivery benchmark smoke run (SMOKE=1 tools/bench/run_delivery_bench.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 300 tools/bench/run_delivery_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then

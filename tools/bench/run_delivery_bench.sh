@@ -7,7 +7,8 @@
 #   1. ceiling     wrk -t$WRK_THREADS -c$WRK_CONNECTIONS POSTs that request to a fresh receiver for
 #                  $CEILING_DURATION s, $CEILING_RUNS times: what the receiver can take on this
 #                  machine (the best run).
-#   2. throughput  for each "sender_threads:credits[:max_host_connections]" of
+#   2. throughput  for each "sender_threads:credits[:max_host_connections]" (0 = the deliverer's
+#                  derived default) of
 #                  $THROUGHPUT_VARIANTS: fresh collector and receiver, $PRELOAD_EVENTS events
 #                  preloaded with no deliverer running, then a deliverer started with those flags;
 #                  deliveries/s = jobs / (last request − first request) as the receiver saw them.
@@ -22,10 +23,12 @@
 #
 #   tools/bench/run_delivery_bench.sh                       # ~20 min once built (10 of them memory)
 #   DURATION_MEMORY=60 tools/bench/run_delivery_bench.sh    # shorter memory phase
-#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="1:2000 2:128:128" tools/bench/run_delivery_bench.sh
-#   PHASES=throughput THROUGHPUT_VARIANTS=1:2000 PERF=1 tools/bench/run_delivery_bench.sh  # + profile
+#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="0:0:0 2:128:128" tools/bench/run_delivery_bench.sh
+#   PHASES=throughput THROUGHPUT_VARIANTS=0:0:0 PERF=1 tools/bench/run_delivery_bench.sh  # + profile
 #   RESULTS=/tmp/delivery-bench tools/bench/run_delivery_bench.sh   # keep every log there
 #   IDLE_WAIT=60 tools/bench/run_delivery_bench.sh          # shared machine: wait for quiet first
+#   SMOKE=1 tools/bench/run_delivery_bench.sh               # seconds per phase: a check that it works
+#   SMOKE=1 SKIP_BUILD=1 BIN_DIR=$(bazel info bazel-bin) tools/bench/run_delivery_bench.sh  # prebuilt
 #
 # Bounded: the build has BUILD_TIMEOUT (default 600 s), every start-up 10 s, every load run its
 # duration + 30 s, each throughput drain THROUGHPUT_TIMEOUT (default 180 s), IDLE_WAIT at most its
@@ -35,6 +38,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORKSPACE=$(pwd)
 
+if [[ -n "${SMOKE:-}" ]]; then
+  : "${PHASES:=ceiling throughput latency}" "${CEILING_DURATION:=3}" "${CEILING_RUNS:=1}"
+  : "${THROUGHPUT_VARIANTS:=0:0:0}" "${PRELOAD_EVENTS:=5000}" "${PRELOAD_RATE:=5000}"
+  : "${THROUGHPUT_TIMEOUT:=60}" "${LATENCY_RATE:=500}" "${DURATION_LATENCY:=3}" "${WARMUP_LATENCY:=1}"
+fi
 PHASES=${PHASES:-"ceiling throughput latency memory"}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 RECEIVER_THREADS=${RECEIVER_THREADS:-1}
@@ -44,9 +52,10 @@ CEILING_DURATION=${CEILING_DURATION:-10}
 CEILING_RUNS=${CEILING_RUNS:-3}  # the best run counts: other tenants only ever lower it
 WRK_THREADS=${WRK_THREADS:-2}
 WRK_CONNECTIONS=${WRK_CONNECTIONS:-64}
-# 2. throughput: "sender_threads:credits[:max_host_connections]"; the first is the deliverer's
-# defaults (--sender_threads=1 --credits=2000 --max_host_connections=64)
-THROUGHPUT_VARIANTS=${THROUGHPUT_VARIANTS:-"1:2000 2:2000 1:1000 1:512 1:256 1:128 1:64 2:256 1:256:256 2:128:128 2:256:256 2:512:512"}
+# 2. throughput: "sender_threads:credits[:max_host_connections]", 0 (or a missing
+# max_host_connections) = the deliverer's derived default; the first is the deliverer's defaults
+# (one sender thread per core, 64 connections per host per thread, credits 2 x threads x 64)
+THROUGHPUT_VARIANTS=${THROUGHPUT_VARIANTS:-"0:0:0 1:0:0 0:128:0 0:512:0 0:0:128 1:2000:64 2:128:128 2:256:256"}
 # PERF=1: also profile collector, deliverer and receiver (perf record -g, PERF_SECONDS from 1 s
 # after the deliverer starts) in every throughput variant; top symbols in NAME.perf.txt.
 PERF=${PERF:-}
@@ -118,6 +127,10 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   BENCH_RECEIVER=$BIN/tools/bench/bench_receiver
   INGEST_LOAD=$BIN/tools/bench/ingest_load
   echo "   built in $(( SECONDS - BUILD_START )) s"
+fi
+if [[ -n "${SKIP_BUILD:-}" && -n "${BIN_DIR:-}" ]]; then
+  : "${COLLECTOR:=$BIN_DIR/collector/collector}" "${DELIVERER:=$BIN_DIR/deliverer/deliverer}"
+  : "${BENCH_RECEIVER:=$BIN_DIR/tools/bench/bench_receiver}" "${INGEST_LOAD:=$BIN_DIR/tools/bench/ingest_load}"
 fi
 # Private copies: other builds in this workspace may replace bazel-bin's files mid-run.
 cp "${COLLECTOR:?}" "$TMP/collector"
@@ -344,7 +357,7 @@ echo
 echo "== capture: one request of 10 events through collector and deliverer (defaults)"
 start_receiver capture --capture="$TMP/webhook.body"
 start_collector capture
-start_deliverer capture 1 2000
+start_deliverer capture 0 0
 ingest capture 10 1 0 10 1
 for _ in $(seq 1 150); do [[ -s "$TMP/webhook.body.headers" ]] && break; sleep 0.1; done
 [[ -s "$TMP/webhook.body.headers" ]] || { echo "no webhook arrived within 15 s" >&2; tail -5 "$TMP"/capture.*.log >&2; exit 1; }
@@ -395,7 +408,7 @@ THROUGHPUT_ROWS=()
 if has_phase throughput; then
   for variant in $THROUGHPUT_VARIANTS; do
     IFS=: read -r threads credits conns <<<"$variant"
-    conns=${conns:-64}
+    conns=${conns:-0}
     name="throughput_t${threads}_c${credits}_h${conns}"
     echo
     echo "== $name: preload $PRELOAD_EVENTS events (no deliverer), then deliverer" \
@@ -486,7 +499,7 @@ steady() {
     "--omit_timestamp for ${duration} s after ${WARMUP_LATENCY} s; deliverer defaults"
   start_receiver "$name"
   start_collector "$name"
-  start_deliverer "$name" 1 2000
+  start_deliverer "$name" 0 0
   ingest_start "$name" "$LATENCY_RATE" "$duration" "$WARMUP_LATENCY" \
     "$LATENCY_EVENTS_PER_REQUEST" "$LATENCY_CONNECTIONS"
   local t0=$SECONDS
