@@ -587,7 +587,16 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   job->call = std::move(call);
   job->options = common::EffectiveOptions(job->delivery.destination());
   job->started = clock_.Now();
-  if (metrics_) metrics_->JobStarted();
+  if (metrics_) {
+    metrics_->JobStarted();
+    // Pickup: the collector's receipt of the event to this deliverer's receipt of its job, for
+    // first attempts (a retry's wait is its schedule). Both clocks are the machines' own.
+    const hookrelay::v1::Job& j = job->delivery.job();
+    if (j.attempts() == 0 && j.received_at_unix_us() > 0 && !j.test()) {
+      const absl::Time received = absl::FromUnixMicros(j.received_at_unix_us());
+      metrics_->ObservePickup(std::max(0.0, absl::ToDoubleSeconds(job->started - received)));
+    }
+  }
 
   thread_local WebhookRenderer renderer;
   auto body = std::make_shared<std::string>();

@@ -217,6 +217,31 @@ TEST_F(DelivererTest, DeliversAndReportsOutcomesInBatches) {
   EXPECT_TRUE(receiver_->WaitForRequests(8, kWait));
 }
 
+// Pickup latency (hookrelay_delivery_pickup_seconds): the collector's receipt (in µs) to the
+// deliverer's receipt, on the injected clock, for first attempts only — not for a retry, a test
+// event, or a job stored before the field existed.
+TEST_F(DelivererTest, PickupLatencyOfFirstAttempts) {
+  Start(nullptr, 16);
+  const int64_t now_us = absl::ToUnixMicros(clock_.Now());
+  std::vector<hookrelay::v1::Delivery> jobs;
+  jobs.push_back(Job(1));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 2500);  // 2.5 ms ago
+  jobs.push_back(Job(2));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 500);  // 0.5 ms ago
+  jobs.push_back(Job(3));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_attempts(1);  // a retry: its wait was its schedule
+  jobs.push_back(Job(4));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_test(true);
+  jobs.push_back(Job(5));  // no received_at_unix_us: stored before it existed
+  ASSERT_TRUE(collector_.Send(jobs));
+  ASSERT_EQ(collector_.WaitOutcomes(5).size(), 5u);
+  const auto [count, sum] = Histogram("hookrelay_delivery_pickup_seconds");
+  EXPECT_EQ(count, 2);
+  EXPECT_NEAR(sum, 0.003, 1e-9);  // the manual clock did not move
+}
+
 // A 503 is a RETRY whose not_before is computed on the injected clock (the manual clock stands
 // in 2023, far from real time): the first retry within the default 1 s initial backoff.
 TEST_F(DelivererTest, RetryTimeComesFromTheClock) {

@@ -18,6 +18,12 @@ prometheus::Histogram::BucketBoundaries QueueBuckets() {
           0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 }
 
+// Receipt to pickup: a group commit and a dispatch, sub-millisecond to seconds under a backlog.
+prometheus::Histogram::BucketBoundaries PickupBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+          0.025,  0.05,    0.1,    0.25,    0.5,   1,      2.5,   5,     10,    30,     60};
+}
+
 // Receipt to delivery spans retries: milliseconds up to the 4-hour window.
 prometheus::Histogram::BucketBoundaries EndToEndBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400};
@@ -63,6 +69,12 @@ DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
                       .Help("Collector receipt of an event to its delivery (retries included).")
                       .Register(registry)
                       .Add({}, EndToEndBuckets())),
+      pickup_(prometheus::BuildHistogram()
+                  .Name("hookrelay_delivery_pickup_seconds")
+                  .Help("Collector receipt of an event to the deliverer's receipt of its job, "
+                        "first attempts: the durable write plus the dispatch.")
+                  .Register(registry)
+                  .Add({}, PickupBuckets())),
       queue_(prometheus::BuildHistogram()
                  .Name("hookrelay_delivery_queue_seconds")
                  .Help("Time one webhook POST waited in the deliverer for a free connection slot "

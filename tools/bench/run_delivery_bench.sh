@@ -301,6 +301,36 @@ metric() {
       $0 !~ /^#/ { for (i = 1; i <= n; i++) if (index($1, p[i]) == 1) { s += $NF; m++ } }
       END { if (m) printf "%.0f\n", s; else print "NA" }'
 }
+# histogram_quantiles FILE NAME: {"count", "p50_ms", "p99_ms"} of a Prometheus histogram in a
+# saved /metrics file, interpolated linearly within buckets (as PromQL's histogram_quantile).
+histogram_quantiles() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+path, name = sys.argv[1], sys.argv[2]
+buckets = []
+try:
+    for line in open(path):
+        m = re.match(r'%s_bucket\{le="([^"]+)"\} (\S+)' % re.escape(name), line)
+        if m:
+            buckets.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2))))
+except OSError:
+    pass
+buckets.sort()
+count = buckets[-1][1] if buckets else 0
+def q(p):
+    if count == 0:
+        return None
+    rank, prev_le, prev_c = p * count, 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return round(prev_le * 1000, 3)
+            frac = (rank - prev_c) / (c - prev_c) if c > prev_c else 1.0
+            return round((prev_le + (le - prev_le) * frac) * 1000, 3)
+        prev_le, prev_c = le, c
+print(json.dumps({"count": int(count), "p50_ms": q(0.5), "p99_ms": q(0.99)}))
+PY
+}
 save_metrics() {  # save_metrics NAME: both processes' /metrics, for the record
   curl -s --max-time 5 "http://127.0.0.1:$COLLECTOR_METRICS_PORT/metrics" >"$TMP/$1.collector.metrics" 2>/dev/null || true
   curl -s --max-time 5 "http://127.0.0.1:$DELIVERER_METRICS_PORT/metrics" >"$TMP/$1.deliverer.metrics" 2>/dev/null || true
@@ -545,11 +575,12 @@ steady() {
   local summary
   summary=$(receiver_summary "$name")
   jq -c --argjson ingest "$(cat "$TMP/$name.ingest.json")" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
+    --argjson pickup "$(histogram_quantiles "$TMP/$name.deliverer.metrics" hookrelay_delivery_pickup_seconds)" \
     --arg ingested "$ingested" \
     --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
     --argjson cprob "$(problems "$TMP/$name.collector.log")" \
     '{requests, total, ingested: $ingested, span_s, rate_per_s, latency_count, no_timestamp,
-      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms,
+      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms, pickup: $pickup,
       ack: {durable_events_per_s: $ingest.durable_events_per_s, p50_ms: $ingest.p50_ms,
             p99_ms: $ingest.p99_ms, max_ms: $ingest.max_ms, failures: $ingest.failures,
             late_sends: $ingest.late_sends},
@@ -588,6 +619,8 @@ summary() {
       "\($name) at \($rate) ev/s: end-to-end (collector receipt -> receiver) over \(.latency_count) events:" +
       " p50 \(.p50_ms) ms, p90 \(.p90_ms) ms, p99 \(.p99_ms) ms, p99.9 \(.p999_ms) ms, max \(.max_ms) ms;" +
       " delivered \(.total) of \(.ingested) ingested; ingest ack p99 \(.ack.p99_ms) ms;" +
+      " pickup (collector receipt -> deliverer receipt, hookrelay_delivery_pickup_seconds, from the warm-up on)" +
+      " p50 \(.pickup.p50_ms) ms, p99 \(.pickup.p99_ms) ms over \(.pickup.count) jobs;" +
       " cpu % of one core \(.cpu | tojson); warnings deliverer/collector \(.deliverer_warnings)/\(.collector_warnings)"' \
       "$TMP/$name.result.json"
   done
