@@ -590,6 +590,7 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   if (metrics_) metrics_->JobStarted();
 
   thread_local WebhookRenderer renderer;
+  thread_local Signer signer;
   auto body = std::make_shared<std::string>();
   if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
@@ -607,11 +608,11 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
-    headers.emplace_back(kSignatureHeader, XSignature(secret, *body));
+    headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
     if (job->options.standard_webhooks()) {
       StandardWebhookHeaderValues sw =
-          StandardWebhookHeaders(secret, job->delivery.job().message_id(),
-                                 absl::ToUnixSeconds(clock_.Now()), *body);
+          signer.StandardWebhookHeaders(secret, job->delivery.job().message_id(),
+                                        absl::ToUnixSeconds(clock_.Now()), *body);
       headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
       headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
       headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
