@@ -5,14 +5,9 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -48,10 +43,8 @@ constexpr char kShuttingDown[] = "sender shutting down";
 // Idle easy handles kept per worker for reuse; beyond this they are freed (each holds buffers).
 // (Handles in use are bounded by the slots: max_host_connections per host.)
 constexpr size_t kMaxIdleHandles = 256;
-// epoll_wait waits at most this long when curl has no earlier timer of its own.
+// curl_multi_poll waits at most this long when curl has no earlier timer of its own.
 constexpr int kMaxPollMs = 1000;
-// Socket events taken from epoll per wait.
-constexpr int kMaxEvents = 64;
 
 absl::Status GlobalInit() {
   static std::once_flag once;
@@ -208,27 +201,10 @@ class HttpSender::Worker {
   ~Worker() {
     // Joined, and every transfer completed by now (HttpSender::~HttpSender).
     for (std::unique_ptr<Transfer>& t : idle_) curl_easy_cleanup(t->easy);
-    // The multi handle's cleanup closes cached connections, telling OnSocket: epoll goes after.
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
-    if (epoll_fd_ >= 0) close(epoll_fd_);
-    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
   absl::Status Init() {
-    // The event loop is libcurl's socket interface over our own epoll set: curl says which
-    // sockets to watch (OnSocket) and when its next timeout is (OnTimer), and each ready socket
-    // runs only the transfers on it. curl_multi_perform would instead visit every transfer of
-    // the thread, and poll() each one's socket, on every wakeup.
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) return absl::InternalError(absl::StrCat("epoll_create1: errno ", errno));
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: errno ", errno));
-    epoll_event wake{};
-    wake.events = EPOLLIN;
-    wake.data.fd = wake_fd_;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake) != 0) {
-      return absl::InternalError(absl::StrCat("epoll_ctl: errno ", errno));
-    }
     multi_ = curl_multi_init();
     if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
     // No CURLMOPT_MAX_HOST_CONNECTIONS / MAX_TOTAL_CONNECTIONS: either would park transfers
@@ -238,10 +214,6 @@ class HttpSender::Worker {
                                      std::max(options_.max_cached_connections,
                                               options_.max_host_connections));
     if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-    if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &OnSocket);
-    if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, static_cast<void*>(this));
-    if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &OnTimer);
-    if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, static_cast<void*>(this));
     if (rc != CURLM_OK) {
       return absl::InternalError(absl::StrCat("curl_multi_setopt: ", curl_multi_strerror(rc)));
     }
@@ -259,9 +231,9 @@ class HttpSender::Worker {
       wake = incoming_.empty();
       incoming_.push_back(Pending{std::move(request), std::move(done), queued});
     }
-    // An empty queue means the thread may be asleep in epoll_wait (or is about to take the
-    // queue and will wait with a pending wakeup): one wakeup per batch suffices.
-    if (wake) Wake();
+    // An empty queue means the thread may be asleep in curl_multi_poll (or is about to take the
+    // queue and will poll with a pending wakeup): one wakeup per batch suffices.
+    if (wake) curl_multi_wakeup(multi_);
   }
 
   void RequestStop() {
@@ -269,7 +241,7 @@ class HttpSender::Worker {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
-    Wake();
+    curl_multi_wakeup(multi_);
   }
 
   void Join() {
@@ -342,58 +314,7 @@ class HttpSender::Worker {
     std::move(done)(std::move(result));
   }
 
-  // Any thread.
-  void Wake() {
-    const uint64_t one = 1;
-    // EAGAIN (the counter is full) still leaves the thread woken.
-    [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));
-  }
-
-  // CURLMOPT_SOCKETFUNCTION: watch `s` for what curl waits for, or stop watching it.
-  static int OnSocket(CURL*, curl_socket_t s, int what, void* userp, void*) {
-    auto* w = static_cast<Worker*>(userp);
-    if (what == CURL_POLL_REMOVE) {
-      // The socket may already be closed (then epoll dropped it by itself).
-      epoll_ctl(w->epoll_fd_, EPOLL_CTL_DEL, s, nullptr);
-      return 0;
-    }
-    epoll_event ev{};
-    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-    ev.data.fd = s;
-    // MOD first: curl reports every change of a socket it already announced.
-    if (epoll_ctl(w->epoll_fd_, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT &&
-        epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, s, &ev) != 0) {
-      static common::LogRateLimiter* const limiter = new common::LogRateLimiter(1.0, 1);
-      common::LogRateLimited(*limiter, common::LogLevel::kError, "epoll_ctl failed",
-                             {{"errno", errno}});
-      return -1;  // curl fails the transfers on this socket
-    }
-    return 0;
-  }
-
-  // CURLMOPT_TIMERFUNCTION: curl's next timeout (-1: none; 0: as soon as possible).
-  static int OnTimer(CURLM*, long timeout_ms, void* userp) {
-    auto* w = static_cast<Worker*>(userp);
-    if (timeout_ms < 0) {
-      w->timer_set_ = false;
-    } else {
-      w->timer_set_ = true;
-      w->timer_due_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    }
-    return 0;
-  }
-
-  // How long epoll may sleep: until curl's timer, at most kMaxPollMs.
-  int WaitMs() const {
-    if (!timer_set_) return kMaxPollMs;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        timer_due_ - std::chrono::steady_clock::now());
-    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, kMaxPollMs));
-  }
-
   void Run() {
-    epoll_event events[kMaxEvents];
-    int running = 0;
     while (true) {
       std::deque<Pending> batch;
       {
@@ -402,34 +323,17 @@ class HttpSender::Worker {
         batch.swap(incoming_);
       }
       for (Pending& p : batch) Admit(std::move(p));
-      const int n = epoll_wait(epoll_fd_, events, kMaxEvents, WaitMs());
-      if (n < 0 && errno != EINTR) {
+      int running = 0;
+      curl_multi_perform(multi_, &running);  // per-transfer errors arrive as CURLMSG_DONE
+      ReapDone();
+      const CURLMcode rc = curl_multi_poll(multi_, nullptr, 0, kMaxPollMs, nullptr);
+      if (rc != CURLM_OK) {
         static common::LogRateLimiter* const limiter = new common::LogRateLimiter(1.0, 1);
-        common::LogRateLimited(*limiter, common::LogLevel::kError, "epoll_wait failed",
-                               {{"errno", errno}});
+        common::LogRateLimited(*limiter, common::LogLevel::kError, "curl_multi_poll failed",
+                               {{"error", curl_multi_strerror(rc)}});
         // Real time (I/O): do not spin on a persistent failure.
         absl::SleepFor(absl::Milliseconds(10));
       }
-      for (int i = 0; i < n; ++i) {
-        const int fd = events[i].data.fd;
-        if (fd == wake_fd_) {
-          uint64_t count;
-          [[maybe_unused]] const ssize_t r = read(wake_fd_, &count, sizeof(count));
-          continue;
-        }
-        const uint32_t e = events[i].events;
-        // A hang-up is read as such (EOF); an error is curl's to report.
-        const int action = ((e & (EPOLLIN | EPOLLHUP)) ? CURL_CSELECT_IN : 0) |
-                           ((e & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
-                           ((e & EPOLLERR) ? CURL_CSELECT_ERR : 0);
-        // Per-transfer errors arrive as CURLMSG_DONE.
-        curl_multi_socket_action(multi_, fd, action, &running);
-      }
-      if (timer_set_ && std::chrono::steady_clock::now() >= timer_due_) {
-        timer_set_ = false;  // curl sets it again (OnTimer) when it needs one
-        curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
-      }
-      ReapDone();
     }
     // Shutting down: in-flight transfers first, then those waiting for a slot, then whatever is
     // (or gets) queued.
@@ -766,14 +670,10 @@ class HttpSender::Worker {
   const Options& options_;
   const TlsTrust* const trust_;
   std::atomic<int64_t>& in_flight_;
-  CURLM* multi_ = nullptr;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd: Wake() from any thread
+  CURLM* multi_ = nullptr;  // curl_multi_wakeup may be called from any thread
   std::thread thread_;
 
   // Owned by the worker thread (and by the destructor once joined).
-  bool timer_set_ = false;  // curl's timer (OnTimer)
-  std::chrono::steady_clock::time_point timer_due_;
   std::vector<std::unique_ptr<Transfer>> idle_;
   absl::flat_hash_map<CURL*, std::unique_ptr<Transfer>> active_;
   absl::flat_hash_map<std::string, std::unique_ptr<Host>> hosts_;
