@@ -599,6 +599,7 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   thread_local WebhookRenderer renderer;
+  thread_local Signer signer;
   auto body = std::make_shared<std::string>();
   if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
@@ -612,15 +613,16 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  headers.reserve(4);
+  // Ours (at most 5), and the URL's own when there is one URL (see below).
+  headers.reserve(5 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
-    headers.emplace_back(kSignatureHeader, XSignature(secret, *body));
+    headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
     if (job->options.standard_webhooks()) {
       StandardWebhookHeaderValues sw =
-          StandardWebhookHeaders(secret, job->delivery.job().message_id(),
-                                 absl::ToUnixSeconds(clock_.Now()), *body);
+          signer.StandardWebhookHeaders(secret, job->delivery.job().message_id(),
+                                        absl::ToUnixSeconds(clock_.Now()), *body);
       headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
       headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
       headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
@@ -637,7 +639,13 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
     const hookrelay::v1::WebhookUrl& url = destination.urls(i);
     HttpRequest request;
     request.url = url.url();
-    request.headers = headers;
+    // The last (usually the only) URL takes the job's headers instead of a copy.
+    if (i + 1 == url_count) {
+      request.headers = std::move(headers);
+    } else {
+      request.headers = headers;
+    }
+    request.headers.reserve(request.headers.size() + url.headers_size());
     for (const auto& h : url.headers()) request.headers.emplace_back(h.name(), h.value());
     request.body = shared_body;
     request.timeout = timeout;

@@ -285,7 +285,11 @@ class HttpSender::Worker {
     absl::Time started;  // entered the multi handle
     Host* host = nullptr;
     bool allow_private_networks = false;
-    curl_slist* header_list = nullptr;
+    // The request's header lines, NUL-terminated one after the other, and the list curl reads
+    // (CURLOPT_HTTPHEADER) pointing into them: built in place, so a pooled transfer reuses their
+    // memory instead of curl_slist_append allocating a node and a copy per line per request.
+    std::string header_bytes;
+    std::vector<curl_slist> header_nodes;
     std::string retry_after;
     // Set by OpenSocket when it refused an address.
     std::string forbidden;
@@ -411,14 +415,14 @@ class HttpSender::Worker {
   // Keeps the transfer and its handle for the next request (or frees them beyond the pool's
   // size). The connection stays in the multi handle's cache either way.
   void Recycle(std::unique_ptr<Transfer> t) {
-    if (t->header_list != nullptr) {
-      // The handle must not point at the freed list (nor at the body about to be released).
+    if (t->easy == nullptr) return;
+    if (!t->header_nodes.empty()) {
+      // The handle must not point at the old lines (nor at the body about to be released).
       curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
       curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
-      curl_slist_free_all(t->header_list);
-      t->header_list = nullptr;
+      t->header_nodes.clear();
+      t->header_bytes.clear();
     }
-    if (t->easy == nullptr) return;
     if (idle_.size() >= kMaxIdleHandles) {
       curl_easy_cleanup(t->easy);
       return;
@@ -450,46 +454,24 @@ class HttpSender::Worker {
       FailEarly(std::move(p), "invalid URL: contains CR, LF or NUL");
       return;
     }
-    // Headers: ours first unless the caller sets them; "Expect:" (empty) removes curl's
-    // `Expect: 100-continue`, which would cost a round trip on larger bodies.
-    curl_slist* headers = nullptr;
-    if (!HasHeader(req, "Content-Type")) {
-      headers = curl_slist_append(headers, "Content-Type: application/json");
-    }
-    headers = curl_slist_append(headers, "Expect:");
     for (const auto& [name, value] : req.headers) {
       if (name.empty() || HasControlBytes(name) || HasControlBytes(value) ||
           name.find(':') != std::string::npos) {
-        curl_slist_free_all(headers);
         FailEarly(std::move(p), absl::StrCat("invalid header name or value for header \"",
                                              absl::CEscape(name), "\""));
         return;
       }
-      // curl drops "Name:" (it means "remove the header"); "Name;" sends it with an empty value.
-      const std::string line = value.empty() ? absl::StrCat(name, ";") : absl::StrCat(name, ": ", value);
-      curl_slist* appended = curl_slist_append(headers, line.c_str());
-      if (appended == nullptr) {
-        curl_slist_free_all(headers);
-        FailEarly(std::move(p), "out of memory building headers");
-        return;
-      }
-      headers = appended;
-    }
-    if (headers == nullptr) {
-      FailEarly(std::move(p), "out of memory building headers");
-      return;
     }
 
     std::unique_ptr<Transfer> t = TakeTransfer();
     if (t->easy == nullptr) {
-      curl_slist_free_all(headers);
       FailEarly(std::move(p), "curl_easy_init failed");
       return;
     }
     t->request = std::move(p.request);
     t->done = std::move(p.done);
     t->queued = p.queued;
-    t->header_list = headers;
+    BuildHeaders(*t);
     if (const CURLcode rc = ConfigureRequest(*t); rc != CURLE_OK) {
       FailStarted(std::move(t), absl::StrCat("curl_easy_setopt: ", curl_easy_strerror(rc)));
       return;
@@ -504,6 +486,35 @@ class HttpSender::Worker {
     ++host->active;
     CURL* easy = t->easy;
     active_.emplace(easy, std::move(t));
+  }
+
+  // Headers: ours first unless the caller sets them; "Expect:" (empty) removes curl's
+  // `Expect: 100-continue`, which would cost a round trip on larger bodies. Then the caller's, in
+  // order; curl drops "Name:" (it means "remove the header"), "Name;" sends an empty value.
+  static void BuildHeaders(Transfer& t) {
+    std::string& bytes = t.header_bytes;
+    size_t lines = 0;
+    auto add = [&](std::string_view a, std::string_view b, std::string_view c) {
+      bytes.append(a).append(b).append(c).push_back('\0');
+      ++lines;
+    };
+    if (!HasHeader(t.request, "Content-Type")) add("Content-Type: application/json", "", "");
+    add("Expect:", "", "");
+    for (const auto& [name, value] : t.request.headers) {
+      if (value.empty()) {
+        add(name, ";", "");
+      } else {
+        add(name, ": ", value);
+      }
+    }
+    // Linked once `bytes` has stopped growing (and moving). No line contains a NUL (checked).
+    t.header_nodes.resize(lines);
+    char* line = bytes.data();
+    for (size_t i = 0; i < lines; ++i) {
+      t.header_nodes[i].data = line;
+      t.header_nodes[i].next = i + 1 < lines ? &t.header_nodes[i + 1] : nullptr;
+      line += std::strlen(line) + 1;
+    }
   }
 
   // A transfer that was being set up but never entered the multi handle.
@@ -564,7 +575,7 @@ class HttpSender::Worker {
     // The body is sent from the shared buffer; CURLOPT_COPYPOSTFIELDS would copy it.
     set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
     set(CURLOPT_POSTFIELDS, body.data());
-    set(CURLOPT_HTTPHEADER, t.header_list);
+    set(CURLOPT_HTTPHEADER, t.header_nodes.data());
     set(CURLOPT_TIMEOUT_MS, TimeoutMs(t.request.timeout));
     return rc;
   }
@@ -630,7 +641,7 @@ class HttpSender::Worker {
 
   static HttpResult ResultOf(Transfer& t, CURLcode code) {
     HttpResult r;
-    r.result.url = t.request.url;
+    r.result.url = std::move(t.request.url);  // the transfer is recycled next
     const absl::Time now = absl::Now();
     r.duration = now - t.started;
     r.queued = t.started - t.queued;

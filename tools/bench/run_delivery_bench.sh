@@ -56,10 +56,15 @@ WRK_CONNECTIONS=${WRK_CONNECTIONS:-64}
 # max_host_connections) = the deliverer's derived default; the first is the deliverer's defaults
 # (one sender thread per core, 64 connections per host per thread, credits 2 x threads x 64)
 THROUGHPUT_VARIANTS=${THROUGHPUT_VARIANTS:-"0:0:0 1:0:0 0:128:0 0:512:0 0:0:128 1:2000:64 2:128:128 2:256:256"}
-# PERF=1: also profile collector, deliverer and receiver (perf record -g, PERF_SECONDS from 1 s
-# after the deliverer starts) in every throughput variant; top symbols in NAME.perf.txt.
+# PERF=1: also profile collector, deliverer and receiver (perf record at 499 Hz with call graphs
+# of kind PERF_CALL_GRAPH, PERF_SECONDS from 1 s after the deliverer starts) in every throughput
+# variant; top symbols in NAME.perf.txt, folded stacks (tools/bench/flamegraph.py fold) in
+# NAME.ROLE.folded, a CPU breakdown in NAME.ROLE.breakdown.md (keep them with RESULTS=DIR; render
+# a flame graph with `tools/bench/flamegraph.py svg < NAME.deliverer.folded > deliverer.svg`).
+# dwarf: correct stacks through code built without frame pointers (Debian's libraries, -c opt).
 PERF=${PERF:-}
 PERF_SECONDS=${PERF_SECONDS:-5}
+PERF_CALL_GRAPH=${PERF_CALL_GRAPH:-dwarf,16384}
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-300000}
 PRELOAD_RATE=${PRELOAD_RATE:-100000}  # events/s offered while preloading (open loop)
 THROUGHPUT_TIMEOUT=${THROUGHPUT_TIMEOUT:-180}
@@ -102,7 +107,8 @@ cleanup() {
   if [[ -n "${RESULTS:-}" ]]; then
     mkdir -p "$RESULTS"
     find "$TMP" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \
-      -o -name '*.out' -o -name '*.metrics' -o -name 'webhook.body*' -o -name '*.perf.txt' \) -exec cp {} "$RESULTS"/ \;
+      -o -name '*.out' -o -name '*.metrics' -o -name 'webhook.body*' -o -name '*.perf.txt' -o -name '*.folded' \
+      -o -name '*.breakdown.md' \) -exec cp {} "$RESULTS"/ \;
     echo "logs kept in $RESULTS"
   fi
   rm -rf "$TMP"
@@ -335,6 +341,10 @@ save_metrics() {  # save_metrics NAME: both processes' /metrics, for the record
   curl -s --max-time 5 "http://127.0.0.1:$COLLECTOR_METRICS_PORT/metrics" >"$TMP/$1.collector.metrics" 2>/dev/null || true
   curl -s --max-time 5 "http://127.0.0.1:$DELIVERER_METRICS_PORT/metrics" >"$TMP/$1.deliverer.metrics" 2>/dev/null || true
 }
+attempt_quantiles() {  # attempt_quantiles FILE: p50/p99 of the POSTs' slot-to-answer time
+  histogram_quantiles "$1" hookrelay_delivery_attempt_duration_seconds
+}
+
 # Lines the deliverer / collector logged at warning or error (not the collector's start-up note
 # that the admin API has no token: it listens on 127.0.0.1 here).
 problems() {
@@ -460,7 +470,7 @@ if has_phase throughput; then
     if [[ -n "$PERF" ]]; then
       for role in deliverer collector receiver; do
         case $role in deliverer) pid=$DELIVERER_PID ;; collector) pid=$COLLECTOR_PID ;; *) pid=$RECEIVER_PID ;; esac
-        (sleep 1; exec timeout $(( PERF_SECONDS + 20 )) perf record -F 499 -g -o "$TMP/$name.$role.perf.data" \
+        (sleep 1; exec timeout $(( PERF_SECONDS + 20 )) perf record -F 499 --call-graph="$PERF_CALL_GRAPH" -o "$TMP/$name.$role.perf.data" \
           -p "$pid" -- sleep "$PERF_SECONDS") >"$TMP/$name.$role.perf.log" 2>&1 &
         PERF_WAIT+=("$!"); PIDS+=("$!")
       done
@@ -499,19 +509,26 @@ if has_phase throughput; then
         echo "## $role: inclusive (children), top entries"
         timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
           --percent-limit 4 --stdio 2>/dev/null | grep '%' | head -40 || true
+        timeout 300 perf script -i "$TMP/$name.$role.perf.data" 2>/dev/null |
+          python3 "$WORKSPACE/tools/bench/flamegraph.py" fold >"$TMP/$name.$role.folded" || true
+        python3 "$WORKSPACE/tools/bench/flamegraph.py" breakdown <"$TMP/$name.$role.folded" \
+          >"$TMP/$name.$role.breakdown.md" || true
         rm -f "$TMP/$name.$role.perf.data"
       done >"$TMP/$name.perf.txt"
       echo "   profile: $name.perf.txt"
     fi
     DPROB=$(problems "$TMP/$name.deliverer.log"); CPROB=$(problems "$TMP/$name.collector.log")
     ROW=$(jq -c --argjson jobs "$JOBS" --argjson threads "$threads" --argjson credits "$credits" \
-      --argjson conns "$conns" \
+      --argjson conns "$conns" --argjson attempt "$(attempt_quantiles "$TMP/$name.deliverer.metrics")" \
       --arg left "$LEFT" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
       --argjson wall "$WALL" \
       --argjson dprob "$DPROB" --argjson cprob "$CPROB" \
       '{name: "t\($threads)/c\($credits)/h\($conns)", threads: $threads, credits: $credits,
         max_host_connections: $conns, jobs: $jobs,
         received: .requests, span_s, rate_per_s, wall_s: $wall, left: $left, cpu: $cpu,
+        deliverer_us_per_delivery: (if (.requests // 0) > 0 and $cpu.deliverer != null
+          then ($cpu.deliverer / 100 * $wall * 1e6 / .requests | floor) else null end),
+        attempt: $attempt,
         deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$SUMMARY")
     THROUGHPUT_ROWS+=("$ROW")
     echo "   $ROW"
@@ -576,7 +593,7 @@ steady() {
   summary=$(receiver_summary "$name")
   jq -c --argjson ingest "$(cat "$TMP/$name.ingest.json")" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
     --argjson pickup "$(histogram_quantiles "$TMP/$name.deliverer.metrics" hookrelay_delivery_pickup_seconds)" \
-    --arg ingested "$ingested" \
+    --arg ingested "$ingested" --argjson attempt "$(attempt_quantiles "$TMP/$name.deliverer.metrics")" \
     --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
     --argjson cprob "$(problems "$TMP/$name.collector.log")" \
     '{requests, total, ingested: $ingested, span_s, rate_per_s, latency_count, no_timestamp,
@@ -584,7 +601,7 @@ steady() {
       ack: {durable_events_per_s: $ingest.durable_events_per_s, p50_ms: $ingest.p50_ms,
             p99_ms: $ingest.p99_ms, max_ms: $ingest.max_ms, failures: $ingest.failures,
             late_sends: $ingest.late_sends},
-      cpu: $cpu, deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$summary" \
+      attempt: $attempt, cpu: $cpu, deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$summary" \
     >"$TMP/$name.result.json"
   echo "   $(cat "$TMP/$name.result.json")"
 }
@@ -601,17 +618,20 @@ summary() {
   fi
   if (( ${#THROUGHPUT_ROWS[@]} > 0 )); then
     echo "throughput ($PRELOAD_EVENTS events preloaded; deliveries/s = received / (last − first request)):"
-    printf '  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %6s  %s\n' variant jobs received \
-      deliveries/s %ceiling span_s wall_s coll% deliv% recv% other% left "warn(d/c)"
+    printf '  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %8s %8s %6s  %s\n' variant jobs received \
+      deliveries/s %ceiling span_s wall_s coll% deliv% recv% other% us/deliv att_p99 left "warn(d/c)"
     for row in "${THROUGHPUT_ROWS[@]}"; do
       jq -r --arg ceiling "${CEILING_RPS:-0}" '
         [.name, .jobs, .received, (.rate_per_s | floor),
          (if ($ceiling | tonumber) > 0 then (1000 * .rate_per_s / ($ceiling | tonumber) | floor) / 10 else "-" end),
          .span_s, ((.wall_s * 100 | floor) / 100), .cpu.collector, .cpu.deliverer, .cpu.receiver, .cpu.other,
+         .deliverer_us_per_delivery, "\(.attempt.p99_ms)ms",
          .left, "\(.deliverer_warnings)/\(.collector_warnings)"] | @tsv' <<<"$row" |
-        awk -F'\t' '{ printf "  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %6s  %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13 }'
+        awk -F'\t' '{ printf "  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %8s %8s %6s  %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15 }'
     done
-    echo "  (cpu from deliverer start until the last job arrived, % of one core; left = jobs still ready/leased/scheduled after)"
+    echo "  (cpu from deliverer start until the last job arrived, % of one core; us/deliv = deliverer CPU"
+    echo "   microseconds per delivery over that time; att_p99 = p99 of hookrelay_delivery_attempt_duration_seconds,"
+    echo "   slot to answer per POST; left = jobs still ready/leased/scheduled after)"
   fi
   for name in latency memory; do
     [[ -f "$TMP/$name.result.json" ]] || continue
@@ -621,6 +641,7 @@ summary() {
       " delivered \(.total) of \(.ingested) ingested; ingest ack p99 \(.ack.p99_ms) ms;" +
       " pickup (collector receipt -> deliverer receipt, hookrelay_delivery_pickup_seconds, from the warm-up on)" +
       " p50 \(.pickup.p50_ms) ms, p99 \(.pickup.p99_ms) ms over \(.pickup.count) jobs;" +
+      " attempt (POST) p50 \(.attempt.p50_ms) ms, p99 \(.attempt.p99_ms) ms;" +
       " cpu % of one core \(.cpu | tojson); warnings deliverer/collector \(.deliverer_warnings)/\(.collector_warnings)"' \
       "$TMP/$name.result.json"
   done
