@@ -9,8 +9,8 @@
 // previous refusal, at most kMaxDeferral ahead), so a backlog comes back at the pace the
 // destination can take, not all at once.
 //
-// Concurrency: jobs admitted and not yet settled (OnOutcome / Forget, or their lease deadline
-// passed) are the destination's in-flight jobs. The limit is AIMD driven by outcomes, as in
+// Concurrency: jobs admitted and not yet settled (OnOutcome, or their lease deadline passed) are
+// the destination's in-flight jobs. The limit is AIMD driven by outcomes, as in
 // Netflix's concurrency-limits AIMDLimit, with a latency gradient as the drop signal (Envoy's
 // adaptive concurrency filter): a retryable failure, or a delivered attempt slower than
 // `tolerance` × the destination's minimum latency of the last two windows (and 100 ms more than
@@ -58,7 +58,8 @@ namespace hookrelay::collector {
 class DestinationGovernor {
  public:
   struct Options {
-    double initial_limit = 20;
+    // A new destination starts unconstrained (the credits bound it); drops shrink it.
+    double initial_limit = 1000;
     double min_limit = 2;
     double max_limit = 1000;
     double backoff_ratio = 0.9;

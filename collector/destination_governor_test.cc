@@ -56,37 +56,43 @@ class DestinationGovernorTest : public ::testing::Test {
 // A destination whose latency rises well above its baseline gets a smaller limit, and its jobs
 // beyond it are refused, while a fast destination beside it keeps being admitted.
 TEST_F(DestinationGovernorTest, AdaptiveLimitShrinksForASlowDestinationAndAFastOneKeepsFlowing) {
+  DestinationGovernor::Options options;
+  options.initial_limit = 20;
+  DestinationGovernor governor(options, clock_, nullptr);
+  auto admit = [&](const std::string& dest, uint64_t id) {
+    return governor.Admit(dest, {}, id, clock_.Now() + kLease, 256);
+  };
   uint64_t job = 1;
-  // Both fast at first: the limits grow while in use.
+  // Fast at first: the limit grows while in use.
   for (int round = 0; round < 20; ++round) {
     for (int i = 0; i < 15; ++i) {
-      ASSERT_EQ(Admit("slow", job + i).verdict, Verdict::kAdmit);
+      ASSERT_EQ(admit("slow", job + i).verdict, Verdict::kAdmit);
     }
-    for (int i = 0; i < 15; ++i) governor_.OnOutcome("slow", {}, Delivered(job + i, 10));
+    for (int i = 0; i < 15; ++i) governor.OnOutcome("slow", {}, Delivered(job + i, 10));
     job += 15;
     clock_.Advance(absl::Milliseconds(50));
   }
-  const int64_t before = governor_.Get("slow").limit;
+  const int64_t before = governor.Get("slow").limit;
   EXPECT_GT(before, 20);
   // Now the receiver answers in 2 s: each slow answer is a drop.
   for (int i = 0; i < 20; ++i) {
-    ASSERT_EQ(Admit("slow", job).verdict, Verdict::kAdmit);
-    governor_.OnOutcome("slow", {}, Delivered(job++, 2000));
+    ASSERT_EQ(admit("slow", job).verdict, Verdict::kAdmit);
+    governor.OnOutcome("slow", {}, Delivered(job++, 2000));
   }
-  const int64_t after = governor_.Get("slow").limit;
+  const int64_t after = governor.Get("slow").limit;
   EXPECT_LT(after, before / 2);
   // Fill the slow destination to its limit: the next job is refused and put back later.
   int admitted = 0;
   for (int i = 0; i < 1000; ++i) {
-    if (Admit("slow", job++).verdict != Verdict::kAdmit) break;
+    if (admit("slow", job++).verdict != Verdict::kAdmit) break;
     ++admitted;
   }
   EXPECT_EQ(admitted, after);
-  const DestinationGovernor::Admission refused = Admit("slow", job++);
+  const DestinationGovernor::Admission refused = admit("slow", job++);
   EXPECT_EQ(refused.verdict, Verdict::kConcurrency);
   EXPECT_GT(refused.retry_at, clock_.Now());
   // The fast destination is unaffected.
-  for (int i = 0; i < 15; ++i) EXPECT_EQ(Admit("fast", job++).verdict, Verdict::kAdmit);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(admit("fast", job++).verdict, Verdict::kAdmit);
 }
 
 // A receiver slow from the start (no latency rise) still gets no more than an equal share of the
@@ -232,7 +238,7 @@ TEST_F(DestinationGovernorTest, BreakerOpensPausesProbesAndCloses) {
 // Without a breaker configured, failures never pause a destination (only its limit shrinks).
 TEST_F(DestinationGovernorTest, NoBreakerWithoutSettings) {
   uint64_t job = 1;
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < 100; ++i) {
     ASSERT_EQ(Admit("n", job).verdict, Verdict::kAdmit);
     EXPECT_FALSE(governor_.OnOutcome("n", {}, Failed(job++)));
   }

@@ -93,8 +93,11 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
     --write_key="$WRITE_KEY" --connections=16 --events_per_request=100 --event_bytes=300 \
     --rate=100000 --duration="$(python3 -c "print($EVENTS / 100000)")s" --warmup=0s \
     --omit_timestamp >"$TMP/$name.ingest.out" 2>&1 || true
+  # The fast destination's jobs: the ready jobs, one per destination per event.
   local durable
-  durable=$(grep '^RESULT ' "$TMP/$name.ingest.out" | sed 's/^RESULT //' | jq -r '.durable_events // 0')
+  durable=$(curl -s --max-time 5 "http://127.0.0.1:$metrics/metrics" |
+    awk '/^hookrelay_jobs\{state="ready"\}/ { print int($2) }')
+  durable=$(( ${durable:-0} / (1 + with_slow) ))
   "$BIN_DIR/deliverer/deliverer" --collector="127.0.0.1:$grpc" --metrics_address=127.0.0.1:0 \
     --allow_private_networks >"$TMP/$name.deliverer.log" 2>&1 &
   local dpid=$!; PIDS+=("$dpid")
@@ -112,7 +115,7 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
   curl -s --max-time 5 "http://127.0.0.1:$metrics/metrics" >"$TMP/$name.collector.metrics" || true
   if [[ -n "$slow_pid" ]]; then
     kill "$slow_pid" 2>/dev/null || true; wait "$slow_pid" 2>/dev/null || true
-    SLOW_SUMMARY=$(grep '"msg":"summary"' "$TMP/$name.slow.log" | tail -1 || echo '{}')
+    grep '"msg":"summary"' "$TMP/$name.slow.log" | tail -1 >"$TMP/slow.summary" || true
   fi
   kill "$dpid" "$cpid" 2>/dev/null || true
   wait "$dpid" "$cpid" 2>/dev/null || true
@@ -123,10 +126,9 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "events: $EVENTS; slow receiver delay: $SLOW_DELAY"
 solo=$(run solo 0)
 echo "solo:   $solo"
-SLOW_SUMMARY='{}'
 beside=$(run beside 1)
 echo "beside: $beside"
-echo "slow receiver (whole run): $SLOW_SUMMARY"
+echo "slow receiver (until the fast one was done): $(cat "$TMP/slow.summary" 2>/dev/null)"
 grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit)' \
   "$TMP/beside.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
 solo_rate=$(jq -r '.rate_per_s // 0' <<<"$solo")
