@@ -68,10 +68,13 @@ DestinationGovernor::Dest& DestinationGovernor::GetLocked(const std::string& des
 }
 
 void DestinationGovernor::PruneLocked(Dest& d, absl::Time now) {
+  if (now < d.earliest_deadline) return;
+  d.earliest_deadline = absl::InfiniteFuture();
   for (auto it = d.in_flight.begin(); it != d.in_flight.end();) {
     if (it->second <= now) {
       d.in_flight.erase(it++);
     } else {
+      d.earliest_deadline = std::min(d.earliest_deadline, it->second);
       ++it;
     }
   }
@@ -178,6 +181,7 @@ DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& des
   }
 
   d.in_flight[job_id] = deadline;
+  d.earliest_deadline = std::min(d.earliest_deadline, deadline);
   if (probe) {
     d.probe_job = job_id;
     d.probe_deadline = deadline;

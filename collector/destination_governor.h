@@ -112,6 +112,8 @@ class DestinationGovernor {
   struct Dest {
     double limit = 0;
     absl::flat_hash_map<uint64_t, absl::Time> in_flight;  // job id → lease deadline
+    // No in-flight entry expires before this (pruning scans only once it has passed).
+    absl::Time earliest_deadline = absl::InfiniteFuture();
     // Latency minimum: this window's and the previous one's.
     absl::Duration min_current = absl::InfiniteDuration();
     absl::Duration min_previous = absl::InfiniteDuration();

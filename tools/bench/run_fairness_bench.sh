@@ -11,10 +11,12 @@
 #           fast destination's jobs are interleaved with the slow one's in the store. The fast
 #           destination's rate is measured the same way; the slow one's requests in that span
 #           are reported too.
-# Prints the fast destination's rate solo and beside the slow one, and their ratio (goal ≥ 0.8).
+# Prints the fast destination's rate solo and beside the slow one, and their ratio (goal ≥ 0.8),
+# for each of $REPEAT interleaved pairs and their medians.
 #
 #   BIN_DIR=$(bazel info -c opt bazel-bin) tools/bench/run_fairness_bench.sh   # prebuilt -c opt
 #   EVENTS=20000 SLOW_DELAY=2s RESULTS=/tmp/fair tools/bench/run_fairness_bench.sh
+#   DELIVERER_FLAGS=--credits=128 tools/bench/run_fairness_bench.sh   # extra deliverer flags
 #
 # Bounded: each phase at most $PHASE_TIMEOUT s (default 120). Everything on 127.0.0.1, ports 0.
 # Needs jq, curl.
@@ -25,6 +27,7 @@ BIN_DIR=${BIN_DIR:-$(bazel info -c opt bazel-bin)}
 EVENTS=${EVENTS:-20000}
 SLOW_DELAY=${SLOW_DELAY:-2s}
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-120}
+REPEAT=${REPEAT:-1}  # solo/beside pairs, interleaved (a shared machine: medians are reported)
 WRITE_KEY=wk_fair_bench
 TMP=$(mktemp -d)
 PIDS=()
@@ -99,8 +102,12 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
     awk '/^hookrelay_jobs\{state="ready"\}/ { print int($2) }')
   durable=$(( ${durable:-0} / (1 + with_slow) ))
   "$BIN_DIR/deliverer/deliverer" --collector="127.0.0.1:$grpc" --metrics_address=127.0.0.1:0 \
-    --allow_private_networks >"$TMP/$name.deliverer.log" 2>&1 &
+    --allow_private_networks ${DELIVERER_FLAGS:-} >"$TMP/$name.deliverer.log" 2>&1 &
   local dpid=$!; PIDS+=("$dpid")
+  if [[ -n "${PERF:-}" ]]; then  # PERF=1: profile the collector for 2 s after the deliverer starts
+    timeout 30 perf record -F 499 -g -o "$TMP/$name.collector.perf.data" -p "$cpid" -- sleep 2 \
+      >"$TMP/$name.perf.log" 2>&1 &
+  fi
   local deadline=$(( SECONDS + PHASE_TIMEOUT ))
   # Until the fast receiver has every event (its running total, from its 200 ms ticks).
   local total=0 line
@@ -117,29 +124,36 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
     kill "$slow_pid" 2>/dev/null || true; wait "$slow_pid" 2>/dev/null || true
     grep '"msg":"summary"' "$TMP/$name.slow.log" | tail -1 >"$TMP/slow.summary" || true
   fi
+  # CPU seconds each process used (start-up and preload included for the collector).
+  local hz; hz=$(getconf CLK_TCK)
+  echo "$name: cpu s: collector $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$cpid/stat"), deliverer $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$dpid/stat")" >&2
   kill "$dpid" "$cpid" 2>/dev/null || true
   wait "$dpid" "$cpid" 2>/dev/null || true
   grep '"msg":"summary"' "$TMP/$name.fast.log" | tail -1 || echo '{}'
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "events: $EVENTS; slow receiver delay: $SLOW_DELAY"
-solo=$(run solo 0)
-echo "solo:   $solo"
-beside=$(run beside 1)
-echo "beside: $beside"
-echo "slow receiver (until the fast one was done): $(cat "$TMP/slow.summary" 2>/dev/null)"
-grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit)' \
-  "$TMP/beside.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
-solo_rate=$(jq -r '.rate_per_s // 0' <<<"$solo")
-beside_rate=$(jq -r '.rate_per_s // 0' <<<"$beside")
-solo_n=$(jq -r '.requests // 0' <<<"$solo")
-beside_n=$(jq -r '.requests // 0' <<<"$beside")
-python3 - "$solo_rate" "$beside_rate" "$solo_n" "$beside_n" "$EVENTS" <<'EOF'
-import sys
-solo, beside, sn, bn, events = map(float, sys.argv[1:])
-print(f"fast destination: solo {solo:.0f}/s ({sn:.0f} requests), beside the slow one {beside:.0f}/s "
-      f"({bn:.0f} requests); ratio {beside / solo if solo else 0:.2f} (goal >= 0.80)")
-if abs(sn - bn) > 0.01 * max(sn, bn):
-    print("WARNING: the two runs delivered different numbers of events (see the lines above)")
+echo "events: $EVENTS; slow receiver delay: $SLOW_DELAY; pairs: $REPEAT"
+RATES=()
+for i in $(seq 1 "$REPEAT"); do
+  solo=$(run "solo$i" 0)
+  echo "solo $i:   $solo"
+  beside=$(run "beside$i" 1)
+  echo "beside $i: $beside"
+  echo "slow receiver (until the fast one was done): $(cat "$TMP/slow.summary" 2>/dev/null)"
+  grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit)' \
+    "$TMP/beside$i.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
+  RATES+=("$(jq -r '.rate_per_s // 0' <<<"$solo"):$(jq -r '.rate_per_s // 0' <<<"$beside")")
+done
+python3 - "${RATES[@]}" <<'EOF'
+import statistics, sys
+pairs = [tuple(map(float, a.split(":"))) for a in sys.argv[1:]]
+for i, (s, b) in enumerate(pairs, 1):
+    print(f"pair {i}: fast destination solo {s:.0f}/s, beside the slow one {b:.0f}/s, "
+          f"ratio {b / s if s else 0:.2f}")
+solo = statistics.median(s for s, _ in pairs)
+beside = statistics.median(b for _, b in pairs)
+ratios = [b / s for s, b in pairs if s]
+print(f"median: solo {solo:.0f}/s, beside {beside:.0f}/s; ratio of medians {beside / solo:.2f}, "
+      f"median ratio {statistics.median(ratios):.2f} (goal >= 0.80)")
 EOF
