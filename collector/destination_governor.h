@@ -86,8 +86,9 @@ class DestinationGovernor {
     int consecutive_failures = 0;
   };
 
-  // Refusals are spread at most this far ahead of now.
-  static constexpr absl::Duration kMaxDeferral = absl::Seconds(60);
+  // Refusals are spread at most this far ahead of now: a backlog beyond that many minutes of the
+  // destination's pace is put back again every kMaxDeferral (one store write per job each time).
+  static constexpr absl::Duration kMaxDeferral = absl::Minutes(10);
 
   // `registry` may be null; `clock` must outlive the governor.
   DestinationGovernor(Options options, const common::Clock& clock,
