@@ -399,67 +399,81 @@ size_t Dispatcher::FillStream(Stream& stream) {
     stream.Send();  // the destination ids alone
     return 0;
   }
-  absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(want, options_.lease_duration);
-  if (!leased.ok()) {
-    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
-    common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
-                           {{"error", leased.status().ToString()}});
-    stream.Send();  // releases the slot (or sends the destination ids)
-    return 0;
-  }
   SubscribeResponse& response = stream.response();
-  for (LeasedJob& lj : *leased) {
-    const hookrelay::v1::Destination* destination =
-        routing->FindDestination(lj.job.destination_id());
-    if (lj.job.test() && destination == nullptr) {
-      // A test of a destination deleted meanwhile: its outcome is "dead", the job goes.
-      Outcome gone;
-      gone.set_job_id(lj.job.id());
-      gone.set_kind(Outcome::DEAD);
-      gone.set_reason(absl::StrCat("destination ", lj.job.destination_id(), " no longer configured"));
-      (void)store_.Complete(lj.job.id(), lj.lease);
-      if (options_.on_test_outcome) options_.on_test_outcome(lj.job.message_id(), gone);
-      continue;
+  // Jobs held back by their destination's limits leave room in the batch: lease again for it
+  // (a few rounds at most), so that a slow destination's jobs do not shrink every response.
+  bool full = false;  // the last lease returned all it was asked for
+  for (int round = 0; round < 4; ++round) {
+    const size_t ask = want - static_cast<size_t>(response.deliveries_size());
+    if (ask == 0) break;
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask, options_.lease_duration);
+    if (!leased.ok()) {
+      static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+      common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
+                             {{"error", leased.status().ToString()}});
+      full = false;
+      break;
     }
-    if (destination == nullptr || (!destination->enabled() && !lj.job.test())) {
-      hookrelay::v1::Attempt attempt;
-      attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
-      const std::string reason =
-          destination == nullptr
-              ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
-              : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
-      if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
-        common::LogWarning("dead-lettering an undeliverable job failed",
-                           {{"job_id", lj.job.id()}, {"error", st.ToString()}});
-      }
-      if (metrics_.undeliverable) metrics_.undeliverable->Increment();
-      continue;
-    }
-    if (!lj.job.test()) {
-      const DestinationGovernor::Admission admission = governor_.Admit(
-          lj.job.destination_id(), destination->options(), lj.job.id(), lj.deadline,
-          capacity_.load(std::memory_order_relaxed), rate_share_.load(std::memory_order_relaxed));
-      if (admission.verdict != DestinationGovernor::Verdict::kAdmit) {
-        // Back to the store, due when the destination can take it; no attempt is counted.
-        if (absl::Status st = store_.Retry(lj.job.id(), lj.lease, admission.retry_at,
-                                           hookrelay::v1::Attempt());
-            !st.ok()) {
-          static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
-          common::LogRateLimited(*limiter, common::LogLevel::kWarning, "deferring a job failed",
-                                 {{"job_id", lj.job.id()}, {"error", st.ToString()}});
-        }
-        prometheus::Counter* c =
-            admission.verdict == DestinationGovernor::Verdict::kConcurrency ? metrics_.deferred_concurrency
-            : admission.verdict == DestinationGovernor::Verdict::kRateLimit ? metrics_.deferred_rate
-                                                                            : metrics_.deferred_circuit;
-        if (c) c->Increment();
+    full = leased->size() == ask;
+    size_t deferred = 0;
+    for (LeasedJob& lj : *leased) {
+      const hookrelay::v1::Destination* destination =
+          routing->FindDestination(lj.job.destination_id());
+      if (lj.job.test() && destination == nullptr) {
+        // A test of a destination deleted meanwhile: its outcome is "dead", the job goes.
+        Outcome gone;
+        gone.set_job_id(lj.job.id());
+        gone.set_kind(Outcome::DEAD);
+        gone.set_reason(
+            absl::StrCat("destination ", lj.job.destination_id(), " no longer configured"));
+        (void)store_.Complete(lj.job.id(), lj.lease);
+        if (options_.on_test_outcome) options_.on_test_outcome(lj.job.message_id(), gone);
         continue;
       }
+      if (destination == nullptr || (!destination->enabled() && !lj.job.test())) {
+        hookrelay::v1::Attempt attempt;
+        attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+        const std::string reason =
+            destination == nullptr
+                ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
+                : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
+        if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
+          common::LogWarning("dead-lettering an undeliverable job failed",
+                             {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+        }
+        if (metrics_.undeliverable) metrics_.undeliverable->Increment();
+        continue;
+      }
+      if (!lj.job.test()) {
+        const DestinationGovernor::Admission admission = governor_.Admit(
+            lj.job.destination_id(), destination->options(), lj.job.id(), lj.deadline,
+            capacity_.load(std::memory_order_relaxed), rate_share_.load(std::memory_order_relaxed));
+        if (admission.verdict != DestinationGovernor::Verdict::kAdmit) {
+          // Back to the store, due when the destination can take it; no attempt is counted.
+          if (absl::Status st = store_.Retry(lj.job.id(), lj.lease, admission.retry_at,
+                                             hookrelay::v1::Attempt());
+              !st.ok()) {
+            static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+            common::LogRateLimited(*limiter, common::LogLevel::kWarning, "deferring a job failed",
+                                   {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+          }
+          using Verdict = DestinationGovernor::Verdict;
+          prometheus::Counter* c = admission.verdict == Verdict::kConcurrency
+                                       ? metrics_.deferred_concurrency
+                                   : admission.verdict == Verdict::kRateLimit
+                                       ? metrics_.deferred_rate
+                                       : metrics_.deferred_circuit;
+          if (c) c->Increment();
+          ++deferred;
+          continue;
+        }
+      }
+      hookrelay::v1::Delivery* delivery = response.add_deliveries();
+      *delivery->mutable_job() = std::move(lj.job);
+      delivery->set_lease(lj.lease);
+      *delivery->mutable_destination() = *destination;
     }
-    hookrelay::v1::Delivery* delivery = response.add_deliveries();
-    *delivery->mutable_job() = std::move(lj.job);
-    delivery->set_lease(lj.lease);
-    *delivery->mutable_destination() = *destination;
+    if (deferred == 0 || !full) break;
   }
   if (response.deliveries_size() > 0) {
     // One lock per batch: each job's destination (stats) and test flag, until its outcome.
@@ -475,7 +489,7 @@ size_t Dispatcher::FillStream(Stream& stream) {
   stream.Send();
   // Report a full batch when the lease was full, even if some jobs were buried, so the caller
   // keeps draining a backlog.
-  return leased->size() == want && want == options_.max_batch ? options_.max_batch : sent;
+  return full && want == options_.max_batch ? options_.max_batch : sent;
 }
 
 namespace {
