@@ -145,10 +145,14 @@ DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& des
     if (!other.in_flight.empty() || now - other.last_active < options_.active_window) ++active;
   }
   int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(d.limit));
-  if (active > 1 && capacity > 0) {
-    const int64_t share = std::max<int64_t>(static_cast<int64_t>(options_.min_limit),
-                                            capacity / active);
-    limit = std::min(limit, share);
+  if (capacity > 0) {
+    // Alone and slow, 3/4 of the credits: the rest keeps the dispatcher leasing, so that jobs of
+    // other destinations queued behind its backlog are seen (and get their share). A fast one
+    // alone is bounded by the credits only (no jobs put back for nothing).
+    const int64_t share = active > 1 ? capacity / active
+                          : d.latency_ewma >= options_.headroom_latency ? capacity * 3 / 4
+                                                                        : capacity;
+    limit = std::min(limit, std::max<int64_t>(static_cast<int64_t>(options_.min_limit), share));
   }
   const bool already = d.in_flight.contains(job_id);
   if (!already && static_cast<int64_t>(d.in_flight.size()) >= limit) {

@@ -18,7 +18,9 @@
 // is in use adds 1. On top of it, while other destinations have work (a job admitted or refused
 // within `active_window`, or in flight), each gets at most an equal share of the capacity the
 // deliverers granted (their credits), so a receiver that is slow from the start — whose latency
-// never rises — still leaves the others their share; alone, a destination may use all of it.
+// never rises — still leaves the others their share; alone, a destination may use all of it, or
+// 3/4 when its smoothed latency is at least `headroom_latency` (the rest keeps leasing going, so
+// that jobs of others queued behind a slow backlog are seen).
 //
 // Rate: a token bucket per destination holding at most one second of tokens, refilled on the
 // injected clock, divided by `rate_divisor` (collectors sharing the work).
@@ -69,6 +71,8 @@ class DestinationGovernor {
     absl::Duration latency_window = absl::Seconds(30);
     // A destination with a job admitted or refused this recently competes for the fair share.
     absl::Duration active_window = absl::Seconds(1);
+    // A destination this slow (smoothed latency) may hold 3/4 of the credits when alone.
+    absl::Duration headroom_latency = absl::Milliseconds(250);
   };
 
   enum class Verdict { kAdmit, kConcurrency, kRateLimit, kCircuitOpen };

@@ -122,6 +122,24 @@ TEST_F(DestinationGovernorTest, FairShareCapsADestinationOnlyWhileOthersHaveWork
             Verdict::kConcurrency);
 }
 
+// Alone, a slow destination keeps a quarter of the credits free (so that the dispatcher keeps
+// leasing and sees other destinations' jobs behind its backlog); a fast one may use them all.
+TEST_F(DestinationGovernorTest, ASlowDestinationAloneLeavesHeadroom) {
+  uint64_t job = 1;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(Admit("slow", job, {}, 100).verdict, Verdict::kAdmit);
+    governor_.OnOutcome("slow", {}, Delivered(job++, 2000));
+  }
+  int admitted = 0;
+  while (Admit("slow", job++, {}, 100).verdict == Verdict::kAdmit) ++admitted;
+  EXPECT_EQ(admitted, 75);
+  // A fast destination alone (no latency learned above the threshold): every credit.
+  DestinationGovernor alone(DestinationGovernor::Options(), clock_, nullptr);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(alone.Admit("fast", {}, job++, clock_.Now() + kLease, 100).verdict, Verdict::kAdmit);
+  }
+}
+
 // The token bucket admits one second's worth at once, then `rate` per second of the clock; the
 // refused jobs are spread one interval apart.
 TEST_F(DestinationGovernorTest, RateLimitAdmitsRatePerSecondOnTheClock) {

@@ -424,6 +424,46 @@ TEST_F(DispatcherTest, OpenBreakerPutsJobsBackWithoutSpendingAttempts) {
   stream.Close();
 }
 
+// A slow destination's backlog does not hide the jobs queued behind it: alone it keeps a quarter
+// of the credits free, the dispatcher keeps leasing, puts the slow destination's excess back,
+// and the other destination's jobs go out.
+TEST_F(DispatcherTest, SlowBacklogLeavesRoomForTheJobsBehindIt) {
+  auto config = common::ParseConfigYaml(absl::StrCat(
+      kConfig,
+      R"(  - {id: slow, type: webhooks, sources: [web], enabled: true, urls: [{url: "https://h.example/s"}]})",
+      "\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  Stream stream(*stub_, 8);
+  // The slow receiver's latency is learned from its first outcomes.
+  Append(3, "slow");
+  std::vector<Delivery> first = stream.Read(3);
+  ASSERT_EQ(first.size(), 3u);
+  SubscribeRequest request;
+  for (const Delivery& d : first) {
+    Outcome* o = request.mutable_outcomes()->add_outcomes();
+    o->set_job_id(d.job().id());
+    o->set_lease(d.lease());
+    o->set_kind(Outcome::DELIVERED);
+    auto* u = o->mutable_attempt()->add_urls();
+    u->set_status(200);
+    u->set_latency_ms(2000);
+  }
+  stream.Write(request);
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.leased == 0 && c.ready == 0; }));
+
+  Append(20, "slow");
+  Append(4, "hook");
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(AdvanceAndWaitForPass(absl::ZeroDuration()));
+  std::vector<Delivery> got = stream.Read(8);
+  ASSERT_EQ(got.size(), 8u);
+  int hook = 0;
+  for (const Delivery& d : got) hook += d.job().destination_id() == "hook" ? 1 : 0;
+  EXPECT_EQ(hook, 2);  // 6 slow (3/4 of 8), then the other destination's
+  EXPECT_GT(Counter("hookrelay_dispatch_deferred_total", "reason", "concurrency"), 0);
+  stream.Close();
+}
+
 // A failed attempt whose every URL answered 410 Gone disables the destination once (through
 // the configured path), counted by reason; later jobs of it are not sent.
 TEST_F(DispatcherTest, GoneDisablesTheDestinationOnce) {
