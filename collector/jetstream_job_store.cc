@@ -859,7 +859,8 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   // store's clock is carried over to real time, rounded up, never early.
   const absl::Duration delay = std::min(not_before - now, options_.max_schedule_delay);
   const int64_t fire_s = (absl::ToUnixMillis(absl::Now() + delay) + 999) / 1000;
-  const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts());
+  // Deferrals do not count attempts: both numbers keep every put-back's id distinct.
+  const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts(), "-", job.deferrals());
   absl::Status st;
   if (delay <= absl::ZeroDuration()) {
     // Due now (or held here until due, with a manual clock).

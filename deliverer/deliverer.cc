@@ -85,7 +85,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
         collector_(std::move(collector)) {}
 
   void Start(hookrelay::v1::Collector::Stub& stub, const std::string& deliverer_id,
-             uint32_t credits, const std::string& admin_token) {
+             uint32_t credits, const std::string& admin_token, int collectors) {
     self_ = shared_from_this();
     if (!admin_token.empty()) context_.AddMetadata("authorization", "Bearer " + admin_token);
     stub.async()->Subscribe(&context_, this);
@@ -99,6 +99,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     }
     write_.mutable_hello()->set_deliverer_id(deliverer_id);
     write_.mutable_hello()->set_credits(credits);
+    write_.mutable_hello()->set_collectors(static_cast<uint32_t>(std::max(1, collectors)));
     StartWrite(&write_);
     StartRead(&read_);
     StartCall();
@@ -358,7 +359,8 @@ class Deliverer::Link {
       call->Start(*stub_, deliverer_.options_.deliverer_id.empty()
                               ? DefaultDelivererId()
                               : deliverer_.options_.deliverer_id,
-                  deliverer_.options_.credits, deliverer_.options_.admin_token);
+                  deliverer_.options_.credits, deliverer_.options_.admin_token,
+                  deliverer_.collector_count_.load(std::memory_order_relaxed));
       // Wait for the call to end; a stop request is handled by Stop() on the caller's thread.
       call->WaitDone(absl::InfiniteDuration());
       const grpc::Status status = call->status();
@@ -417,6 +419,9 @@ absl::Status Deliverer::Start() {
   bool any_dynamic = false;
   {
     absl::MutexLock lock(&links_mu_);
+    int static_count = 0;
+    for (const CollectorTarget& t : targets_) static_count += t.dynamic ? 0 : 1;
+    collector_count_.store(static_count, std::memory_order_relaxed);
     for (const CollectorTarget& t : targets_) {
       if (t.dynamic) {
         any_dynamic = true;
@@ -480,6 +485,7 @@ bool Deliverer::Reconcile() {
     retired_.emplace_back(absl::Now() + options_.drain_timeout, std::move(it->second));
     it = links_.erase(it);
   }
+  collector_count_.store(static_cast<int>(wanted.size()), std::memory_order_relaxed);
   for (const auto& [endpoint, target] : wanted) {
     if (links_.count(endpoint) > 0) continue;
     if (target->dynamic) {
@@ -590,9 +596,10 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   if (metrics_) {
     metrics_->JobStarted();
     // Pickup: the collector's receipt of the event to this deliverer's receipt of its job, for
-    // first attempts (a retry's wait is its schedule). Both clocks are the machines' own.
+    // first attempts never held back (a retry's or a deferral's wait is its schedule). Both
+    // clocks are the machines' own.
     const hookrelay::v1::Job& j = job->delivery.job();
-    if (j.attempts() == 0 && j.received_at_unix_us() > 0 && !j.test()) {
+    if (j.attempts() == 0 && j.deferrals() == 0 && j.received_at_unix_us() > 0 && !j.test()) {
       const absl::Time received = absl::FromUnixMicros(j.received_at_unix_us());
       metrics_->ObservePickup(std::max(0.0, absl::ToDoubleSeconds(job->started - received)));
     }

@@ -27,6 +27,7 @@
 #define HOOKRELAY_DELIVERER_DELIVERER_H_
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,6 +119,8 @@ class Deliverer {
   DeliveryMetrics* const metrics_;
   std::vector<CollectorTarget> targets_;
   std::thread resolver_thread_;
+  // Collectors subscribed to (static and resolved endpoints), sent in each stream's Hello.
+  std::atomic<int> collector_count_{0};
 
   mutable absl::Mutex links_mu_;
   // By endpoint. A link moves to retired_ when its endpoint leaves DNS: it drains there.

@@ -235,8 +235,11 @@ TEST_F(DelivererTest, PickupLatencyOfFirstAttempts) {
   jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
   jobs.back().mutable_job()->set_test(true);
   jobs.push_back(Job(5));  // no received_at_unix_us: stored before it existed
+  jobs.push_back(Job(6));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_deferrals(2);  // held back by its destination's limits
   ASSERT_TRUE(collector_.Send(jobs));
-  ASSERT_EQ(collector_.WaitOutcomes(5).size(), 5u);
+  ASSERT_EQ(collector_.WaitOutcomes(6).size(), 6u);
   const auto [count, sum] = Histogram("hookrelay_delivery_pickup_seconds");
   EXPECT_EQ(count, 2);
   EXPECT_NEAR(sum, 0.003, 1e-9);  // the manual clock did not move
