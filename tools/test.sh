@@ -131,6 +131,32 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The ingest benchmark, smoke version (2 s per load run): the script and the load tool work
+# together on the binaries `bazel test` just built (fastbuild: the figures mean nothing).
+if [ -z "${config[*]}" ]; then
+  echo "== Ingest benchmark smoke run (tools/bench/run_ingest_bench.sh, DURATION=2s)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SKIP_BUILD=1 COLLECTOR="$bin_dir/collector/collector" INGEST_LOAD="$bin_dir/tools/bench/ingest_load" \
+      DURATION=2s WARMUP=1s timeout 180 tools/bench/run_ingest_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
+# The fairness benchmark, smoke version (2,000 events, a receiver answering in 200 ms beside a
+# fast one, one pair): the script, the binaries and the protection metrics work together.
+if [ -z "${config[*]}" ]; then
+  echo "== Fairness benchmark smoke run (tools/bench/run_fairness_bench.sh, EVENTS=2000)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if BIN_DIR="$bin_dir" EVENTS=2000 SLOW_DELAY=200ms REPEAT=1 timeout 300 \
+      tools/bench/run_fairness_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then
