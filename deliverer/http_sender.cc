@@ -101,16 +101,10 @@ long TimeoutMs(absl::Duration timeout) {
 // default port filled in, user info dropped. Not a validating parser: libcurl rejects what is
 // malformed, and a malformed URL only needs some stable key.
 std::string HostKey(std::string_view url) {
-  std::string_view scheme;
-  std::string_view rest = url;
-  if (const size_t colon = url.find("://"); colon != std::string_view::npos) {
-    scheme = url.substr(0, colon);
-    rest = url.substr(colon + 3);
-  }
-  std::string_view authority = rest.substr(0, rest.find_first_of("/?#"));
-  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
-    authority = authority.substr(at + 1);
-  }
+  const size_t scheme_end = url.find("://");
+  const std::string_view scheme =
+      scheme_end == std::string_view::npos ? std::string_view() : url.substr(0, scheme_end);
+  const std::string_view authority = UrlHost(url);
   std::string key = absl::AsciiStrToLower(absl::StrCat(common::ToAbsl(scheme), "://",
                                                        common::ToAbsl(authority)));
   // A port is present when the last ':' comes after any IPv6 literal's ']'.
