@@ -156,10 +156,13 @@ DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& des
   }
   const bool already = d.in_flight.contains(job_id);
   if (!already && static_cast<int64_t>(d.in_flight.size()) >= limit) {
-    // Jobs complete about every latency / limit.
+    // At its limit, a slot frees at the destination's measured completion rate (before one is
+    // measured: about every latency / limit).
+    const absl::Duration pace = d.completion_rate > 0
+                                    ? absl::Seconds(1.0 / d.completion_rate)
+                                    : d.latency_ewma / static_cast<double>(limit);
     const absl::Duration interval =
-        std::clamp(d.latency_ewma / static_cast<double>(limit), absl::Milliseconds(1),
-                   absl::Seconds(1));
+        std::clamp(pace, absl::Microseconds(10), absl::Seconds(1));
     return {Verdict::kConcurrency, DeferLocked(d, now + interval, interval, now)};
   }
 
@@ -250,9 +253,25 @@ bool DestinationGovernor::OnOutcome(const std::string& destination,
     d.latency_ewma = d.latency_ewma * 0.8 + latency * 0.2;
   }
 
-  // AIMD.
+  // The completion rate.
+  if (d.rate_window_start == absl::InfinitePast()) d.rate_window_start = now;
+  ++d.window_outcomes;
+  if (const absl::Duration elapsed = now - d.rate_window_start; elapsed >= kRateWindow) {
+    const double rate = static_cast<double>(d.window_outcomes) / absl::ToDoubleSeconds(elapsed);
+    // A window after a pause (nothing in flight) measures the pause, not the destination.
+    if (in_use > 0 && elapsed < kRateWindow * 5) {
+      d.completion_rate = d.completion_rate > 0 ? 0.5 * d.completion_rate + 0.5 * rate : rate;
+    }
+    d.window_outcomes = 0;
+    d.rate_window_start = now;
+  }
+
+  // AIMD: at most one cut per round trip (the attempt began after the previous cut).
   if (failure || slow) {
-    d.limit = std::max(options_.min_limit, d.limit * options_.backoff_ratio);
+    if (now - latency >= d.last_decrease) {
+      d.limit = std::max(options_.min_limit, d.limit * options_.backoff_ratio);
+      d.last_decrease = now;
+    }
   } else if (delivered && static_cast<double>(in_use) * 2 >= d.limit) {
     d.limit = std::min(options_.max_limit, d.limit + 1);
   }

@@ -93,6 +93,8 @@ class DestinationGovernor {
   // Refusals are spread at most this far ahead of now: a backlog beyond that many minutes of the
   // destination's pace is put back again every kMaxDeferral (one store write per job each time).
   static constexpr absl::Duration kMaxDeferral = absl::Minutes(10);
+  // The window the completion rate is measured over.
+  static constexpr absl::Duration kRateWindow = absl::Milliseconds(200);
 
   // `registry` may be null; `clock` must outlive the governor.
   DestinationGovernor(Options options, const common::Clock& clock,
@@ -124,6 +126,14 @@ class DestinationGovernor {
     absl::Duration min_previous = absl::InfiniteDuration();
     absl::Time window_start = absl::InfinitePast();
     absl::Duration latency_ewma = absl::Milliseconds(100);
+    // When the limit was last cut: an outcome of an attempt started before it says nothing new
+    // (one cut per round trip, as TCP does, so one burst of slow answers is one cut, not fifty).
+    absl::Time last_decrease = absl::InfinitePast();
+    // Outcomes per second, measured over windows of kRateWindow: the pace refusals are spread
+    // at (Little's law on a stale latency and a fresh limit would strand a backlog).
+    double completion_rate = 0;
+    int64_t window_outcomes = 0;
+    absl::Time rate_window_start = absl::InfinitePast();
     absl::Time last_active = absl::InfinitePast();
     // Where the next refusal is spread to.
     absl::Time defer_cursor = absl::InfinitePast();

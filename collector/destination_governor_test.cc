@@ -74,9 +74,10 @@ TEST_F(DestinationGovernorTest, AdaptiveLimitShrinksForASlowDestinationAndAFastO
   }
   const int64_t before = governor.Get("slow").limit;
   EXPECT_GT(before, 20);
-  // Now the receiver answers in 2 s: each slow answer is a drop.
+  // Now the receiver answers in 2 s: each slow answer sent after the previous cut is a drop.
   for (int i = 0; i < 20; ++i) {
     ASSERT_EQ(admit("slow", job).verdict, Verdict::kAdmit);
+    clock_.Advance(absl::Seconds(2));
     governor.OnOutcome("slow", {}, Delivered(job++, 2000));
   }
   const int64_t after = governor.Get("slow").limit;
@@ -93,6 +94,66 @@ TEST_F(DestinationGovernorTest, AdaptiveLimitShrinksForASlowDestinationAndAFastO
   EXPECT_GT(refused.retry_at, clock_.Now());
   // The fast destination is unaffected.
   for (int i = 0; i < 15; ++i) EXPECT_EQ(admit("fast", job++).verdict, Verdict::kAdmit);
+}
+
+// Slow answers to attempts that were all sent before the limit was cut are one congestion
+// episode: one cut, not one per answer (else a single burst collapses the limit to its floor).
+TEST_F(DestinationGovernorTest, OneCutPerRoundTrip) {
+  DestinationGovernor::Options options;
+  options.initial_limit = 100;
+  DestinationGovernor governor(options, clock_, nullptr);
+  uint64_t job = 1;
+  for (int i = 0; i < 5; ++i) {  // the baseline: 10 ms
+    ASSERT_EQ(governor.Admit("d", {}, job, clock_.Now() + kLease, 256).verdict, Verdict::kAdmit);
+    clock_.Advance(absl::Milliseconds(10));
+    governor.OnOutcome("d", {}, Delivered(job++, 10));
+  }
+  const int64_t before = governor.Get("d").limit;
+  // 40 attempts sent together, all answered in 2 s.
+  const uint64_t first = job;
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(governor.Admit("d", {}, job++, clock_.Now() + kLease, 256).verdict,
+              Verdict::kAdmit);
+  }
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t j = first; j < job; ++j) governor.OnOutcome("d", {}, Delivered(j, 2000));
+  const int64_t after_burst = governor.Get("d").limit;
+  EXPECT_EQ(after_burst, static_cast<int64_t>(before * options.backoff_ratio));
+  // An attempt sent after that cut and slow again: the next cut.
+  ASSERT_EQ(governor.Admit("d", {}, job, clock_.Now() + kLease, 256).verdict, Verdict::kAdmit);
+  clock_.Advance(absl::Seconds(2));
+  governor.OnOutcome("d", {}, Delivered(job++, 2000));
+  EXPECT_LT(governor.Get("d").limit, after_burst);
+}
+
+// Refused jobs come back at the pace the destination completes jobs (measured), not at
+// latency / limit: after the limit was cut while answers were slow, that estimate would be 100×
+// too slow and strand the backlog in the store.
+TEST_F(DestinationGovernorTest, RefusalsAreSpreadAtTheMeasuredCompletionRate) {
+  DestinationGovernor::Options options;
+  options.initial_limit = 10;
+  options.max_limit = 10;
+  DestinationGovernor governor(options, clock_, nullptr);
+  auto admit = [&](uint64_t id) {
+    return governor.Admit("d", {}, id, clock_.Now() + kLease, 256);
+  };
+  uint64_t job = 1;
+  uint64_t oldest = job;
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(admit(job++).verdict, Verdict::kAdmit);
+  // Answers take 1 s each, and one completes every millisecond (10 in flight... and a receiver
+  // that pipelines): 1,000 jobs per second, whatever latency / limit says (100 ms apart).
+  for (int i = 0; i < 600; ++i) {
+    clock_.Advance(absl::Milliseconds(1));
+    governor.OnOutcome("d", {}, Delivered(oldest++, 1000));
+    ASSERT_EQ(admit(job++).verdict, Verdict::kAdmit);
+  }
+  const DestinationGovernor::Admission a = admit(job++);
+  const DestinationGovernor::Admission b = admit(job++);
+  ASSERT_EQ(a.verdict, Verdict::kConcurrency);
+  ASSERT_EQ(b.verdict, Verdict::kConcurrency);
+  EXPECT_GE(b.retry_at - a.retry_at, absl::Microseconds(900));
+  EXPECT_LE(b.retry_at - a.retry_at, absl::Microseconds(1100));
+  EXPECT_LE(a.retry_at - clock_.Now(), absl::Microseconds(1100));
 }
 
 // A receiver slow from the start (no latency rise) still gets no more than an equal share of the
@@ -258,10 +319,11 @@ TEST_F(DestinationGovernorTest, NoBreakerWithoutSettings) {
   uint64_t job = 1;
   for (int i = 0; i < 100; ++i) {
     ASSERT_EQ(Admit("n", job).verdict, Verdict::kAdmit);
+    clock_.Advance(absl::Milliseconds(5));  // each failure a new round trip
     EXPECT_FALSE(governor_.OnOutcome("n", {}, Failed(job++)));
   }
   EXPECT_EQ(governor_.Get("n").circuit, Circuit::kClosed);
-  EXPECT_EQ(governor_.Get("n").limit, 2);  // min_limit
+  EXPECT_EQ(governor_.Get("n").limit, 2);  // min_limit: failures still cut the limit
 }
 
 }  // namespace

@@ -367,19 +367,21 @@ void Dispatcher::Run() {
       for (Stream* s : streams_) streams.push_back(s->self_ptr());
     }
     if (streams.empty()) continue;
-    int64_t capacity = 0;
-    int collectors = options_.rate_limit_share;
-    for (const auto& s : streams) {
-      capacity += s->capacity();
-      collectors = std::max(collectors, s->collectors());
-    }
-    capacity_.store(capacity, std::memory_order_relaxed);
-    rate_share_.store(collectors, std::memory_order_relaxed);
     // Keep filling while some stream takes a full batch (a backlog), one batch per stream per
     // pass so that streams share the backlog.
     bool more = true;
     while (more) {
       more = false;
+      // The deliverers' capacity, for the destinations' fair share: again each round, since a
+      // pass through a backlog lasts while credits come and go.
+      int64_t capacity = 0;
+      int collectors = options_.rate_limit_share;
+      for (const auto& s : streams) {
+        capacity += s->capacity();
+        collectors = std::max(collectors, s->collectors());
+      }
+      capacity_.store(capacity, std::memory_order_relaxed);
+      rate_share_.store(collectors, std::memory_order_relaxed);
       for (size_t i = 0; i < streams.size(); ++i) {
         Stream& s = *streams[(next + i) % streams.size()];
         if (FillStream(s) == options_.max_batch) more = true;
