@@ -331,6 +331,9 @@ scrape_configs:
             "hookrelay_jobs{namespace": "jobs by state",
             "hookrelay_delivery_requests_total": "receivers' responses",
             "process_resident_memory_bytes": "process memory",
+            "hookrelay_delivery_pickup_seconds_bucket": "pickup latency quantiles",
+            "hookrelay_destination_concurrency_limit": "concurrency limit by destination",
+            "hookrelay_dispatch_deferred_total": "jobs held back by reason",
         }
         seen_main = set()
         for expr in exprs:
