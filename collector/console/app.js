@@ -1453,7 +1453,7 @@
           return;
         }
         append(listWrap, table('Destinations', ['Id', 'Enabled', 'Sources', 'URLs', 'Delivered',
-          'Retried', 'Dead', 'Failure rate', 'Last error', 'Actions'], dests.map(destRow),
+          'Retried', 'Dead', 'Failed', 'Last error', 'Protection', 'Actions'], dests.map(destRow),
         {id: 'destinations-table', captionHidden: true, cls: 'dest-table'}));
       }, function (e) {
         clear(listWrap);
@@ -1531,7 +1531,37 @@
         h('td', {class: 'cell-error'}, st.lastError ? [h('span', {text: st.lastError}), h('br'),
           h('small', {class: 'muted'}, timeEl(st.lastErrorAt))] : h('span', {class: 'muted',
           text: '—'})),
+        protectionCell(d),
         h('td', null, actions, actionsNote));
+    }
+
+    // The destination's protection on this collector: breaker state, adaptive limit and jobs in
+    // flight (stats), and the options that bound it (rate limit, breaker settings).
+    function protectionCell(d) {
+      var st = d.stats || {};
+      var opts = d.options || {};
+      var circuit = st.circuit || 'closed';
+      var badge = circuit === 'open' ? 'badge-bad' : circuit === 'half_open' ? 'badge-warn' :
+        'badge-ok';
+      var lines = [h('span', {class: 'badge circuit ' + badge,
+        text: circuit === 'half_open' ? 'half-open' : circuit,
+        title: 'Circuit breaker: ' + (circuit === 'open' ? 'attempts paused' :
+          circuit === 'half_open' ? 'one probe attempt out' : 'attempts flow')})];
+      if (st.concurrencyLimit !== undefined) {
+        lines.push(h('br'), h('small', {class: 'muted concurrency',
+          title: 'Jobs in flight now / the adaptive concurrency limit on this collector',
+          text: num(st.inFlight).toLocaleString() + ' in flight / limit ' +
+            num(st.concurrencyLimit).toLocaleString()}));
+      }
+      if (opts.rateLimitPerSecond) {
+        lines.push(h('br'), h('small', {class: 'bounds', text: '≤ ' + num(opts.rateLimitPerSecond) +
+          '/s', title: 'rate_limit_per_second'}));
+      }
+      if (opts.circuitBreaker && opts.circuitBreaker.failures) {
+        lines.push(h('br'), h('small', {class: 'bounds', text: 'breaker after ' +
+          num(opts.circuitBreaker.failures) + ' failures'}));
+      }
+      return h('td', {class: 'cell-protection'}, lines);
     }
 
     load();

@@ -514,11 +514,21 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     after = summary(stored())
     check(after == before, f"the stored destination is unchanged: {after}")
 
-    # 10. Destinations page: the list, then disable and reload.
+    # 10. Destinations page: the list (with the protection set through the API), then disable and
+    # reload.
+    status, _, _ = http("PATCH", f"{admin}/admin/v1/destinations/{DEST_ID}",
+                        {"options": {"rateLimitPerSecond": 50, "circuitBreaker": {"failures": 5}}},
+                        auth)
+    check(status == 200, f"the API sets a rate limit and a circuit breaker ({status})")
     b.go(base, "#/destinations")
     row_sel = f"tr[data-destination-id='{DEST_ID}']"
     row = b.visible(row_sel, 10)
     check(row is not None, "the destinations page lists the destination")
+    prot = b.css(f"{row_sel} td.cell-protection")
+    prot_text = prot.text if prot else ""
+    check("closed" in prot_text and "limit" in prot_text and "in flight" in prot_text and
+          "≤ 50/s" in prot_text and "breaker after 5 failures" in prot_text,
+          f"the Protection column shows the breaker state, limit and options: {prot_text!r}")
     toggle = b.css(f"{row_sel} input.enabled-toggle")
     check(toggle.is_selected(), "its Enabled toggle is on")
     cells = [c.text for c in b.css_all(f"{row_sel} td")]
