@@ -16,8 +16,9 @@ packages=(
   librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev libnats-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl
-  # the bench scripts and their smoke runs in the test command: wrk (the delivery ceiling), jq
-  wrk jq
+  # the bench scripts and their smoke runs in the test command: wrk (the delivery ceiling), jq,
+  # db_bench from rocksdb-tools (RocksDB's synced write ceiling in run_ingest_bench.sh)
+  wrk jq rocksdb-tools
   # fuzzing (tools/fuzz.sh): clang and its libFuzzer / sanitizer runtimes
   clang-14 libclang-rt-14-dev
   # deploy and observe (tools/build-images.sh, tests/deploy, tests/observe): image assembly,
