@@ -54,6 +54,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 class Registry;
 }  // namespace prometheus
 
@@ -154,6 +155,9 @@ class Dispatcher {
     prometheus::Counter* deferred_rate = nullptr;
     prometheus::Counter* deferred_circuit = nullptr;
     prometheus::Counter* disabled_gone = nullptr;
+    // Receipt → handed to a deliverer's stream, first attempts never held back (the collector's
+    // part of the deliverer's hookrelay_delivery_pickup_seconds).
+    prometheus::Histogram* dispatch_latency = nullptr;
   };
 
   void Run();

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -101,8 +102,10 @@ class DispatcherTest : public ::testing::Test {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
 
-  // Appends `n` jobs for `destination` and waits until they are durable.
-  void Append(int n, const std::string& destination) {
+  // Appends `n` jobs for `destination` and waits until they are durable. `shape`, when given,
+  // edits each job before it is appended.
+  void Append(int n, const std::string& destination,
+              const std::function<void(hookrelay::v1::Job&)>& shape = nullptr) {
     std::vector<AppendItem> items(n);
     for (int i = 0; i < n; ++i) {
       items[i].dedup_key = absl::StrCat(destination, "-", next_id_++);
@@ -111,6 +114,7 @@ class DispatcherTest : public ::testing::Test {
       job.set_destination_id(destination);
       job.set_message_id(items[i].dedup_key);
       job.set_event_json(R"({"type":"track"})");
+      if (shape) shape(job);
     }
     absl::Notification done;
     store_->Append(std::move(items), [&done](absl::StatusOr<AppendResult> r) {
@@ -240,6 +244,31 @@ TEST_F(DispatcherTest, CreditsBoundJobsInFlightAndBatchesAreCapped) {
   ASSERT_EQ(more.size(), 2u);
   ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.ready == 2 && c.leased == 6; }));
   EXPECT_EQ(Counter("hookrelay_dispatch_outcomes_total", "outcome", "delivered"), 2);
+  stream.Close();
+}
+
+// hookrelay_dispatch_latency_seconds: receipt → handed to the stream, on the injected clock, for
+// first attempts of customer jobs only (test jobs are left out).
+TEST_F(DispatcherTest, DispatchLatencyIsObservedFromReceiptForFirstAttempts) {
+  Stream stream(*stub_, 10);
+  const int64_t now_us = absl::ToUnixMicros(clock_.Now());
+  Append(2, "hook", [&](hookrelay::v1::Job& job) { job.set_received_at_unix_us(now_us - 3000); });
+  Append(1, "hook", [&](hookrelay::v1::Job& job) {
+    job.set_received_at_unix_us(now_us - 3000);
+    job.set_test(true);
+  });
+  ASSERT_EQ(stream.Read(3).size(), 3u);
+  uint64_t count = 0;
+  double sum = -1;
+  for (const auto& family : registry_.Collect()) {
+    if (family.name != "hookrelay_dispatch_latency_seconds") continue;
+    for (const auto& metric : family.metric) {
+      count = metric.histogram.sample_count;
+      sum = metric.histogram.sample_sum;
+    }
+  }
+  EXPECT_EQ(count, 2u);
+  EXPECT_NEAR(sum, 2 * 0.003, 1e-9);  // the manual clock did not move
   stream.Close();
 }
 

@@ -593,11 +593,12 @@ steady() {
   summary=$(receiver_summary "$name")
   jq -c --argjson ingest "$(cat "$TMP/$name.ingest.json")" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
     --argjson pickup "$(histogram_quantiles "$TMP/$name.deliverer.metrics" hookrelay_delivery_pickup_seconds)" \
+    --argjson dispatch "$(histogram_quantiles "$TMP/$name.collector.metrics" hookrelay_dispatch_latency_seconds)" \
     --arg ingested "$ingested" --argjson attempt "$(attempt_quantiles "$TMP/$name.deliverer.metrics")" \
     --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
     --argjson cprob "$(problems "$TMP/$name.collector.log")" \
     '{requests, total, ingested: $ingested, span_s, rate_per_s, latency_count, no_timestamp,
-      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms, pickup: $pickup,
+      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms, pickup: $pickup, dispatch: $dispatch,
       ack: {durable_events_per_s: $ingest.durable_events_per_s, p50_ms: $ingest.p50_ms,
             p99_ms: $ingest.p99_ms, max_ms: $ingest.max_ms, failures: $ingest.failures,
             late_sends: $ingest.late_sends},
@@ -641,6 +642,8 @@ summary() {
       " delivered \(.total) of \(.ingested) ingested; ingest ack p99 \(.ack.p99_ms) ms;" +
       " pickup (collector receipt -> deliverer receipt, hookrelay_delivery_pickup_seconds, from the warm-up on)" +
       " p50 \(.pickup.p50_ms) ms, p99 \(.pickup.p99_ms) ms over \(.pickup.count) jobs;" +
+      " of which in the collector (receipt -> handed to the stream, hookrelay_dispatch_latency_seconds)" +
+      " p50 \(.dispatch.p50_ms) ms, p99 \(.dispatch.p99_ms) ms;" +
       " attempt (POST) p50 \(.attempt.p50_ms) ms, p99 \(.attempt.p99_ms) ms;" +
       " cpu % of one core \(.cpu | tojson); warnings deliverer/collector \(.deliverer_warnings)/\(.collector_warnings)"' \
       "$TMP/$name.result.json"
