@@ -410,13 +410,20 @@ rocksdb::BlockBasedTableOptions TableOptions(const std::shared_ptr<rocksdb::Cach
 // `jobs`: sequential keys, ~0.5 KB values, most of them deleted within seconds (delivered).
 rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
-  // 64 MB memtables, two merged per flush (a job appended and completed within them leaves only
-  // a small tombstone in the SST file, not its ~0.5 KB record), L0 compacted early, no
-  // compression on L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4
-  // below, where a long-lived backlog ends up.
+  // Level-style compaction sized for a 256 MB budget: L0 compacted early, no compression on
+  // L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4 below, where a
+  // long-lived backlog ends up.
   options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
-  // Cap memtable memory at 4 x 64 MB instead of 6 x; a write stall beyond that is back-pressure.
-  options.max_write_buffer_number = 4;
+  // Small memtables, each flushed alone (~16k jobs; a job appended and completed within one
+  // leaves only a small tombstone in the SST file, not its ~0.5 KB record). Not the 2 x 64 MB
+  // flushes that OptimizeLevelStyleCompaction picks: while a flush writes and syncs a large
+  // file, the group commit's WAL fdatasync on the same disk stalls for 50-100 ms, and every
+  // request in that commit waits. With 8 MB flushes the acknowledgement p99 at 40k events/s
+  // fell from 80-140 ms to 15 ms (docs/BENCHMARKS.md, "Acknowledgement latency"). Up to 16
+  // memtables (128 MB) before a write stall, which is back-pressure.
+  options.write_buffer_size = 8 << 20;
+  options.min_write_buffer_number_to_merge = 1;
+  options.max_write_buffer_number = 16;
   options.level_compaction_dynamic_level_bytes = true;
   rocksdb::BlockBasedTableOptions table = TableOptions(cache);
   // No bloom filter: lookups are for jobs known to exist, and with sequential keys each lookup
@@ -431,10 +438,13 @@ rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cach
 rocksdb::ColumnFamilyOptions MakeDedupOptions(const std::shared_ptr<rocksdb::Cache>& cache,
                                               common::Clock& clock, absl::Duration window) {
   rocksdb::ColumnFamilyOptions options;
-  // 32 MB memtables (about 500k keys), no compression on L0/L1, LZ4 below (keys share their
-  // source-id prefix, but most of a message id is random).
+  // 8 MB memtables (about 120k keys) flushed alone, for the same reason as `jobs`; no
+  // compression on L0/L1, LZ4 below (keys share their source-id prefix, but most of a message
+  // id is random).
   options.OptimizeLevelStyleCompaction(uint64_t{128} << 20);
-  options.max_write_buffer_number = 4;
+  options.write_buffer_size = 8 << 20;
+  options.min_write_buffer_number_to_merge = 1;
+  options.max_write_buffer_number = 8;
   options.level_compaction_dynamic_level_bytes = true;
   // Misses are the common case: a whole-key bloom filter in the memtable and in every SST file
   // answers most lookups without touching a data block.
