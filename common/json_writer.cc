@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace hookrelay::common {
@@ -34,6 +35,26 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
 
 constexpr char kHex[] = "0123456789abcdef";
 
+// Whether any of the 8 bytes in `w` needs more than a copy: a control byte (< 0x20), '"', '\\',
+// DEL or a byte >= 0x80 (UTF-8, checked byte by byte). Bitwise on the whole word ("SWAR"), with
+// no carry between bytes, so the answer is exact: most strings (ids, names, ISO times) go 8
+// bytes at a time.
+inline bool WordNeedsWork(uint64_t w) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7FULL;
+  const uint64_t low = w & kLow7;
+  // Bytes >= 0x7F: the high bit, or low 7 bits all set (0x7F + 1 reaches the high bit).
+  const uint64_t del_or_high = (w | (low + kOnes)) & kHigh;
+  // Bytes < 0x20: high bit clear and low 7 bits + 0x60 not reaching 0x80.
+  const uint64_t control = ~((low + 0x6060606060606060ULL) | w) & kHigh;
+  // Bytes equal to '"' or '\\': a zero byte after the XOR.
+  auto zero_byte = [&](uint64_t x) { return ~(((x & kLow7) + kLow7) | x) & kHigh; };
+  const uint64_t quote = zero_byte(w ^ (kOnes * '"'));
+  const uint64_t backslash = zero_byte(w ^ (kOnes * '\\'));
+  return (del_or_high | control | quote | backslash) != 0;
+}
+
 }  // namespace
 
 void AppendJsonString(std::string* out, std::string_view s) {
@@ -42,6 +63,14 @@ void AppendJsonString(std::string* out, std::string_view s) {
   size_t i = 0;
   auto flush = [&](size_t end) { out->append(s.data() + run_start, end - run_start); };
   while (i < s.size()) {
+    if (s.size() - i >= 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if (!WordNeedsWork(w)) {
+        i += 8;
+        continue;
+      }
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     // DEL is valid in JSON strings but is a control character: escaped, like C0, so that logs
     // and bodies carry no raw control bytes.

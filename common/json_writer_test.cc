@@ -96,5 +96,47 @@ TEST(JsonWriterTest, EscapesEveryControlCharacterAndNonFiniteNumbers) {
   }
 }
 
+// The word-at-a-time scan finds every byte that needs work wherever it sits in the word: each
+// byte value at each offset of a 24-byte ASCII string (three words and the tail) comes out as the
+// byte-by-byte rules say.
+TEST(JsonWriterTest, EveryByteValueAtEveryOffset) {
+  auto expected_for = [](unsigned char c) -> std::string {
+    switch (c) {
+      case '"': return "\\\"";
+      case '\\': return "\\\\";
+      case '\n': return "\\n";
+      case '\r': return "\\r";
+      case '\t': return "\\t";
+      case '\b': return "\\b";
+      case '\f': return "\\f";
+      default: break;
+    }
+    if (c < 0x20 || c == 0x7F) {
+      static constexpr char kHexDigits[] = "0123456789abcdef";
+      return std::string("\\u00") + kHexDigits[c >> 4] + kHexDigits[c & 0xF];
+    }
+    if (c >= 0x80) return "\xEF\xBF\xBD";  // a lone byte >= 0x80 is not UTF-8
+    return std::string(1, static_cast<char>(c));
+  };
+  for (size_t length : {1u, 7u, 8u, 9u, 16u, 24u, 27u}) {
+    for (size_t offset = 0; offset < length; ++offset) {
+      for (int b = 0; b < 256; ++b) {
+        std::string in(length, 'a');
+        in[offset] = static_cast<char>(b);
+        std::string out;
+        AppendJsonString(&out, in);
+        const std::string want = "\"" + std::string(offset, 'a') +
+                                 expected_for(static_cast<unsigned char>(b)) +
+                                 std::string(length - offset - 1, 'a') + "\"";
+        ASSERT_EQ(out, want) << "byte " << b << " at " << offset << " of " << length;
+      }
+    }
+  }
+  // Valid multi-byte UTF-8 straddling a word boundary is copied as is.
+  std::string out;
+  AppendJsonString(&out, "abcdefg\xC3\xA9xyz\xE2\x82\xAC");  // é at bytes 7-8, € at 12-14
+  EXPECT_EQ(out, "\"abcdefg\xC3\xA9xyz\xE2\x82\xAC\"");
+}
+
 }  // namespace
 }  // namespace hookrelay::common
