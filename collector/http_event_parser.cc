@@ -123,6 +123,10 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
   ItemReader r(raw);
   raw->type = endpoint_type;
   std::optional<dom::object> properties, traits, context, integrations;
+  // How often each object key occurs (a duplicated key keeps its last value).
+  struct {
+    int properties = 0, traits = 0, context = 0, integrations = 0;
+  } seen;
   for (dom::key_value_pair field : item) {
     const std::string_view k = field.key;
     const dom::element v = field.value;
@@ -159,12 +163,16 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
       r.ReadTime(k, v, &raw->sent_at);
     } else if (k == "properties") {
       properties = r.ReadObject(k, v);
+      ++seen.properties;
     } else if (k == "traits") {
       traits = r.ReadObject(k, v);
+      ++seen.traits;
     } else if (k == "context") {
       context = r.ReadObject(k, v);
+      ++seen.context;
     } else if (k == "integrations") {
       integrations = r.ReadObject(k, v);
+      ++seen.integrations;
     }
     // Other keys (writeKey, channel, version, client-set receivedAt...) are not part of the
     // normalised event.
@@ -188,9 +196,38 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
     ReadFlags(obj, &raw->flags);
   }
 
-  scratch->clear();
-  common::AppendJsonObject(scratch, item);
-  raw->json_bytes = scratch->size();
+  // The item's size as compact JSON (the event size limit), without writing it all again: the
+  // objects written above unchanged (no defaults merged in) count by their written size; keys and
+  // the other values are written one at a time into `scratch`.
+  // (Only for a key that occurs once: with duplicates, what was written is the last one's.)
+  const bool own_properties = properties && seen.properties == 1;
+  const bool own_traits = traits && seen.traits == 1;
+  const bool own_context = context && !defaults.context && seen.context == 1;
+  const bool own_integrations = integrations && !defaults.integrations && seen.integrations == 1;
+  size_t bytes = 2;  // {}
+  size_t fields = 0;
+  for (dom::key_value_pair field : item) {
+    scratch->clear();
+    common::AppendJsonString(scratch, field.key);
+    bytes += scratch->size() + 1;  // "key":
+    const std::string_view k = field.key;
+    if (k == "properties" && own_properties && field.value.is_object()) {
+      bytes += raw->properties.size();
+    } else if (k == "traits" && own_traits && field.value.is_object()) {
+      bytes += raw->traits.size();
+    } else if (k == "context" && own_context && field.value.is_object()) {
+      bytes += raw->context.size();
+    } else if (k == "integrations" && own_integrations && field.value.is_object()) {
+      bytes += raw->integrations.size();
+    } else {
+      scratch->clear();
+      common::AppendJsonElement(scratch, field.value);
+      bytes += scratch->size();
+    }
+    ++fields;
+  }
+  if (fields > 1) bytes += fields - 1;  // commas
+  raw->json_bytes = bytes;
 }
 
 }  // namespace

@@ -135,6 +135,36 @@ TEST(HttpEventParserTest, SizeIsCompactJson) {
   EXPECT_EQ(r->events[0].json_bytes, kMaxEventBytes);
 }
 
+// The size is the item's own compact JSON exactly, whatever it holds: nested values, escapes,
+// UTF-8, a duplicated object key (the last one is kept, both are counted), batch defaults merged
+// into context and integrations (not counted: they are not the item's). Each item below is
+// written in the form the writer produces, so its own length is the expected size.
+TEST(HttpEventParserTest, SizeCountsEveryFieldOfTheItemExactly) {
+  const std::string rich =
+      R"({"type":"track","event":"Order \"Completed\"","userId":"u1",)"
+      R"("properties":{"a":[1,2,{"b":"Ã©"}],"c":null,"d":true,"e":1.5},)"
+      R"("context":{"ip":"1.2.3.4"},"integrations":{"All":true},"traits":{"x":"line\nbreak"},)"
+      R"("messageId":"m1","timestamp":"2026-11-26T13:00:00Z","channel":"server"})";
+  const std::string duplicated =
+      R"({"type":"track","event":"E","userId":"u","properties":{"a":1},)"
+      R"("properties":{"bb":"a longer value"}})";
+  const std::string plain = R"({"type":"identify","userId":"u2","traits":{"plan":"pro"}})";
+  for (const std::string* item : {&rich, &duplicated, &plain}) {
+    auto r = Parse("batch", absl::StrCat(R"({"batch":[)", *item, "]}"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->events.size(), 1u);
+    EXPECT_EQ(r->events[0].json_bytes, item->size()) << *item;
+  }
+  auto merged = Parse("batch", absl::StrCat(R"({"batch":[)", rich, ",", plain,
+                                            R"(],"context":{"library":{"name":"sdk"}},)"
+                                            R"("integrations":{"Webhooks":true}})"));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_EQ(merged->events.size(), 2u);
+  EXPECT_EQ(merged->events[0].json_bytes, rich.size());
+  EXPECT_EQ(merged->events[1].json_bytes, plain.size());
+  EXPECT_EQ(merged->events[0].properties, R"({"a":[1,2,{"b":"Ã©"}],"c":null,"d":true,"e":1.5})");
+}
+
 // 2,500 events pass; 2,501 are refused naming the limit.
 TEST(HttpEventParserTest, BatchCountBoundary) {
   auto make = [](size_t n) {
