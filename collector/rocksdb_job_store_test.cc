@@ -135,6 +135,7 @@ class RocksDbJobStoreTest : public ::testing::Test {
     RocksDbJobStore::Options options;
     options.path = dir_;
     options.clock = &clock_;
+    options.window_size = window_size_;
     return options;
   }
 
@@ -162,6 +163,7 @@ class RocksDbJobStoreTest : public ::testing::Test {
 
   common::ManualClock clock_;
   std::string dir_;
+  size_t window_size_ = 65536;
   std::unique_ptr<RocksDbJobStore> store_;
 };
 
@@ -749,6 +751,8 @@ TEST_F(RocksDbJobStoreTest, RecordsOfTheEarlierFormatAreIndexed) {
     rocksdb::WriteOptions sync;
     sync.sync = true;
     ASSERT_TRUE(db->Put(sync, jobs, rocksdb::Slice(key, 8), value).ok());
+    // A data dir of the version before the `due` family: converted by the next Open.
+    ASSERT_TRUE(db->Delete(sync, handles[0], "layout").ok());
     for (rocksdb::ColumnFamilyHandle* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
   }
   Open();
@@ -1014,6 +1018,163 @@ TEST_F(RocksDbJobStoreTest, InvalidOptions) {
   options = StoreOptions();
   options.dedup_window = absl::ZeroDuration();
   EXPECT_THAT(RocksDbJobStore::Open(options).status().message(), HasSubstr("dedup_window"));
+}
+
+// Issue 14: a backlog larger than the in-memory window is delivered in due order, each job once,
+// across restarts; the window never holds more than its size.
+TEST_F(RocksDbJobStoreTest, BacklogBeyondTheWindowIsPagedInDueOrderAcrossRestarts) {
+  window_size_ = 8;
+  Open();
+  std::vector<uint64_t> appended;
+  for (int n = 0; n < 100; ++n) {
+    clock_.Advance(absl::Milliseconds(1));  // Due times differ, and follow the append order.
+    absl::StatusOr<AppendResult> result =
+        AppendAndWait(*store_, Items({OneJob(n, "d1", absl::StrCat("u", n % 7))}));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_LE(store_->MemoryStatsForTesting().window, 8u);
+  }
+  EXPECT_FALSE(store_->MemoryStatsForTesting().caught_up);
+  ExpectCounts(*store_, 100, 0, 0, 0);
+
+  std::vector<uint64_t> delivered;
+  for (int round = 0; delivered.size() < 100; ++round) {
+    ASSERT_LT(round, 100);
+    std::vector<LeasedJob> leased = LeaseAll(3);
+    ASSERT_FALSE(leased.empty());
+    for (const LeasedJob& job : leased) {
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+      delivered.push_back(job.job.id());
+    }
+    EXPECT_LE(store_->MemoryStatsForTesting().window, 8u);
+    if (round % 5 == 4) {  // A restart now and then: the cursor starts over from disk.
+      store_.reset();
+      Open();
+      ExpectCounts(*store_, 100 - static_cast<int64_t>(delivered.size()), 0, 0, 0);
+    }
+  }
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  std::vector<uint64_t> expected = delivered;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(delivered, expected);  // Due order (= append order here), each job once.
+  EXPECT_EQ(expected.size(), 100u);
+  EXPECT_EQ(std::adjacent_find(expected.begin(), expected.end()), expected.end());
+}
+
+// Issue 14: appends into a caught-up window beyond its size stay on disk; retries at or after
+// the cursor wait in the parked set until written and then come back from disk at their time;
+// counts are right throughout and after a restart.
+TEST_F(RocksDbJobStoreTest, RetriesAndCountsBeyondTheWindow) {
+  window_size_ = 4;
+  Open();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 20; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));
+  EXPECT_LE(store_->MemoryStatsForTesting().window, 4u);
+  ExpectCounts(*store_, 20, 0, 0, 0);
+
+  std::vector<LeasedJob> first = LeaseAll(2);
+  ASSERT_THAT(first, SizeIs(2));
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  for (const LeasedJob& job : first) {
+    ASSERT_TRUE(store_->Retry(job.job.id(), job.lease, clock_.Now() + absl::Minutes(1), attempt)
+                    .ok());
+  }
+  ExpectCounts(*store_, 18, 2, 0, 0);
+  std::vector<LeasedJob> dead = LeaseAll(1);
+  ASSERT_THAT(dead, SizeIs(1));
+  ASSERT_TRUE(store_->Bury(dead[0].job.id(), dead[0].lease, "400", attempt).ok());
+  ExpectCounts(*store_, 17, 2, 0, 1);
+  store_->Flush();
+  EXPECT_EQ(store_->MemoryStatsForTesting().parked, 0u);  // Written: found on disk from now on.
+
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 17, 2, 0, 1);
+  std::vector<uint64_t> now_ids;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<LeasedJob> leased = LeaseAll(5);
+    if (leased.empty()) break;
+    for (const LeasedJob& job : leased) {
+      now_ids.push_back(job.job.id());
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+    EXPECT_LE(store_->MemoryStatsForTesting().window, 4u);
+  }
+  EXPECT_THAT(now_ids, SizeIs(17));  // Not the retries: they are due in a minute.
+  ExpectCounts(*store_, 0, 2, 0, 1);
+  EXPECT_EQ(store_->NextDue(), clock_.Now() + absl::Minutes(1));
+  clock_.Advance(absl::Minutes(1));
+  std::vector<LeasedJob> retried = LeaseAll();
+  EXPECT_EQ(Ids(retried), Ids(first));
+  ExpectCounts(*store_, 0, 0, 2, 1);
+}
+
+// Issue 14: leases are memory-only; after a crash the leased jobs of a backlog larger than the
+// window come back, first in line (their due times are the oldest), and nothing is lost.
+TEST_F(RocksDbJobStoreTest, LeasesLostInACrashComeBackFirst) {
+  window_size_ = 4;
+  Open();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 30; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));
+  std::vector<LeasedJob> before = LeaseAll(3);
+  ASSERT_THAT(before, SizeIs(3));
+  ASSERT_TRUE(store_->Complete(before[1].job.id(), before[1].lease).ok());
+  store_.reset();  // The leases of before[0] and before[2] are gone with the process.
+  clock_.Advance(absl::Seconds(1));
+  Open();
+  ExpectCounts(*store_, 29, 0, 0, 0);
+  std::vector<LeasedJob> again = LeaseAll(2);
+  EXPECT_EQ(Ids(again), (std::vector<uint64_t>{before[0].job.id(), before[2].job.id()}));
+  EXPECT_FALSE(store_->Complete(before[0].job.id(), before[0].lease).ok());  // Old lease.
+  size_t total = again.size();
+  for (int round = 0; round < 20; ++round) {
+    std::vector<LeasedJob> leased = LeaseAll(4);
+    if (leased.empty()) break;
+    total += leased.size();
+  }
+  EXPECT_EQ(total, 29u);
+}
+
+// Issue 14: a deletion finds the user's jobs wherever they are: in the window, on disk beyond
+// it, retried and parked; the window stays consistent afterwards.
+TEST_F(RocksDbJobStoreTest, DeletionReachesJobsBeyondTheWindow) {
+  window_size_ = 4;
+  Open();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 24; ++n) items.push_back(OneJob(n, "d1", n % 2 == 0 ? "u1" : "u2"));
+  AppendAll(std::move(items));
+  std::vector<LeasedJob> leased = LeaseAll(2);  // One of u1, one of u2.
+  ASSERT_THAT(leased, SizeIs(2));
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  for (const LeasedJob& job : leased) {
+    ASSERT_TRUE(
+        store_->Retry(job.job.id(), job.lease, clock_.Now() + absl::Hours(1), attempt).ok());
+  }
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 12u);
+  ExpectCounts(*store_, 11 + 1, 1, 0, 0);  // u2's ready jobs and the notification; u2's retry.
+  std::vector<std::string> users;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<LeasedJob> batch = LeaseAll(3);
+    if (batch.empty()) break;
+    for (const LeasedJob& job : batch) {
+      users.push_back(job.job.type() == hookrelay::v1::DELETE ? "delete" : job.job.user_id());
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  EXPECT_EQ(std::count(users.begin(), users.end(), "u2"), 11);
+  EXPECT_EQ(std::count(users.begin(), users.end(), "delete"), 1);
+  EXPECT_EQ(users.size(), 12u);
+  store_.reset();
+  clock_.Advance(absl::Hours(1));
+  Open();
+  ExpectCounts(*store_, 1, 0, 0, 0);  // u2's retry, due now.
+  std::vector<LeasedJob> last = LeaseAll();
+  ASSERT_THAT(last, SizeIs(1));
+  EXPECT_EQ(last[0].job.user_id(), "u2");
 }
 
 }  // namespace
