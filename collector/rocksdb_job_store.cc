@@ -1516,8 +1516,11 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     HOOKRELAY_CHECK(it != leased_.end(), "a lease deadline without its lease");
     const int64_t due_ms = it->second.due_ms;
     leased_.erase(it);
-    // A job purged while leased has no record left.
-    if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) continue;
+    // A job purged while leased has no record left: it ends here.
+    if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) {
+      CountJobLocked(due_ms, -1);
+      continue;
+    }
     // A leased job was due when leased, so it goes back to ready at its old place in line (below
     // the lease floor, hence below the cursor).
     ready_.push_back({due_ms, id});
@@ -1664,10 +1667,14 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
     return read_error;
   }
   for (const Pick* pick : dropped) {
-    if (release(*pick, /*back_to_ready=*/false)) purged_leased_.erase(pick->job.id);
+    // Gone (its deletion counts it unless it was leased then) or an orphaned key (no job).
+    if (release(*pick, /*back_to_ready=*/false) && purged_leased_.erase(pick->job.id) > 0) {
+      CountJobLocked(pick->job.due_ms, -1);
+    }
   }
   for (const Pick* pick : malformed) {
-    if (release(*pick, /*back_to_ready=*/false) && purged_leased_.erase(pick->job.id) == 0) {
+    if (release(*pick, /*back_to_ready=*/false)) {
+      purged_leased_.erase(pick->job.id);
       CountJobLocked(pick->job.due_ms, -1);
     }
   }
@@ -1726,9 +1733,9 @@ absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
         op.disk_due_ms = it->second.disk_due_ms;  // Its rewrite is skipped.
         overlay_.erase(it);
       }
-      // A job purged while leased was counted out by its deletion.
+      // A job purged while leased: its deletion removed the record and counted it on disk.
       op.purged = !purged_leased_.empty() && purged_leased_.erase(job_id) > 0;
-      if (!op.purged) CountJobLocked(info.due_ms, -1);
+      CountJobLocked(info.due_ms, -1);
       Enqueue(std::move(op));
       return absl::OkStatus();
     }
@@ -1779,7 +1786,8 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     if (mine && read_error) {
       ready_.push_back({info->due_ms, job_id});
       std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
-    } else if (mine && !not_found && !purged) {
+    } else if (mine && (purged || !not_found)) {
+      // Purged while leased, or broken. (Missing otherwise: its deletion counts it.)
       CountJobLocked(info->due_ms, -1);
     }
     return status;
@@ -2204,13 +2212,13 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
         due_ms = DueOf(o->second.value);
         overlay_.erase(o);  // Its pending write is skipped.
       }
-      CountJobLocked(due_ms, -1);
-      // A leased job finishes its attempt; with its record gone, a retry or bury drops it and
-      // a Complete writes nothing.
+      // A leased job finishes its attempt (it counts as leased until then); with its record
+      // gone, a retry or bury drops it and a Complete writes nothing.
       if (leased_.contains(p.id)) {
         purged_leased_.insert(p.id);
         continue;
       }
+      CountJobLocked(due_ms, -1);
       // A settling one is dropped by its Retry/Bury.
       if (settling_.erase(p.id) > 0) continue;
       if (parked_.erase(QueuedJob{due_ms, p.id}) > 0) continue;
