@@ -77,7 +77,8 @@ cp "$BIN_DIR/collector/collector" "$TMP/collector"
 cp "$BIN_DIR/tools/bench/ingest_load" "$TMP/ingest_load"
 
 # --- helpers -----------------------------------------------------------------------------------
-mb() { awk -v k="$1" '/^'"$2"':/ { printf "%.0f", $2 / 1024 }' "/proc/$k/status" 2>/dev/null || echo 0; }
+# mb PID FIELD: a /proc/PID/status field (VmRSS, VmHWM) in MB.
+mb() { awk '/^'"$2"':/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 now() { date +%s.%N; }
 
 # start_collector LOG: starts it, waits for "collector serving" (60 s), sets COLLECTOR_PID,
