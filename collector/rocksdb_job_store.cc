@@ -30,6 +30,7 @@
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/table_properties_collectors.h"
 #include "rocksdb/write_buffer_manager.h"
@@ -528,7 +529,12 @@ rocksdb::ColumnFamilyOptions MakeDueOptions(const std::shared_ptr<rocksdb::Cache
   options.write_buffer_size = 16 << 20;
   options.max_write_buffer_number = 3;
   options.level_compaction_dynamic_level_bytes = true;
-  options.compression = rocksdb::kLZ4Compression;
+  // No compression where keys are young (most are deleted within seconds); LZ4 below, where a
+  // backlog's keys end up. Inserts are mostly in key order: each starts where the previous one
+  // with the same first byte ended (one hint per prefix).
+  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
+                                   rocksdb::kLZ4Compression};
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(1));
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(TableOptions(cache)));
   // Every key is deleted once its job ends, behind the pager's cursor: files dense with
   // tombstones are compacted early, so that a seek after a restart does not step over them.
@@ -552,6 +558,15 @@ rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cac
 rocksdb::ColumnFamilyOptions MakeAppendOnlyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options = MakeSmallOptions(cache);
   options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  return options;
+}
+
+// `users`: also the pending index, a key per job written at append and deleted when it ends:
+// young keys are not compressed (most are gone within seconds), LZ4 below.
+rocksdb::ColumnFamilyOptions MakeUsersOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
+  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
+                                   rocksdb::kLZ4Compression};
   return options;
 }
 
@@ -674,7 +689,7 @@ absl::Status RocksDbJobStore::OpenDb() {
       {kJobsCf, MakeJobsOptions(cache)},
       {kDedupCf, MakeDedupOptions(cache, clock_, options_.dedup_window)},
       {kDeadCf, MakeSmallOptions(cache)},
-      {kUsersCf, MakeAppendOnlyOptions(cache)},
+      {kUsersCf, MakeUsersOptions(cache)},
       {kDeletionsCf, MakeSmallOptions(cache)},
       {kProfilesCf, MakeProfileOptions(cache)},
       {kAudiencesCf, MakeSmallOptions(cache)},
