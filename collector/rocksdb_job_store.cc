@@ -455,7 +455,10 @@ rocksdb::DBOptions MakeDbOptions() {
   // start-up time and memory must not grow with the backlog).
   options.max_total_wal_size = uint64_t{128} << 20;
   // Memtables of all families together: flushed early past this, so the process's memory stays
-  // bounded under a backlog (each family's own limits would allow several times as much).
+  // bounded under a backlog (each family's own limits would allow several times as much). Not
+  // a hard cap: with one flush thread behind, memtables still pile up to the families' limits
+  // (250-280 MB RSS during a 10M-job ingest). allow_stall would make it one, but it deadlocks:
+  // `jobs` merges two memtables per flush, so memory never drops while writes wait.
   options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(size_t{128} << 20);
   // Write SST data back in 1 MB steps instead of one large burst at each file's end, so the
   // WAL fsyncs of the group commit do not queue behind it.
@@ -567,6 +570,9 @@ rocksdb::ColumnFamilyOptions MakeUsersOptions(const std::shared_ptr<rocksdb::Cac
   rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
   options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
                                    rocksdb::kLZ4Compression};
+  // A key per job: with two 8 MB memtables, ingest stopped while one was flushed.
+  options.write_buffer_size = 16 << 20;
+  options.max_write_buffer_number = 4;
   return options;
 }
 
