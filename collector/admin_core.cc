@@ -307,6 +307,9 @@ DestinationResource AdminCore::DestinationView(const ConfigManager::Snapshot& sn
     s->set_retried(stats.retried);
     s->set_dead(stats.dead);
     s->set_last_error(stats.last_error);
+    s->set_concurrency_limit(stats.concurrency_limit);
+    s->set_in_flight(stats.in_flight);
+    s->set_circuit(stats.circuit);
     if (stats.last_error_at != absl::InfinitePast()) {
       common::ToProtoTime(stats.last_error_at, s->mutable_last_error_at());
     }

@@ -124,6 +124,18 @@ class Dispatcher::Stream final
     StartWrite(&response_);
   }
 
+  // Credits granted: jobs held plus credits available (0 while draining).
+  int64_t capacity() const {
+    absl::MutexLock lock(&mu_);
+    return draining_ ? 0 : held_ + std::max<int64_t>(0, credits_);
+  }
+
+  // Collectors the deliverer said it subscribes to (at least 1).
+  int collectors() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(collectors_);
+  }
+
   // Jobs sent and not yet settled.
   int64_t held() const {
     absl::MutexLock lock(&mu_);
@@ -149,6 +161,7 @@ class Dispatcher::Stream final
         if (hello_) return absl::InvalidArgumentError("hello sent twice on one stream");
         hello_ = true;
         deliverer_id_ = request_.hello().deliverer_id();
+        collectors_ = std::max<uint32_t>(1, request_.hello().collectors());
         AddCreditsLocked(request_.hello().credits());
         common::LogInfo("deliverer connected", {{"deliverer", deliverer_id_},
                                                 {"peer", peer_},
@@ -216,6 +229,7 @@ class Dispatcher::Stream final
   std::string deliverer_id_ ABSL_GUARDED_BY(mu_);
   int64_t credits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t collectors_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // A write is reserved by the dispatcher or in flight; response_ belongs to it.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -229,8 +243,27 @@ class Dispatcher::Stream final
 
 Dispatcher::Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
                        const common::Clock& clock, prometheus::Registry* registry)
-    : options_(options), store_(store), routing_(routing), clock_(clock) {
+    : options_(options),
+      store_(store),
+      routing_(routing),
+      clock_(clock),
+      governor_(options.governor, clock, registry) {
   if (registry != nullptr) {
+    auto& deferred =
+        prometheus::BuildCounter()
+            .Name("hookrelay_dispatch_deferred_total")
+            .Help("Jobs put back in the store without an attempt, by reason: concurrency (the "
+                  "destination's adaptive limit or fair share), rate_limit, circuit_open.")
+            .Register(*registry);
+    metrics_.deferred_concurrency = &deferred.Add({{"reason", "concurrency"}});
+    metrics_.deferred_rate = &deferred.Add({{"reason", "rate_limit"}});
+    metrics_.deferred_circuit = &deferred.Add({{"reason", "circuit_open"}});
+    metrics_.disabled_gone = &prometheus::BuildCounter()
+                                  .Name("hookrelay_destination_disabled_total")
+                                  .Help("Destinations disabled by the collector, by reason (gone: "
+                                        "every URL answered 410 Gone).")
+                                  .Register(*registry)
+                                  .Add({{"reason", "gone"}});
     auto& outcomes = prometheus::BuildCounter()
                          .Name("hookrelay_dispatch_outcomes_total")
                          .Help("Outcomes received from deliverers, by outcome (stale: the lease "
@@ -339,6 +372,16 @@ void Dispatcher::Run() {
     bool more = true;
     while (more) {
       more = false;
+      // The deliverers' capacity, for the destinations' fair share: again each round, since a
+      // pass through a backlog lasts while credits come and go.
+      int64_t capacity = 0;
+      int collectors = options_.rate_limit_share;
+      for (const auto& s : streams) {
+        capacity += s->capacity();
+        collectors = std::max(collectors, s->collectors());
+      }
+      capacity_.store(capacity, std::memory_order_relaxed);
+      rate_share_.store(collectors, std::memory_order_relaxed);
       for (size_t i = 0; i < streams.size(); ++i) {
         Stream& s = *streams[(next + i) % streams.size()];
         if (FillStream(s) == options_.max_batch) more = true;
@@ -358,46 +401,81 @@ size_t Dispatcher::FillStream(Stream& stream) {
     stream.Send();  // the destination ids alone
     return 0;
   }
-  absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(want, options_.lease_duration);
-  if (!leased.ok()) {
-    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
-    common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
-                           {{"error", leased.status().ToString()}});
-    stream.Send();  // releases the slot (or sends the destination ids)
-    return 0;
-  }
   SubscribeResponse& response = stream.response();
-  for (LeasedJob& lj : *leased) {
-    const hookrelay::v1::Destination* destination =
-        routing->FindDestination(lj.job.destination_id());
-    if (lj.job.test() && destination == nullptr) {
-      // A test of a destination deleted meanwhile: its outcome is "dead", the job goes.
-      Outcome gone;
-      gone.set_job_id(lj.job.id());
-      gone.set_kind(Outcome::DEAD);
-      gone.set_reason(absl::StrCat("destination ", lj.job.destination_id(), " no longer configured"));
-      (void)store_.Complete(lj.job.id(), lj.lease);
-      if (options_.on_test_outcome) options_.on_test_outcome(lj.job.message_id(), gone);
-      continue;
+  // Jobs held back by their destination's limits leave room in the batch: lease again for it
+  // (a few rounds at most), so that a slow destination's jobs do not shrink every response.
+  bool full = false;  // the last lease returned all it was asked for
+  for (int round = 0; round < 4; ++round) {
+    const size_t ask = want - static_cast<size_t>(response.deliveries_size());
+    if (ask == 0) break;
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask, options_.lease_duration);
+    if (!leased.ok()) {
+      static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+      common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
+                             {{"error", leased.status().ToString()}});
+      full = false;
+      break;
     }
-    if (destination == nullptr || (!destination->enabled() && !lj.job.test())) {
-      hookrelay::v1::Attempt attempt;
-      attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
-      const std::string reason =
-          destination == nullptr
-              ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
-              : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
-      if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
-        common::LogWarning("dead-lettering an undeliverable job failed",
-                           {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+    full = leased->size() == ask;
+    size_t deferred = 0;
+    for (LeasedJob& lj : *leased) {
+      const hookrelay::v1::Destination* destination =
+          routing->FindDestination(lj.job.destination_id());
+      if (lj.job.test() && destination == nullptr) {
+        // A test of a destination deleted meanwhile: its outcome is "dead", the job goes.
+        Outcome gone;
+        gone.set_job_id(lj.job.id());
+        gone.set_kind(Outcome::DEAD);
+        gone.set_reason(
+            absl::StrCat("destination ", lj.job.destination_id(), " no longer configured"));
+        (void)store_.Complete(lj.job.id(), lj.lease);
+        if (options_.on_test_outcome) options_.on_test_outcome(lj.job.message_id(), gone);
+        continue;
       }
-      if (metrics_.undeliverable) metrics_.undeliverable->Increment();
-      continue;
+      if (destination == nullptr || (!destination->enabled() && !lj.job.test())) {
+        hookrelay::v1::Attempt attempt;
+        attempt.set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+        const std::string reason =
+            destination == nullptr
+                ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
+                : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
+        if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
+          common::LogWarning("dead-lettering an undeliverable job failed",
+                             {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+        }
+        if (metrics_.undeliverable) metrics_.undeliverable->Increment();
+        continue;
+      }
+      if (!lj.job.test()) {
+        const DestinationGovernor::Admission admission = governor_.Admit(
+            lj.job.destination_id(), destination->options(), lj.job.id(), lj.deadline,
+            capacity_.load(std::memory_order_relaxed), rate_share_.load(std::memory_order_relaxed));
+        if (admission.verdict != DestinationGovernor::Verdict::kAdmit) {
+          // Back to the store, due when the destination can take it; no attempt is counted.
+          if (absl::Status st = store_.Retry(lj.job.id(), lj.lease, admission.retry_at,
+                                             hookrelay::v1::Attempt());
+              !st.ok()) {
+            static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+            common::LogRateLimited(*limiter, common::LogLevel::kWarning, "deferring a job failed",
+                                   {{"job_id", lj.job.id()}, {"error", st.ToString()}});
+          }
+          using Verdict = DestinationGovernor::Verdict;
+          prometheus::Counter* c = admission.verdict == Verdict::kConcurrency
+                                       ? metrics_.deferred_concurrency
+                                   : admission.verdict == Verdict::kRateLimit
+                                       ? metrics_.deferred_rate
+                                       : metrics_.deferred_circuit;
+          if (c) c->Increment();
+          ++deferred;
+          continue;
+        }
+      }
+      hookrelay::v1::Delivery* delivery = response.add_deliveries();
+      *delivery->mutable_job() = std::move(lj.job);
+      delivery->set_lease(lj.lease);
+      *delivery->mutable_destination() = *destination;
     }
-    hookrelay::v1::Delivery* delivery = response.add_deliveries();
-    *delivery->mutable_job() = std::move(lj.job);
-    delivery->set_lease(lj.lease);
-    *delivery->mutable_destination() = *destination;
+    if (deferred == 0 || !full) break;
   }
   if (response.deliveries_size() > 0) {
     // One lock per batch: each job's destination (stats) and test flag, until its outcome.
@@ -413,7 +491,7 @@ size_t Dispatcher::FillStream(Stream& stream) {
   stream.Send();
   // Report a full batch when the lease was full, even if some jobs were buried, so the caller
   // keeps draining a backlog.
-  return leased->size() == want && want == options_.max_batch ? options_.max_batch : sent;
+  return full && want == options_.max_batch ? options_.max_batch : sent;
 }
 
 namespace {
@@ -437,9 +515,69 @@ std::string AttemptError(const hookrelay::v1::Attempt& attempt) {
 }  // namespace
 
 Dispatcher::DestinationStats Dispatcher::Stats(const std::string& destination_id) const {
+  DestinationStats stats;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    auto it = stats_.find(destination_id);
+    if (it != stats_.end()) stats = it->second;
+  }
+  const DestinationGovernor::State state = governor_.Get(destination_id);
+  stats.concurrency_limit = state.limit;
+  stats.in_flight = state.in_flight;
+  stats.circuit = DestinationGovernor::CircuitName(state.circuit);
+  return stats;
+}
+
+namespace {
+
+// Every URL of a failed attempt answered 410 Gone.
+bool AllGone(const Outcome& outcome) {
+  if (outcome.kind() == Outcome::DELIVERED || outcome.attempt().urls_size() == 0) return false;
+  for (const auto& u : outcome.attempt().urls()) {
+    if (!u.error().empty() || u.status() != 410) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Dispatcher::GovernOutcome(const std::string& destination_id, const Outcome& outcome) {
+  const std::shared_ptr<const Routing> routing = routing_.Get();
+  const hookrelay::v1::Destination* destination = routing->FindDestination(destination_id);
+  const hookrelay::v1::DeliveryOptions options =
+      destination != nullptr ? destination->options() : hookrelay::v1::DeliveryOptions();
+  if (governor_.OnOutcome(destination_id, options, outcome)) {
+    const DestinationGovernor::State state = governor_.Get(destination_id);
+    common::LogWarning("circuit breaker open: attempts paused",
+                       {{"destination", destination_id},
+                        {"consecutive_failures", state.consecutive_failures},
+                        {"last_error", AttemptError(outcome.attempt())}});
+  }
+  if (!AllGone(outcome) || destination == nullptr || !destination->enabled()) return;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    if (!disabling_.insert(destination_id).second) return;
+  }
+  const std::string reason =
+      absl::StrCat("receiver answered 410 Gone (", AttemptError(outcome.attempt()), ")");
+  absl::Status st = options_.on_destination_gone
+                        ? options_.on_destination_gone(destination_id, reason)
+                        : absl::UnimplementedError("no way to disable destinations here");
+  if (!st.ok()) {
+    // Logged once: the destination stays in disabling_ until the collector restarts (e.g. one
+    // of a --config file, which only the file can change).
+    common::LogError("destination answered 410 Gone but could not be disabled",
+                     {{"destination", destination_id},
+                      {"detail", reason},
+                      {"error", st.ToString()}});
+    return;
+  }
+  if (metrics_.disabled_gone) metrics_.disabled_gone->Increment();
+  common::LogWarning("destination disabled",
+                     {{"destination", destination_id}, {"reason", "gone"}, {"detail", reason}});
+  // Now disabled in the routing: a later 410 after someone enables it again disables it again.
   absl::MutexLock lock(&stats_mu_);
-  auto it = stats_.find(destination_id);
-  return it == stats_.end() ? DestinationStats{} : it->second;
+  disabling_.erase(destination_id);
 }
 
 void Dispatcher::CountOutcomeLocked(const std::string& destination_id, const Outcome& outcome) {
@@ -478,6 +616,7 @@ void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer
     }
     if (!job.test && !job.destination_id.empty()) CountOutcomeLocked(job.destination_id, outcome);
   }
+  if (!job.test && !job.destination_id.empty()) GovernOutcome(job.destination_id, outcome);
   if (job.test) {
     // Test jobs end with their first outcome.
     absl::Status st = store_.Complete(outcome.job_id(), outcome.lease());

@@ -12,6 +12,13 @@
 // ("destination ... disabled"), never delivered: replay brings it back once the destination is
 // enabled again.
 //
+// Per-destination protection (collector/destination_governor.h): every customer job leased is
+// admitted by the destination's adaptive concurrency limit (with a fair share of the deliverers'
+// credits while other destinations have work), its rate limit and its circuit breaker; a job
+// refused is put back in the store without counting an attempt (Retry with an empty Attempt),
+// due when the destination can take it. A failed attempt whose every URL answered 410 Gone
+// disables the destination through Options::on_destination_gone (the admin API's path).
+//
 // One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs, the
 // store's ready callback), by credits and outcomes, and when the store's next retry is due or
 // lease expires (JobStore::NextWake); Options::poll_interval is only a safety net. It waits on
@@ -26,6 +33,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +45,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collector/destination_governor.h"
 #include "collector/job_store.h"
 #include "collector/routing.h"
 #include "common/clock.h"
@@ -70,6 +79,16 @@ class Dispatcher {
     // removed whatever the outcome: test jobs are never retried nor dead-lettered.
     std::function<void(const std::string& message_id, const hookrelay::v1::Outcome& outcome)>
         on_test_outcome;
+    // Adaptive concurrency settings.
+    DestinationGovernor::Options governor;
+    // Disables a destination whose receiver answered 410 Gone (durably, as the admin API
+    // does), on a gRPC thread. Not called again for the destination while a call is running
+    // or while the destination is disabled. Null: only logged.
+    std::function<absl::Status(const std::string& destination_id, const std::string& reason)>
+        on_destination_gone;
+    // At least this many collectors share each destination's rate limit (each paces rate / n);
+    // deliverers' Hello.collectors can raise it.
+    int rate_limit_share = 1;
   };
 
   // Outcomes of a destination's jobs reported to this collector since it started, and the last
@@ -80,6 +99,10 @@ class Dispatcher {
     int64_t dead = 0;
     std::string last_error;  // "HTTP 503 from host" / "timeout from host"
     absl::Time last_error_at = absl::InfinitePast();
+    // Protection state (DestinationGovernor::State).
+    int64_t concurrency_limit = 0;
+    int64_t in_flight = 0;
+    std::string circuit = "closed";
   };
 
   // References must outlive the dispatcher. `registry` may be null.
@@ -127,12 +150,19 @@ class Dispatcher {
     prometheus::Counter* stale = nullptr;
     prometheus::Counter* undeliverable = nullptr;
     prometheus::Gauge* streams = nullptr;
+    prometheus::Counter* deferred_concurrency = nullptr;
+    prometheus::Counter* deferred_rate = nullptr;
+    prometheus::Counter* deferred_circuit = nullptr;
+    prometheus::Counter* disabled_gone = nullptr;
   };
 
   void Run();
   // Leases and sends one batch to `stream` if it can take one. Returns how many jobs were sent.
   size_t FillStream(Stream& stream);
   void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  // Protection bookkeeping for a customer job's outcome: the governor, the breaker's log line,
+  // 410 Gone.
+  void GovernOutcome(const std::string& destination_id, const hookrelay::v1::Outcome& outcome);
   // Adds a customer job's outcome to its destination's stats.
   void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
@@ -144,6 +174,12 @@ class Dispatcher {
   const RoutingHolder& routing_;
   const common::Clock& clock_;
   Metrics metrics_;
+  DestinationGovernor governor_;
+  // Credits of all streams (held + available), refreshed each pass: the governor's fair share.
+  std::atomic<int64_t> capacity_{0};
+  // The most collectors any stream's deliverer subscribes to (Hello.collectors), at least
+  // Options::rate_limit_share: each destination's rate limit is divided by it.
+  std::atomic<int> rate_share_{1};
 
   mutable absl::Mutex mu_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
@@ -162,6 +198,8 @@ class Dispatcher {
   mutable absl::Mutex stats_mu_;
   absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(stats_mu_);
   absl::flat_hash_map<std::string, DestinationStats> stats_ ABSL_GUARDED_BY(stats_mu_);
+  // Destinations being disabled after a 410 Gone.
+  absl::flat_hash_set<std::string> disabling_ ABSL_GUARDED_BY(stats_mu_);
   std::thread thread_;
 };
 

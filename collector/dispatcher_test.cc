@@ -70,6 +70,20 @@ class DispatcherTest : public ::testing::Test {
     options.lease_duration = kLease;
     options.max_batch = 4;
     options.drain_timeout = absl::Milliseconds(200);
+    // As the server does: the destination is disabled in the configuration (here: the routing)
+    // before the call returns.
+    options.on_destination_gone = [this](const std::string& id, const std::string& reason) {
+      {
+        absl::MutexLock lock(&gone_mu_);
+        gone_.push_back({id, reason});
+      }
+      auto config = common::ParseConfigYaml(kConfig);
+      for (auto& d : *config->mutable_destinations()) {
+        if (d.id() == id) d.set_enabled(false);
+      }
+      routing_->Set(std::make_shared<const Routing>(*config));
+      return absl::OkStatus();
+    };
     dispatcher_ = std::make_unique<Dispatcher>(options, *store_, *routing_, clock_, &registry_);
     dispatcher_->Start();
     service_ = std::make_unique<SubscribeService>(*dispatcher_);
@@ -150,6 +164,8 @@ class DispatcherTest : public ::testing::Test {
   }
 
   common::ManualClock clock_;
+  absl::Mutex gone_mu_;
+  std::vector<std::pair<std::string, std::string>> gone_ ABSL_GUARDED_BY(gone_mu_);
   prometheus::Registry registry_;
   std::unique_ptr<RocksDbJobStore> store_;
   std::unique_ptr<RoutingHolder> routing_;
@@ -327,6 +343,149 @@ TEST_F(DispatcherTest, StreamsAreToldTheDestinationIds) {
   Append(1, "hook");
   std::vector<Delivery> jobs = stream.Read(1);
   ASSERT_EQ(jobs.size(), 1u);
+  stream.Close();
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
+
+namespace hookrelay::collector {
+namespace {
+
+Outcome Failure(const Delivery& d, Outcome::Kind kind, int status, absl::Time now) {
+  Outcome outcome;
+  outcome.set_job_id(d.job().id());
+  outcome.set_lease(d.lease());
+  outcome.set_kind(kind);
+  if (kind == Outcome::RETRY) outcome.mutable_not_before()->set_seconds(absl::ToUnixSeconds(now));
+  outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(now));
+  auto* url = outcome.mutable_attempt()->add_urls();
+  url->set_url("https://h.example/a");
+  url->set_status(status);
+  url->set_latency_ms(3);
+  return outcome;
+}
+
+// After N consecutive failures the breaker opens: the destination's jobs are put back in the
+// store without an attempt until the pause ends, then one probe goes; its success resumes
+// deliveries, and no job spent an attempt while the breaker was open.
+TEST_F(DispatcherTest, OpenBreakerPutsJobsBackWithoutSpendingAttempts) {
+  auto config = common::ParseConfigYaml(absl::StrCat(
+      kConfig,
+      R"(  - {id: cb, type: webhooks, sources: [web], enabled: true, urls: [{url: "https://h.example/c"}],
+       options: {circuit_breaker: {failures: 1, pause_ms: 1000}}})",
+      "\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  Stream stream(*stub_, 10);
+  Append(1, "cb");
+  std::vector<Delivery> first = stream.Read(1);
+  ASSERT_EQ(first.size(), 1u);
+  const uint64_t failed_id = first[0].job().id();
+  SubscribeRequest request;
+  *request.mutable_outcomes()->add_outcomes() =
+      Failure(first[0], Outcome::RETRY, 503, clock_.Now());
+  stream.Write(request);
+  // The failed job (due again at once) and three new ones: all held back.
+  ASSERT_TRUE(WaitCounts([this](const JobCounts&) {
+    return Counter("hookrelay_dispatch_deferred_total", "reason", "circuit_open") >= 1;
+  }));
+  Append(3, "cb");
+  ASSERT_TRUE(WaitCounts([this](const JobCounts& c) {
+    return Counter("hookrelay_dispatch_deferred_total", "reason", "circuit_open") >= 4 &&
+           c.scheduled == 4 && c.leased == 0;
+  }));
+  EXPECT_EQ(dispatcher_->Stats("cb").circuit, "open");
+  ASSERT_TRUE(AdvanceAndWaitForPass(absl::Milliseconds(999)));
+  EXPECT_EQ(store_->Counts().scheduled, 4) << "sent while the breaker was open";
+
+  // The pause is over: exactly one probe.
+  ASSERT_TRUE(AdvanceAndWaitForPass(absl::Milliseconds(1)));
+  std::vector<Delivery> probe = stream.Read(1);
+  ASSERT_EQ(probe.size(), 1u);
+  EXPECT_EQ(dispatcher_->Stats("cb").circuit, "half_open");
+  EXPECT_EQ(probe[0].job().attempts(), probe[0].job().id() == failed_id ? 1 : 0);
+  EXPECT_GE(probe[0].job().deferrals(), 1);
+  ASSERT_TRUE(AdvanceAndWaitForPass(absl::Milliseconds(100)));
+  EXPECT_EQ(store_->Counts().leased, 1) << "only the probe may be out while half-open";
+  stream.Settle(probe[0], Outcome::DELIVERED, probe[0].lease());
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.leased == 0; }));
+  EXPECT_EQ(dispatcher_->Stats("cb").circuit, "closed");
+
+  // Closed: the rest go out, none having spent an attempt while held back.
+  ASSERT_TRUE(AdvanceAndWaitForPass(absl::Seconds(1)));
+  std::vector<Delivery> rest = stream.Read(3);
+  ASSERT_EQ(rest.size(), 3u);
+  for (const Delivery& d : rest) {
+    EXPECT_EQ(d.job().attempts(), d.job().id() == failed_id ? 1 : 0) << d.job().id();
+    EXPECT_GE(d.job().deferrals(), 1);
+    EXPECT_EQ(d.job().first_attempt_unix_ms() != 0, d.job().id() == failed_id);
+  }
+  stream.Close();
+}
+
+// A slow destination's backlog does not hide the jobs queued behind it: alone it keeps a quarter
+// of the credits free, the dispatcher keeps leasing, puts the slow destination's excess back,
+// and the other destination's jobs go out.
+TEST_F(DispatcherTest, SlowBacklogLeavesRoomForTheJobsBehindIt) {
+  auto config = common::ParseConfigYaml(absl::StrCat(
+      kConfig,
+      R"(  - {id: slow, type: webhooks, sources: [web], enabled: true, urls: [{url: "https://h.example/s"}]})",
+      "\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  Stream stream(*stub_, 8);
+  // The slow receiver's latency is learned from its first outcomes.
+  Append(3, "slow");
+  std::vector<Delivery> first = stream.Read(3);
+  ASSERT_EQ(first.size(), 3u);
+  SubscribeRequest request;
+  for (const Delivery& d : first) {
+    Outcome* o = request.mutable_outcomes()->add_outcomes();
+    o->set_job_id(d.job().id());
+    o->set_lease(d.lease());
+    o->set_kind(Outcome::DELIVERED);
+    auto* u = o->mutable_attempt()->add_urls();
+    u->set_status(200);
+    u->set_latency_ms(2000);
+  }
+  stream.Write(request);
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.leased == 0 && c.ready == 0; }));
+
+  Append(20, "slow");
+  Append(4, "hook");
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(AdvanceAndWaitForPass(absl::ZeroDuration()));
+  std::vector<Delivery> got = stream.Read(8);
+  ASSERT_EQ(got.size(), 8u);
+  int hook = 0;
+  for (const Delivery& d : got) hook += d.job().destination_id() == "hook" ? 1 : 0;
+  EXPECT_EQ(hook, 2);  // 6 slow (3/4 of 8), then the other destination's
+  EXPECT_GT(Counter("hookrelay_dispatch_deferred_total", "reason", "concurrency"), 0);
+  stream.Close();
+}
+
+// A failed attempt whose every URL answered 410 Gone disables the destination once (through
+// the configured path), counted by reason; later jobs of it are not sent.
+TEST_F(DispatcherTest, GoneDisablesTheDestinationOnce) {
+  Stream stream(*stub_, 10);
+  Append(2, "hook");
+  std::vector<Delivery> jobs = stream.Read(2);
+  ASSERT_EQ(jobs.size(), 2u);
+  SubscribeRequest request;
+  *request.mutable_outcomes()->add_outcomes() = Failure(jobs[0], Outcome::DEAD, 410, clock_.Now());
+  *request.mutable_outcomes()->add_outcomes() = Failure(jobs[1], Outcome::DEAD, 410, clock_.Now());
+  stream.Write(request);
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.dead == 2; }));
+  {
+    absl::MutexLock lock(&gone_mu_);
+    ASSERT_EQ(gone_.size(), 1u);
+    EXPECT_EQ(gone_[0].first, "hook");
+    EXPECT_EQ(gone_[0].second, "receiver answered 410 Gone (HTTP 410 from h.example)");
+  }
+  EXPECT_EQ(Counter("hookrelay_destination_disabled_total", "reason", "gone"), 1);
+  Append(1, "hook");  // dead-lettered at dispatch: the destination is disabled now
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.dead == 3; }));
+  EXPECT_EQ(Counter("hookrelay_dispatch_jobs_sent_total", "", ""), 2);
   stream.Close();
 }
 

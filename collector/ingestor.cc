@@ -48,6 +48,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
 
   const absl::Time now = clock_.Now();
   const int64_t now_ms = absl::ToUnixMillis(now);
+  const int64_t now_us = absl::ToUnixMicros(now);
   const std::string& source_id = route->source->id();
   auto outcome = std::make_unique<IngestOutcome>();
   outcome->message_ids.resize(n);
@@ -95,6 +96,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
       job.set_message_id(ev.message_id);
       job.set_user_id(ev.user_id);
       job.set_received_at_unix_ms(now_ms);
+      job.set_received_at_unix_us(now_us);
       if (d + 1 == fanout) {
         job.set_event_json(std::move(ev.json));
       } else {

@@ -619,10 +619,14 @@ void JetStreamJobStore::FinishLookup(const std::shared_ptr<Lookup>& lookup) {
   if (lookup->failed) {
     // Availability first: the event is stored, and the stream's duplicate window still catches
     // a retry within minutes. Counted and logged: a retry later than that may be delivered twice.
+    // Rate-limited: with --nats_dedup_replicas=1 and that server down, every append fails its
+    // lookup until the server is back.
     if (dedup_lookup_failures_ != nullptr) dedup_lookup_failures_->Increment();
-    common::LogWarning("de-duplication lookup failed (the cluster is changing leaders or a node "
-                       "is rejoining): events stored without their 24 h duplicate check",
-                       {{"events", lookup->items.size()}});
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 5);
+    common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                           "de-duplication lookup failed (the cluster is changing leaders or a "
+                           "node is rejoining): events stored without their 24 h duplicate check",
+                           {{"events", lookup->items.size()}});
   }
   std::vector<bool> publish(lookup->items.size(), true);
   absl::flat_hash_set<std::string> seen;
@@ -855,7 +859,8 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   // store's clock is carried over to real time, rounded up, never early.
   const absl::Duration delay = std::min(not_before - now, options_.max_schedule_delay);
   const int64_t fire_s = (absl::ToUnixMillis(absl::Now() + delay) + 999) / 1000;
-  const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts());
+  // Deferrals do not count attempts: both numbers keep every put-back's id distinct.
+  const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts(), "-", job.deferrals());
   absl::Status st;
   if (delay <= absl::ZeroDuration()) {
     // Due now (or held here until due, with a manual clock).

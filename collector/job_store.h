@@ -243,7 +243,10 @@ class JobStore {
 
 // Counts a delivery attempt in a job: attempts + 1, the first attempt's time (the retry window
 // counts from it), the attempt appended to the history (the newest kMaxJobHistory kept). Both
-// engines record attempts this way.
+// engines record attempts this way. An empty Attempt (no URL, no time) is a deferral instead: the
+// dispatcher held the job back without sending it (its destination's circuit breaker, rate or
+// concurrency limit); only `deferrals` grows, so Retry(id, lease, not_before, Attempt()) puts a
+// job back without spending its retries.
 inline constexpr int kMaxJobHistory = 10;
 void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, hookrelay::v1::Job& job);
 

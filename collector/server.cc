@@ -237,6 +237,17 @@ absl::Status Server::Start() {
                                            const hookrelay::v1::Outcome& outcome) {
     core->OnTestOutcome(message_id, outcome);
   };
+  // A receiver answering 410 Gone: the destination is disabled as an admin would (durable,
+  // audited, visible through the API; refused for objects of the --config file).
+  dispatcher_options.on_destination_gone = [core = s.admin_core.get()](
+                                               const std::string& id, const std::string& reason) {
+    hookrelay::v1::UpdateDestinationRequest request;
+    request.mutable_destination()->set_id(id);
+    request.mutable_destination()->set_enabled(false);
+    request.mutable_update_mask()->add_paths("enabled");
+    hookrelay::v1::DestinationResource response;
+    return core->UpdateDestination(absl::StrCat("hookrelay (", reason, ")"), request, &response);
+  };
   s.dispatcher = std::make_unique<Dispatcher>(dispatcher_options, *s.store, *s.routing,
                                               *s.options.clock, s.registry.get());
   s.store->SetReadyCallback([d = s.dispatcher.get()] { d->Notify(); });

@@ -438,6 +438,28 @@ class YamlMapper {
     });
   }
 
+  // `circuit_breaker: {failures: 5, pause_ms: 5000, max_pause_ms: 300000}`.
+  void MapCircuitBreaker(const YAML::Node& node, const std::string& path,
+                         hookrelay::v1::CircuitBreaker& breaker) {
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      uint32_t number = 0;
+      if (key == "failures") {
+        MapOption(value, child, &number);
+        breaker.set_failures(number);
+      } else if (key == "pause_ms") {
+        MapOption(value, child, &number);
+        breaker.set_pause_ms(number);
+      } else if (key == "max_pause_ms") {
+        MapOption(value, child, &number);
+        breaker.set_max_pause_ms(number);
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
   void MapOptions(const YAML::Node& node, const std::string& path, DeliveryOptions& options) {
     ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
                                const std::string& child) {
@@ -458,6 +480,11 @@ class YamlMapper {
         bool on = false;
         MapBool(value, child, &on);
         options.set_standard_webhooks(on);
+      } else if (key == "rate_limit_per_second") {
+        MapOption(value, child, &number);
+        options.set_rate_limit_per_second(number);
+      } else if (key == "circuit_breaker") {
+        MapCircuitBreaker(value, child, *options.mutable_circuit_breaker());
       } else {
         return false;
       }

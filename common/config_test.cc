@@ -108,9 +108,15 @@ destinations:
       initial_backoff_ms: 200
       max_backoff_ms: 30000
       standard_webhooks: true
+      rate_limit_per_second: 50
+      circuit_breaker: {failures: 5, pause_ms: 2000, max_pause_ms: 60000}
 )yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
+  EXPECT_EQ(config->destinations(0).options().rate_limit_per_second(), 50u);
+  EXPECT_EQ(config->destinations(0).options().circuit_breaker().failures(), 5u);
+  EXPECT_EQ(config->destinations(0).options().circuit_breaker().pause_ms(), 2000u);
+  EXPECT_EQ(config->destinations(0).options().circuit_breaker().max_pause_ms(), 60000u);
   ASSERT_EQ(config->sources_size(), 2);
   EXPECT_EQ(config->sources(0).kind(), hookrelay::v1::MOBILE);
   EXPECT_EQ(config->sources(1).kind(), hookrelay::v1::SERVER);
@@ -209,6 +215,13 @@ INSTANTIATE_TEST_SUITE_P(
         ParseErrorCase{"TimeoutZero",
                        "destinations:\n  - options: {timeout_ms: 0}\n",
                        {"destinations[0].options.timeout_ms: expected a positive integer"}},
+        ParseErrorCase{"BreakerFailuresZero",
+                       "destinations:\n  - options: {circuit_breaker: {failures: 0}}\n",
+                       {"destinations[0].options.circuit_breaker.failures: expected a positive "
+                        "integer"}},
+        ParseErrorCase{"BreakerUnknownKey",
+                       "destinations:\n  - options: {circuit_breaker: {failure: 3}}\n",
+                       {"destinations[0].options.circuit_breaker"}},
         ParseErrorCase{"WindowTooLargeForField",
                        "destinations:\n  - options: {retry_window_seconds: 5000000000}\n",
                        {"destinations[0].options.retry_window_seconds: expected a positive"}},
@@ -416,6 +429,39 @@ INSTANTIATE_TEST_SUITE_P(
                       },
                       {"destinations[0].options.retry_window_seconds: 604801, must be between 1 "
                        "and 604800"}},
+        ViolationCase{"RateLimitTooLarge",
+                      [](Config& c) { Dest(c).mutable_options()->set_rate_limit_per_second(100001); },
+                      {"destinations[0].options.rate_limit_per_second: 100001, must be between 1 "
+                       "and 100000 (omit it for no limit)"}},
+        ViolationCase{"BreakerWithoutFailures",
+                      [](Config& c) {
+                        Dest(c).mutable_options()->mutable_circuit_breaker()->set_pause_ms(1000);
+                      },
+                      {"destinations[0].options.circuit_breaker.failures: missing, must be "
+                       "between 1 and 1000 (omit circuit_breaker for none)"}},
+        ViolationCase{"BreakerFailuresTooLarge",
+                      [](Config& c) {
+                        Dest(c).mutable_options()->mutable_circuit_breaker()->set_failures(1001);
+                      },
+                      {"destinations[0].options.circuit_breaker.failures: 1001, must be between "
+                       "1 and 1000"}},
+        ViolationCase{"BreakerPauseTooSmall",
+                      [](Config& c) {
+                        auto* b = Dest(c).mutable_options()->mutable_circuit_breaker();
+                        b->set_failures(3);
+                        b->set_pause_ms(99);
+                      },
+                      {"destinations[0].options.circuit_breaker.pause_ms: 99, must be between "
+                       "100 and 3600000"}},
+        ViolationCase{"BreakerMaxPauseBelowPause",
+                      [](Config& c) {
+                        auto* b = Dest(c).mutable_options()->mutable_circuit_breaker();
+                        b->set_failures(3);
+                        b->set_pause_ms(10000);
+                        b->set_max_pause_ms(5000);
+                      },
+                      {"destinations[0].options.circuit_breaker.max_pause_ms: 5000, must be at "
+                       "least pause_ms (10000)"}},
         ViolationCase{"InitialBackoffTooSmall",
                       [](Config& c) { Dest(c).mutable_options()->set_initial_backoff_ms(5); },
                       {"destinations[0].options.initial_backoff_ms: 5, must be between 10 and "

@@ -266,6 +266,32 @@ void ValidateOptions(const Destination& dest, const std::string& path, ErrorList
                             ", must be at least initial_backoff_ms (",
                             effective.initial_backoff_ms(), ")"));
   }
+  if (given.rate_limit_per_second() > kMaxRateLimitPerSecond) {
+    errors.Add(absl::StrCat(path, ".rate_limit_per_second: ", given.rate_limit_per_second(),
+                            ", must be between 1 and ", kMaxRateLimitPerSecond,
+                            " (omit it for no limit)"));
+  }
+  if (given.has_circuit_breaker()) {
+    const hookrelay::v1::CircuitBreaker& b = given.circuit_breaker();
+    const hookrelay::v1::CircuitBreaker& e = effective.circuit_breaker();
+    const std::string cb = absl::StrCat(path, ".circuit_breaker");
+    if (b.failures() == 0) {
+      errors.Add(absl::StrCat(cb, ".failures: missing, must be between ", kMinBreakerFailures,
+                              " and ", kMaxBreakerFailures, " (omit circuit_breaker for none)"));
+    } else {
+      CheckRange(errors, absl::StrCat(cb, ".failures"), b.failures(), e.failures(),
+                 kMinBreakerFailures, kMaxBreakerFailures);
+      CheckRange(errors, absl::StrCat(cb, ".pause_ms"), b.pause_ms(), e.pause_ms(),
+                 kMinBreakerPauseMs, kMaxBreakerPauseMs);
+      CheckRange(errors, absl::StrCat(cb, ".max_pause_ms"), b.max_pause_ms(), e.max_pause_ms(),
+                 kMinBreakerMaxPauseMs, kMaxBreakerMaxPauseMs);
+      if (e.max_pause_ms() < e.pause_ms()) {
+        errors.Add(absl::StrCat(cb, ".max_pause_ms: ", e.max_pause_ms(),
+                                b.max_pause_ms() == 0 ? " (default)" : "",
+                                ", must be at least pause_ms (", e.pause_ms(), ")"));
+      }
+    }
+  }
 }
 
 void ValidateDestinations(const Config& config, ErrorList& errors) {
@@ -584,6 +610,11 @@ DeliveryOptions EffectiveOptions(const Destination& destination) {
   }
   if (options.initial_backoff_ms() == 0) options.set_initial_backoff_ms(kDefaultInitialBackoffMs);
   if (options.max_backoff_ms() == 0) options.set_max_backoff_ms(kDefaultMaxBackoffMs);
+  if (options.circuit_breaker().failures() > 0) {
+    hookrelay::v1::CircuitBreaker* b = options.mutable_circuit_breaker();
+    if (b->pause_ms() == 0) b->set_pause_ms(kDefaultBreakerPauseMs);
+    if (b->max_pause_ms() == 0) b->set_max_pause_ms(kDefaultBreakerMaxPauseMs);
+  }
   return options;
 }
 }  // namespace hookrelay::common

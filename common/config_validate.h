@@ -46,6 +46,17 @@ inline constexpr uint32_t kMinInitialBackoffMs = 10;
 inline constexpr uint32_t kMaxInitialBackoffMs = 3600 * 1000;
 inline constexpr uint32_t kMinMaxBackoffMs = 100;
 inline constexpr uint32_t kMaxMaxBackoffMs = 24 * 3600 * 1000;
+// rate_limit_per_second: 0 (absent) = no limit.
+inline constexpr uint32_t kMaxRateLimitPerSecond = 100000;
+// circuit_breaker: absent (failures 0) = no breaker.
+inline constexpr uint32_t kMinBreakerFailures = 1;
+inline constexpr uint32_t kMaxBreakerFailures = 1000;
+inline constexpr uint32_t kDefaultBreakerPauseMs = 5000;
+inline constexpr uint32_t kMinBreakerPauseMs = 100;
+inline constexpr uint32_t kMaxBreakerPauseMs = 3600 * 1000;
+inline constexpr uint32_t kDefaultBreakerMaxPauseMs = 300 * 1000;
+inline constexpr uint32_t kMinBreakerMaxPauseMs = 100;
+inline constexpr uint32_t kMaxBreakerMaxPauseMs = 24 * 3600 * 1000;
 
 // The only destination type (catalog name "Webhooks"); compared case-insensitively.
 inline constexpr char kWebhooksType[] = "webhooks";
@@ -74,7 +85,8 @@ absl::StatusOr<absl::Duration> ParseAudienceWindow(absl::string_view text);
 // constants above), naming field paths and limits; InvalidArgument listing all of them, or OK.
 absl::Status ValidateConfig(const hookrelay::v1::Config& config);
 // `destination.options()` with every field left at 0 replaced by its default
-// (kDefault*; standard_webhooks is copied as is).
+// (kDefault*; standard_webhooks and rate_limit_per_second are copied as is; a circuit_breaker
+// with failures set gets its pause defaults, one without failures stays empty).
 hookrelay::v1::DeliveryOptions EffectiveOptions(const hookrelay::v1::Destination& destination);
 }  // namespace hookrelay::common
 

@@ -85,7 +85,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
         collector_(std::move(collector)) {}
 
   void Start(hookrelay::v1::Collector::Stub& stub, const std::string& deliverer_id,
-             uint32_t credits, const std::string& admin_token) {
+             uint32_t credits, const std::string& admin_token, int collectors) {
     self_ = shared_from_this();
     if (!admin_token.empty()) context_.AddMetadata("authorization", "Bearer " + admin_token);
     stub.async()->Subscribe(&context_, this);
@@ -99,6 +99,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     }
     write_.mutable_hello()->set_deliverer_id(deliverer_id);
     write_.mutable_hello()->set_credits(credits);
+    write_.mutable_hello()->set_collectors(static_cast<uint32_t>(std::max(1, collectors)));
     StartWrite(&write_);
     StartRead(&read_);
     StartCall();
@@ -358,7 +359,8 @@ class Deliverer::Link {
       call->Start(*stub_, deliverer_.options_.deliverer_id.empty()
                               ? DefaultDelivererId()
                               : deliverer_.options_.deliverer_id,
-                  deliverer_.options_.credits, deliverer_.options_.admin_token);
+                  deliverer_.options_.credits, deliverer_.options_.admin_token,
+                  deliverer_.collector_count_.load(std::memory_order_relaxed));
       // Wait for the call to end; a stop request is handled by Stop() on the caller's thread.
       call->WaitDone(absl::InfiniteDuration());
       const grpc::Status status = call->status();
@@ -417,6 +419,9 @@ absl::Status Deliverer::Start() {
   bool any_dynamic = false;
   {
     absl::MutexLock lock(&links_mu_);
+    int static_count = 0;
+    for (const CollectorTarget& t : targets_) static_count += t.dynamic ? 0 : 1;
+    collector_count_.store(static_count, std::memory_order_relaxed);
     for (const CollectorTarget& t : targets_) {
       if (t.dynamic) {
         any_dynamic = true;
@@ -480,6 +485,7 @@ bool Deliverer::Reconcile() {
     retired_.emplace_back(absl::Now() + options_.drain_timeout, std::move(it->second));
     it = links_.erase(it);
   }
+  collector_count_.store(static_cast<int>(wanted.size()), std::memory_order_relaxed);
   for (const auto& [endpoint, target] : wanted) {
     if (links_.count(endpoint) > 0) continue;
     if (target->dynamic) {
@@ -587,9 +593,20 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   job->call = std::move(call);
   job->options = common::EffectiveOptions(job->delivery.destination());
   job->started = clock_.Now();
-  if (metrics_) metrics_->JobStarted();
+  if (metrics_) {
+    metrics_->JobStarted();
+    // Pickup: the collector's receipt of the event to this deliverer's receipt of its job, for
+    // first attempts never held back (a retry's or a deferral's wait is its schedule). Both
+    // clocks are the machines' own.
+    const hookrelay::v1::Job& j = job->delivery.job();
+    if (j.attempts() == 0 && j.deferrals() == 0 && j.received_at_unix_us() > 0 && !j.test()) {
+      const absl::Time received = absl::FromUnixMicros(j.received_at_unix_us());
+      metrics_->ObservePickup(std::max(0.0, absl::ToDoubleSeconds(job->started - received)));
+    }
+  }
 
   thread_local WebhookRenderer renderer;
+  thread_local Signer signer;
   auto body = std::make_shared<std::string>();
   if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
@@ -603,15 +620,16 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  headers.reserve(4);
+  // Ours (at most 5), and the URL's own when there is one URL (see below).
+  headers.reserve(5 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
-    headers.emplace_back(kSignatureHeader, XSignature(secret, *body));
+    headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
     if (job->options.standard_webhooks()) {
       StandardWebhookHeaderValues sw =
-          StandardWebhookHeaders(secret, job->delivery.job().message_id(),
-                                 absl::ToUnixSeconds(clock_.Now()), *body);
+          signer.StandardWebhookHeaders(secret, job->delivery.job().message_id(),
+                                        absl::ToUnixSeconds(clock_.Now()), *body);
       headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
       headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
       headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
@@ -628,7 +646,13 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
     const hookrelay::v1::WebhookUrl& url = destination.urls(i);
     HttpRequest request;
     request.url = url.url();
-    request.headers = headers;
+    // The last (usually the only) URL takes the job's headers instead of a copy.
+    if (i + 1 == url_count) {
+      request.headers = std::move(headers);
+    } else {
+      request.headers = headers;
+    }
+    request.headers.reserve(request.headers.size() + url.headers_size());
     for (const auto& h : url.headers()) request.headers.emplace_back(h.name(), h.value());
     request.body = shared_body;
     request.timeout = timeout;
@@ -643,6 +667,7 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
   if (metrics_) {
     metrics_->RequestFinished();
     if (!job->delivery.job().test()) {
+      metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
       metrics_->CountRequest(job->delivery.destination().id(), result.result,
                              absl::ToDoubleSeconds(result.duration));
     }

@@ -13,7 +13,9 @@
 // `Content-Type: application/json`, `Idempotency-Key: <messageId>` (the same on every attempt
 // of a job), `X-Signature` when the destination has a shared secret, Standard Webhooks headers
 // when the destination asks for them, then the URL's static headers. Timeout per the
-// destination's options (5 s default).
+// destination's options (5 s default), counted from when the request gets one of the sender's
+// connection slots for its host (http_sender.h); the wait for the slot is not the receiver's and
+// goes to hookrelay_delivery_queue_seconds instead.
 //
 // Logs: every failed attempt at warning (destination, job, message id, each URL's host and status
 // or error, next attempt or dead), rate-limited to 100 lines/s with a count of lines dropped.
@@ -25,6 +27,7 @@
 #define HOOKRELAY_DELIVERER_DELIVERER_H_
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,8 +57,9 @@ class Deliverer {
     CollectorResolver resolver;
     // Shown in the collectors' logs. Empty = hostname-pid.
     std::string deliverer_id;
-    // Jobs held per collector stream at most.
-    uint32_t credits = 2000;
+    // Jobs held per collector stream at most. The binary derives it from the sender's size
+    // (sender_sizing.h).
+    uint32_t credits = 256;
     absl::Duration reconnect_initial_backoff = absl::Milliseconds(100);
     absl::Duration reconnect_max_backoff = absl::Seconds(10);
     // Shutdown waits this long for jobs in flight (longer than the largest destination timeout).
@@ -115,6 +119,8 @@ class Deliverer {
   DeliveryMetrics* const metrics_;
   std::vector<CollectorTarget> targets_;
   std::thread resolver_thread_;
+  // Collectors subscribed to (static and resolved endpoints), sent in each stream's Hello.
+  std::atomic<int> collector_count_{0};
 
   mutable absl::Mutex links_mu_;
   // By endpoint. A link moves to retired_ when its endpoint leaves DNS: it drains there.

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "deliverer/http_sender.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "tools/receiver/webhook_receiver.h"
 
@@ -125,7 +127,7 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
 // receiver over real HTTP on 127.0.0.1.
 class DelivererTest : public ::testing::Test {
  protected:
-  void Start(receiver::Handler handler, uint32_t credits = 16) {
+  void Start(receiver::Handler handler, uint32_t credits = 16, long max_host_connections = 64) {
     auto r = WebhookReceiver::Start(WebhookReceiver::Options{}, std::move(handler));
     ASSERT_TRUE(r.ok()) << r.status();
     receiver_ = *std::move(r);
@@ -136,6 +138,7 @@ class DelivererTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
     HttpSender::Options sender_options;
     sender_options.allow_private_networks = true;
+    sender_options.max_host_connections = max_host_connections;
     auto sender = HttpSender::Create(sender_options);
     ASSERT_TRUE(sender.ok()) << sender.status();
     sender_ = *std::move(sender);
@@ -175,6 +178,16 @@ class DelivererTest : public ::testing::Test {
     return d;
   }
 
+  // The histogram `name`'s sample count and sum; {-1, -1} when it is not registered.
+  std::pair<int64_t, double> Histogram(const std::string& name) {
+    for (const prometheus::MetricFamily& family : registry_.Collect()) {
+      if (family.name != name || family.metric.empty()) continue;
+      return {static_cast<int64_t>(family.metric[0].histogram.sample_count),
+              family.metric[0].histogram.sample_sum};
+    }
+    return {-1, -1};
+  }
+
   common::ManualClock clock_;
   prometheus::Registry registry_;
   FakeCollector collector_;
@@ -202,6 +215,34 @@ TEST_F(DelivererTest, DeliversAndReportsOutcomesInBatches) {
   }
   EXPECT_LE(collector_.outcome_messages(), 8);
   EXPECT_TRUE(receiver_->WaitForRequests(8, kWait));
+}
+
+// Pickup latency (hookrelay_delivery_pickup_seconds): the collector's receipt (in µs) to the
+// deliverer's receipt, on the injected clock, for first attempts only — not for a retry, a test
+// event, or a job stored before the field existed.
+TEST_F(DelivererTest, PickupLatencyOfFirstAttempts) {
+  Start(nullptr, 16);
+  const int64_t now_us = absl::ToUnixMicros(clock_.Now());
+  std::vector<hookrelay::v1::Delivery> jobs;
+  jobs.push_back(Job(1));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 2500);  // 2.5 ms ago
+  jobs.push_back(Job(2));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 500);  // 0.5 ms ago
+  jobs.push_back(Job(3));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_attempts(1);  // a retry: its wait was its schedule
+  jobs.push_back(Job(4));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_test(true);
+  jobs.push_back(Job(5));  // no received_at_unix_us: stored before it existed
+  jobs.push_back(Job(6));
+  jobs.back().mutable_job()->set_received_at_unix_us(now_us - 9'000'000);
+  jobs.back().mutable_job()->set_deferrals(2);  // held back by its destination's limits
+  ASSERT_TRUE(collector_.Send(jobs));
+  ASSERT_EQ(collector_.WaitOutcomes(6).size(), 6u);
+  const auto [count, sum] = Histogram("hookrelay_delivery_pickup_seconds");
+  EXPECT_EQ(count, 2);
+  EXPECT_NEAR(sum, 0.003, 1e-9);  // the manual clock did not move
 }
 
 // A 503 is a RETRY whose not_before is computed on the injected clock (the manual clock stands
@@ -238,6 +279,45 @@ TEST_F(DelivererTest, ShutdownDrainsAndReportsJobsInFlight) {
   const std::vector<Outcome> outcomes = collector_.WaitOutcomes(2);
   ASSERT_EQ(outcomes.size(), 2u);
   for (const Outcome& o : outcomes) EXPECT_EQ(o.kind(), Outcome::DELIVERED);
+}
+
+// Twenty jobs to a receiver that holds each request 300 ms, through one connection slot, with a
+// 1 s timeout: the jobs wait for the slot in the deliverer (hookrelay_delivery_queue_seconds
+// counts all twenty, about 57 s of waiting in all), not inside libcurl with their timeout
+// running, so every one is DELIVERED and each attempt's latency is the receiver's 300 ms.
+TEST_F(DelivererTest, JobsWaitingForAConnectionDoNotTimeOut) {
+  constexpr int kJobs = 20;
+  Start(
+      [](const ReceivedRequest&) {
+        Response r;
+        r.delay = absl::Milliseconds(300);
+        return r;
+      },
+      kJobs, /*max_host_connections=*/1);
+  std::vector<hookrelay::v1::Delivery> jobs;
+  for (uint64_t id = 1; id <= kJobs; ++id) {
+    hookrelay::v1::Delivery job = Job(id);
+    job.mutable_destination()->mutable_options()->set_timeout_ms(1000);
+    jobs.push_back(std::move(job));
+  }
+  ASSERT_TRUE(collector_.Send(jobs));
+  const std::vector<Outcome> outcomes = collector_.WaitOutcomes(kJobs);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(kJobs));
+  for (const Outcome& o : outcomes) {
+    EXPECT_EQ(o.kind(), Outcome::DELIVERED) << o.job_id() << ": " << o.reason();
+    ASSERT_EQ(o.attempt().urls_size(), 1);
+    EXPECT_EQ(o.attempt().urls(0).status(), 200);
+    EXPECT_GE(o.attempt().urls(0).latency_ms(), 290);
+    EXPECT_LT(o.attempt().urls(0).latency_ms(), 1000);
+  }
+  const auto [count, sum] = Histogram("hookrelay_delivery_queue_seconds");
+  EXPECT_EQ(count, kJobs);
+  // Job k waited for k-1 others: 0.3 s x (0 + 1 + ... + 19) = 57 s, less scheduling slack.
+  EXPECT_GE(sum, 0.29 * (kJobs - 1) * kJobs / 2);
+  const auto [attempts, attempt_seconds] =
+      Histogram("hookrelay_delivery_attempt_duration_seconds");
+  EXPECT_EQ(attempts, kJobs);
+  EXPECT_LT(attempt_seconds, kJobs * 1.0);
 }
 
 // A collector serving on 127.0.0.1 with its own port, for the resolver tests.

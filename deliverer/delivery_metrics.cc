@@ -12,6 +12,18 @@ prometheus::Histogram::BucketBoundaries RequestBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
+// Waiting for a connection slot: nothing (the usual case) up to several receiver timeouts.
+prometheus::Histogram::BucketBoundaries QueueBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+          0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+}
+
+// Receipt to pickup: a group commit and a dispatch, sub-millisecond to seconds under a backlog.
+prometheus::Histogram::BucketBoundaries PickupBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+          0.025,  0.05,    0.1,    0.25,    0.5,   1,      2.5,   5,     10,    30,     60};
+}
+
 // Receipt to delivery spans retries: milliseconds up to the 4-hour window.
 prometheus::Histogram::BucketBoundaries EndToEndBuckets() {
   return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400};
@@ -48,7 +60,8 @@ DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
                    .Register(registry)),
       attempt_duration_(prometheus::BuildHistogram()
                             .Name("hookrelay_delivery_attempt_duration_seconds")
-                            .Help("Duration of one webhook POST, connect included.")
+                            .Help("Duration of one webhook POST from when it got a connection "
+                                  "slot (connect included, the wait for the slot excluded).")
                             .Register(registry)
                             .Add({}, RequestBuckets())),
       end_to_end_(prometheus::BuildHistogram()
@@ -56,6 +69,18 @@ DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
                       .Help("Collector receipt of an event to its delivery (retries included).")
                       .Register(registry)
                       .Add({}, EndToEndBuckets())),
+      pickup_(prometheus::BuildHistogram()
+                  .Name("hookrelay_delivery_pickup_seconds")
+                  .Help("Collector receipt of an event to the deliverer's receipt of its job, "
+                        "first attempts: the durable write plus the dispatch.")
+                  .Register(registry)
+                  .Add({}, PickupBuckets())),
+      queue_(prometheus::BuildHistogram()
+                 .Name("hookrelay_delivery_queue_seconds")
+                 .Help("Time one webhook POST waited in the deliverer for a free connection slot "
+                       "to its receiver host (--max_host_connections per sender thread).")
+                 .Register(registry)
+                 .Add({}, QueueBuckets())),
       in_flight_requests_(prometheus::BuildGauge()
                               .Name("hookrelay_delivery_in_flight_requests")
                               .Help("Webhook POSTs sent and not yet answered.")

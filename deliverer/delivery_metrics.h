@@ -4,9 +4,15 @@
 //   hookrelay_delivery_requests_total{destination,result}    one per POST to one URL; result =
 //       2xx | 3xx | 4xx | 5xx | other_status | timeout | connect_error | tls_error |
 //       forbidden_address | transport_error
-//   hookrelay_delivery_attempt_duration_seconds              histogram, per POST
+//   hookrelay_delivery_attempt_duration_seconds              histogram, per POST: the receiver's
+//                                                             time (connect to response)
+//   hookrelay_delivery_queue_seconds                         histogram, per POST: the wait for a
+//                                                             connection slot to its host
 //   hookrelay_delivery_end_to_end_seconds                    histogram, collector receipt →
 //                                                             delivered
+//   hookrelay_delivery_pickup_seconds                        histogram, collector receipt →
+//                                                             this deliverer's receipt (first
+//                                                             attempts)
 //   hookrelay_delivery_retries_total{destination}            attempts that ended in a retry
 //   hookrelay_delivery_in_flight_requests                    POSTs sent, not yet answered
 //   hookrelay_delivery_jobs_in_flight                        jobs received, outcome not yet sent
@@ -41,6 +47,9 @@ class DeliveryMetrics {
   void CountAttempt(std::string_view destination, DecisionKind outcome);
   void CountRequest(std::string_view destination, const UrlResult& result, double seconds);
   void ObserveEndToEnd(double seconds) { end_to_end_.Observe(seconds); }
+  void ObservePickup(double seconds) { pickup_.Observe(seconds); }
+  // The time one POST waited in the sender's per-host queue (HttpResult::queued).
+  void ObserveQueue(double seconds) { queue_.Observe(seconds); }
   void RequestStarted() { in_flight_requests_.Increment(); }
   void RequestFinished() { in_flight_requests_.Decrement(); }
   void JobStarted() { jobs_in_flight_.Increment(); }
@@ -59,6 +68,8 @@ class DeliveryMetrics {
   prometheus::Family<prometheus::Counter>& retries_;
   prometheus::Histogram& attempt_duration_;
   prometheus::Histogram& end_to_end_;
+  prometheus::Histogram& pickup_;
+  prometheus::Histogram& queue_;
   prometheus::Gauge& in_flight_requests_;
   prometheus::Gauge& jobs_in_flight_;
 

@@ -17,11 +17,26 @@
 // connected to, after DNS resolution, so DNS rebinding cannot get around it. The result is then
 // TransportError::kForbiddenAddress and nothing was sent.
 //
+// Connection slots (honest timeouts): each worker thread lets at most
+// Options::max_host_connections requests per receiver host (scheme, host and port) into libcurl
+// at once. Further requests to that host wait in the worker's own FIFO queue for that host,
+// outside libcurl, and enter it when a request to the host completes. A request's timeout starts
+// when it enters libcurl (name resolution, connect and TLS count, or the first byte sent on a
+// kept-alive connection), so it measures the receiver, never the wait for a slot; that wait is reported separately (HttpResult::queued). libcurl itself has no
+// per-host limit, so nothing queues inside the multi handle and the multi handle never holds more
+// easy handles than there are slots in use.
+//
+// Connections: HTTP keep-alive always (a connection goes back to the thread's cache after its
+// request and is reused by the next one to that host). HTTPS receivers that offer HTTP/2 through
+// ALPN get HTTP/2, with requests to them multiplexed over shared connections; plain-HTTP
+// receivers stay on HTTP/1.1 (no h2c upgrade). Easy handles are kept and reused: the options
+// that never change are set once per handle, the per-request ones on each request.
+//
 // Threading: Options::threads worker threads, each with its own curl multi handle, connection
-// cache and pool of easy handles; requests are spread round-robin. Send() is thread-safe and never
-// blocks on the network. Each callback runs exactly once, on a worker thread (or, for requests
-// still pending when the sender is destroyed, on the destroying thread), and must not block: it
-// holds up every other transfer of its thread. A callback may call Send().
+// cache, per-host queues and pool of easy handles; requests are spread round-robin. Send() is
+// thread-safe and never blocks on the network. Each callback runs exactly once, on a worker
+// thread (or, for requests still pending when the sender is destroyed, on the destroying thread),
+// and must not block: it holds up every other transfer of its thread. A callback may call Send().
 //
 // The process should ignore SIGPIPE (the deliverer's main does); curl is told not to use signals.
 #ifndef HOOKRELAY_DELIVERER_HTTP_SENDER_H_
@@ -51,7 +66,8 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;
   // The exact bytes to POST, shared by the URLs of one job; never copied. nullptr = empty body.
   std::shared_ptr<const std::string> body;
-  // The whole request, connect and TLS handshake included. At least 1 ms is used.
+  // The whole request, connect and TLS handshake included, from when it enters libcurl (time
+  // waiting for a connection slot excluded). At least 1 ms is used.
   absl::Duration timeout = absl::Seconds(5);
 };
 
@@ -62,9 +78,15 @@ struct HttpResult {
   // self-signed certificate" or "refused 127.0.0.1: loopback address; --allow_private_networks
   // permits it". Empty when a response arrived.
   std::string error_detail;
-  // Wall time from Send() to completion (time queued behind the per-host connection limit
-  // included).
+  // Wall time from entering libcurl to completion: the receiver's time (connect, TLS, request,
+  // response). Zero when the request never entered libcurl (refused before, or shut down while
+  // waiting for a slot).
   absl::Duration duration;
+  // Wall time from Send() to entering libcurl (or to failing without entering): the wait for a
+  // connection slot to the receiver's host.
+  absl::Duration queued;
+  // The HTTP version of the response: 10, 11, 20 (HTTP/2), 30; 0 when there was none.
+  int http_version = 0;
 };
 
 class HttpSender {
@@ -78,7 +100,8 @@ class HttpSender {
     std::string ca_file;
     // Worker threads, each with its own multi handle; at least 1.
     int threads = 1;
-    // Connections per host per thread; further requests to that host wait for one. At least 1.
+    // Connection slots per receiver host per thread: requests to one host in libcurl at once.
+    // Further requests to that host wait in the thread's FIFO queue for it (see above). At least 1.
     long max_host_connections = 64;
     // Open connections kept per thread once their request is done (all hosts together); beyond
     // it the least recently used are closed. At least 1. (libcurl's own default, 4 x the
@@ -105,7 +128,7 @@ class HttpSender {
   // REQUIRES: `done` is non-null.
   void Send(HttpRequest request, Callback done);
 
-  // Requests sent whose callback has not started yet.
+  // Requests sent whose callback has not started yet (waiting for a slot or in libcurl).
   int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:

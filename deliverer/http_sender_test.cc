@@ -1,6 +1,7 @@
 #include "deliverer/http_sender.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -70,6 +71,34 @@ HttpResult SendAndWait(HttpSender& sender, HttpRequest request) {
   });
   EXPECT_TRUE(shared->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   return shared->done.HasBeenNotified() ? shared->result : HttpResult{};
+}
+
+// Sends every request at once and waits (up to `wait`) for all their results, in request order.
+// The results live in shared state, so callbacks after a failed wait touch nothing freed.
+std::vector<HttpResult> SendAllAndWait(HttpSender& sender, std::vector<HttpRequest> requests,
+                                       absl::Duration wait = absl::Seconds(20)) {
+  struct Shared {
+    absl::Mutex mu;
+    std::vector<HttpResult> results ABSL_GUARDED_BY(mu);
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  const size_t n = requests.size();
+  {
+    absl::MutexLock lock(&shared->mu);
+    shared->results.resize(n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    sender.Send(std::move(requests[i]), [shared, i](HttpResult r) {
+      absl::MutexLock lock(&shared->mu);
+      shared->results[i] = std::move(r);
+      ++shared->done;
+    });
+  }
+  absl::MutexLock lock(&shared->mu);
+  auto all = [&shared, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return shared->done == n; };
+  EXPECT_TRUE(shared->mu.AwaitWithTimeout(absl::Condition(&all), wait));
+  return shared->done == n ? shared->results : std::vector<HttpResult>(n);
 }
 
 bool HasHeaderNamed(const ReceivedRequest& r, std::string_view name) {
@@ -242,6 +271,7 @@ TEST(HttpSenderTest, TrustsCaFile) {
     const HttpResult r = SendAndWait(*sender, Post(receiver->Url(), "tls body"));
     EXPECT_EQ(r.result.error, TransportError::kNone) << r.error_detail;
     EXPECT_EQ(r.result.status, 200);
+    EXPECT_EQ(r.http_version, 11);  // the receiver offers no h2 in ALPN
   }
   ASSERT_EQ(receiver->request_count(), 3);
   EXPECT_EQ(receiver->Requests()[0].body, "tls body");
@@ -298,6 +328,193 @@ TEST(HttpSenderTest, RefusesPrivateAddress) {
 
   EXPECT_EQ(receiver->connection_count(), 0);
   EXPECT_EQ(receiver->request_count(), 0);
+}
+
+// One connection slot, a receiver that holds each request 300 ms, 20 requests with a 1 s timeout:
+// they wait for the slot in the sender, not in libcurl, so none times out (6 s in all). Each
+// request's duration is the receiver's 300 ms; the wait is reported as `queued` and grows request
+// by request. (With libcurl's own per-host limit every request after the third timed out.)
+TEST(HttpSenderTest, WaitForAConnectionSlotIsNotTheReceiversTime) {
+  constexpr int kRequests = 20;
+  auto receiver = StartReceiver([](const ReceivedRequest&) {
+    Response response;
+    response.delay = absl::Milliseconds(300);
+    return response;
+  });
+  auto sender =
+      MakeSender({.allow_private_networks = true, .threads = 1, .max_host_connections = 1});
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_NE(sender, nullptr);
+  std::vector<HttpRequest> requests;
+  for (int i = 0; i < kRequests; ++i) {
+    HttpRequest request = Post(receiver->Url(), absl::StrCat("n", i));
+    request.timeout = absl::Seconds(1);
+    requests.push_back(std::move(request));
+  }
+  const std::vector<HttpResult> results =
+      SendAllAndWait(*sender, std::move(requests), absl::Seconds(30));
+  absl::Duration max_queued = absl::ZeroDuration();
+  for (int i = 0; i < kRequests; ++i) {
+    const HttpResult& r = results[i];
+    EXPECT_EQ(r.result.error, TransportError::kNone) << i << ": " << r.error_detail;
+    EXPECT_EQ(r.result.status, 200) << i;
+    EXPECT_GE(r.duration, absl::Milliseconds(290)) << i;
+    EXPECT_LT(r.duration, absl::Seconds(1)) << i;
+    max_queued = std::max(max_queued, r.queued);
+  }
+  // The last one waited for 19 others of 300 ms each.
+  EXPECT_GE(max_queued, absl::Milliseconds(19 * 290));
+  EXPECT_EQ(receiver->request_count(), kRequests);
+  EXPECT_EQ(receiver->connection_count(), 1);  // one slot, one kept-alive connection
+  // In arrival order: the sender's queue is FIFO.
+  const std::vector<ReceivedRequest> got = receiver->Requests();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kRequests));
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[i].body, absl::StrCat("n", i));
+}
+
+// A receiver that never answers: each request still times out after its own 300 ms in libcurl
+// (not 300, 600, 900 ms counted from Send), while the ones behind it wait for the single slot.
+TEST(HttpSenderTest, TimeoutStillFiresForEachQueuedRequest) {
+  constexpr int kRequests = 3;
+  auto receiver = StartReceiver([](const ReceivedRequest&) {
+    Response response;
+    response.delay = absl::Seconds(30);
+    return response;
+  });
+  auto sender =
+      MakeSender({.allow_private_networks = true, .threads = 1, .max_host_connections = 1});
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_NE(sender, nullptr);
+  std::vector<HttpRequest> requests;
+  for (int i = 0; i < kRequests; ++i) {
+    HttpRequest request = Post(receiver->Url());
+    request.timeout = absl::Milliseconds(300);
+    requests.push_back(std::move(request));
+  }
+  const absl::Time start = absl::Now();
+  const std::vector<HttpResult> results = SendAllAndWait(*sender, std::move(requests));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(3 * 290));
+  absl::Duration max_queued = absl::ZeroDuration();
+  for (int i = 0; i < kRequests; ++i) {
+    const HttpResult& r = results[i];
+    EXPECT_EQ(r.result.error, TransportError::kTimeout) << i << ": " << r.error_detail;
+    EXPECT_GE(r.duration, absl::Milliseconds(290)) << i;
+    EXPECT_LT(r.duration, absl::Milliseconds(1500)) << i;
+    max_queued = std::max(max_queued, r.queued);
+  }
+  EXPECT_GE(max_queued, absl::Milliseconds(2 * 290));
+  EXPECT_EQ(receiver->request_count(), kRequests);  // each was sent, one after the other
+}
+
+// The slots are per receiver host: a slow host with its one slot taken and requests waiting does
+// not hold up a request to another host.
+TEST(HttpSenderTest, SlowHostDoesNotHoldUpAnother) {
+  auto slow = StartReceiver([](const ReceivedRequest&) {
+    Response response;
+    response.delay = absl::Seconds(2);
+    return response;
+  });
+  auto fast = StartReceiver();
+  ASSERT_NE(slow, nullptr);
+  ASSERT_NE(fast, nullptr);
+  // Declared before the sender, which is destroyed (joining its threads) first.
+  absl::Mutex mu;
+  int slow_done = 0;
+  auto sender =
+      MakeSender({.allow_private_networks = true, .threads = 1, .max_host_connections = 1});
+  ASSERT_NE(sender, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    sender->Send(Post(slow->Url()), [&](HttpResult) {
+      absl::MutexLock lock(&mu);
+      ++slow_done;
+    });
+  }
+  ASSERT_TRUE(slow->WaitForRequests(1, absl::Seconds(10)));
+  const HttpResult r = SendAndWait(*sender, Post(fast->Url()));
+  EXPECT_EQ(r.result.status, 200);
+  EXPECT_LT(r.queued, absl::Milliseconds(500));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(slow_done, 0);             // the slow host's first request is still in flight ...
+  EXPECT_EQ(slow->request_count(), 1);  // ... and the other two wait for its slot
+}
+
+// The same host spelled differently (scheme case, user info) shares one set of slots: with one
+// slot, two requests never overlap at the receiver.
+TEST(HttpSenderTest, HostSpellingsShareTheSlots) {
+  auto receiver = StartReceiver([](const ReceivedRequest&) {
+    Response response;
+    response.delay = absl::Milliseconds(200);
+    return response;
+  });
+  auto sender =
+      MakeSender({.allow_private_networks = true, .threads = 1, .max_host_connections = 1});
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_NE(sender, nullptr);
+  const std::vector<HttpResult> results = SendAllAndWait(
+      *sender, {Post(receiver->Url()),
+                Post(absl::StrCat("HTTP://user@127.0.0.1:", receiver->port(), "/hooks"))});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].result.status, 200);
+  EXPECT_EQ(results[1].result.status, 200);
+  EXPECT_GE(std::max(results[0].queued, results[1].queued), absl::Milliseconds(190));
+  EXPECT_EQ(receiver->connection_count(), 1);
+}
+
+// A plain-HTTP receiver is spoken to in HTTP/1.1, without an h2c upgrade attempt.
+TEST(HttpSenderTest, PlainHttpStaysHttp11) {
+  auto receiver = StartReceiver();
+  auto sender = MakeSender();
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_NE(sender, nullptr);
+  const HttpResult r = SendAndWait(*sender, Post(receiver->Url()));
+  EXPECT_EQ(r.result.status, 200);
+  EXPECT_EQ(r.http_version, 11);
+  ASSERT_EQ(receiver->request_count(), 1);
+  EXPECT_FALSE(HasHeaderNamed(receiver->Requests()[0], "Upgrade"));
+  EXPECT_FALSE(HasHeaderNamed(receiver->Requests()[0], "HTTP2-Settings"));
+}
+
+// An HTTPS receiver that offers h2 through ALPN (a gRPC server: real HTTP/2 over TLS) is spoken
+// to in HTTP/2, several requests at once; an HTTPS receiver without ALPN h2 gets HTTP/1.1 (see
+// TrustsCaFile).
+TEST(HttpSenderTest, UsesHttp2WhenTheReceiverOffersIt) {
+  absl::StatusOr<receiver::SelfSignedCert> cert = receiver::GenerateSelfSignedCert();
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({cert->key_pem, cert->cert_pem});
+  int port = 0;
+  // gRPC's own health service answers /grpc.health.v1.Health/Check once it has read the
+  // request (an unknown method would be answered, and the stream reset, before the body arrived).
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(ssl), &port);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+  auto sender = MakeSender({.allow_private_networks = true,
+                            .ca_file = WriteTempFile("h2_ca.pem", cert->cert_pem),
+                            .threads = 1});
+  ASSERT_NE(sender, nullptr);
+  std::vector<HttpRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    // What gRPC accepts (it resets a stream with another content type, or with a body that is
+    // not gRPC framing): one empty HealthCheckRequest. The answer: 200, a HealthCheckResponse,
+    // then grpc-status 0 in trailers.
+    HttpRequest request = Post(
+        absl::StrCat("https://127.0.0.1:", port, "/grpc.health.v1.Health/Check"),
+        std::string(5, '\0'));
+    request.headers = {{"Content-Type", "application/grpc"}, {"TE", "trailers"}};
+    request.timeout = absl::Seconds(20);  // five TLS handshakes at once, under sanitizers too
+    requests.push_back(std::move(request));
+  }
+  const std::vector<HttpResult> results = SendAllAndWait(*sender, std::move(requests));
+  for (const HttpResult& r : results) {
+    EXPECT_EQ(r.result.error, TransportError::kNone) << r.error_detail;
+    EXPECT_EQ(r.result.status, 200);
+    EXPECT_EQ(r.http_version, 20);
+  }
+  sender.reset();  // closes its connections: nothing for the server to wait for
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 // Twenty sequential POSTs to one URL travel over a single kept-alive connection.

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,6 +19,7 @@
 #include "deliverer/deliverer.h"
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/http_sender.h"
+#include "deliverer/sender_sizing.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
@@ -32,9 +34,15 @@ ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9465", "Prometheus /metrics add
 ABSL_FLAG(bool, allow_private_networks, false,
           "permit receivers on loopback, private, link-local and metadata addresses");
 ABSL_FLAG(std::string, deliverer_id, "", "name shown in collector logs (default hostname-pid)");
-ABSL_FLAG(int32_t, credits, 2000, "jobs held per collector stream at most");
-ABSL_FLAG(int32_t, sender_threads, 1, "HTTP sender threads (each with its own connection pool)");
-ABSL_FLAG(int32_t, max_host_connections, 64, "connections per receiver host per sender thread");
+ABSL_FLAG(int32_t, credits, 0,
+          "jobs held per collector stream at most; 0 = derived: 2 x sender_threads x "
+          "max_host_connections (at most 20000)");
+ABSL_FLAG(int32_t, sender_threads, 0,
+          "HTTP sender threads, each with its own connection pool; 0 = derived: the number of "
+          "cores (at most 256)");
+ABSL_FLAG(int32_t, max_host_connections, 0,
+          "connection slots per receiver host per sender thread (requests beyond them wait in "
+          "the deliverer, their timeout not yet started); 0 = derived: 64 (at most 10000)");
 ABSL_FLAG(std::string, ca_file, "",
           "extra PEM CA certificates to trust besides the system store (private PKI)");
 ABSL_FLAG(std::string, admin_token_file, "",
@@ -94,12 +102,16 @@ int main(int argc, char** argv) {
     LogError("--collector needs at least one address", {});
     return 2;
   }
-  const int32_t credits = absl::GetFlag(FLAGS_credits);
-  if (credits < 1 || credits > 20000) {
-    LogError("--credits must be between 1 and 20000", {{"credits", credits}});
+  const absl::StatusOr<hookrelay::deliverer::Sizing> sizing = hookrelay::deliverer::DeriveSizing(
+      {.sender_threads = absl::GetFlag(FLAGS_sender_threads),
+       .max_host_connections = absl::GetFlag(FLAGS_max_host_connections),
+       .credits = absl::GetFlag(FLAGS_credits)},
+      std::thread::hardware_concurrency());
+  if (!sizing.ok()) {
+    LogError("bad flag value", {{"error", sizing.status().message()}});
     return 2;
   }
-  options.credits = static_cast<uint32_t>(credits);
+  options.credits = sizing->credits;
   options.deliverer_id = absl::GetFlag(FLAGS_deliverer_id);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   options.resolve_interval = absl::GetFlag(FLAGS_collector_resolve_interval);
@@ -124,8 +136,8 @@ int main(int argc, char** argv) {
   hookrelay::deliverer::HttpSender::Options sender_options;
   sender_options.allow_private_networks = absl::GetFlag(FLAGS_allow_private_networks);
   sender_options.ca_file = absl::GetFlag(FLAGS_ca_file);
-  sender_options.threads = absl::GetFlag(FLAGS_sender_threads);
-  sender_options.max_host_connections = absl::GetFlag(FLAGS_max_host_connections);
+  sender_options.threads = sizing->sender_threads;
+  sender_options.max_host_connections = sizing->max_host_connections;
   auto sender = hookrelay::deliverer::HttpSender::Create(sender_options);
   if (!sender.ok()) {
     LogError("cannot start the HTTP sender", {{"error", sender.status().message()}});
@@ -160,8 +172,9 @@ int main(int argc, char** argv) {
            {"metrics_port", metrics_server.port()},
            {"metrics_address", absl::GetFlag(FLAGS_metrics_address)},
            {"allow_private_networks", sender_options.allow_private_networks},
-           {"credits", credits},
-           {"sender_threads", sender_options.threads}});
+           {"credits", sizing->credits},
+           {"sender_threads", sender_options.threads},
+           {"max_host_connections", sender_options.max_host_connections}});
 
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {

@@ -14,6 +14,16 @@
 #include "common/strings.h"
 
 namespace hookrelay::deliverer {
+
+std::string_view UrlHost(std::string_view url) {
+  if (const size_t scheme_end = url.find("://"); scheme_end != std::string_view::npos) {
+    url.remove_prefix(scheme_end + 3);
+  }
+  url = url.substr(0, url.find_first_of("/?#"));
+  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  return url;
+}
+
 namespace {
 
 using common::ToAbsl;
@@ -35,16 +45,6 @@ UrlClass Classify(const UrlResult& r) {
   if (r.status >= 200 && r.status <= 299) return UrlClass::kSuccess;
   if (r.status >= 400 && r.status <= 499 && r.status != 429) return UrlClass::kPermanent;
   return UrlClass::kRetryable;
-}
-
-// host[:port] of `url`, without scheme, user info, path, query or fragment.
-std::string_view UrlHost(std::string_view url) {
-  if (const size_t scheme_end = url.find("://"); scheme_end != std::string_view::npos) {
-    url.remove_prefix(scheme_end + 3);
-  }
-  url = url.substr(0, url.find_first_of("/?#"));
-  if (const size_t at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
-  return url;
 }
 
 // "503 from host", "timeout from host", ...

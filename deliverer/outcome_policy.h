@@ -106,6 +106,10 @@ std::optional<absl::Duration> ParseRetryAfter(std::string_view value, absl::Time
 // Fractions of a second are dropped.
 std::string FormatDurationGo(absl::Duration d);
 
+// host[:port] of `url` (its authority), without scheme, user info, path, query or fragment.
+// Not a validating parser.
+std::string_view UrlHost(std::string_view url);
+
 }  // namespace hookrelay::deliverer
 
 #endif  // HOOKRELAY_DELIVERER_OUTCOME_POLICY_H_

@@ -423,6 +423,11 @@ TEST_P(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
       {R"({"urls":[]})", "urls", "at least 1"},
       {R"({"sources":["nope"]})", "sources", "unknown source"},
       {R"({"options":{"timeoutMs":999999}})", "options.timeoutMs", "60000"},
+      {R"({"options":{"rateLimitPerSecond":100001}})", "options.rateLimitPerSecond", "100000"},
+      {R"({"options":{"circuitBreaker":{"pauseMs":1000}}})", "options.circuitBreaker.failures",
+       "between 1 and 1000"},
+      {R"({"options":{"circuitBreaker":{"failures":3,"pauseMs":9000,"maxPauseMs":1000}}})",
+       "options.circuitBreaker.maxPauseMs", "at least pause_ms (9000)"},
   };
   for (const Case& c : cases) {
     r = admin_->Call("PATCH", "/admin/v1/destinations/orders", c.body);
@@ -446,6 +451,52 @@ TEST_P(AdminApiTest, LimitsAreRefusedNamingTheFieldAndNothingChanges) {
   EXPECT_EQ(r.status, 404) << r.body;
   r = admin_->Call("GET", "/admin/v1/sources");
   EXPECT_EQ(JsonAt(r.body, "/sources/1"), "<missing>") << r.body;  // only "shop"
+}
+
+// A receiver answering 410 Gone disables its destination through the admin path: the API shows
+// it disabled, it stays disabled after a restart, and the collector counts it by reason.
+TEST_P(AdminApiTest, GoneReceiverDisablesTheDestination) {
+  auto gone = WebhookReceiver::Start(WebhookReceiver::Options{},
+                                     [](const receiver::ReceivedRequest&) {
+                                       receiver::Response r;
+                                       r.status = 410;
+                                       return r;
+                                     });
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  StartCollector();
+  StartDeliverer();
+  HttpResponse r =
+      admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"web"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   DestinationJson("orders", (*gone)->Url(), true));
+  ASSERT_EQ(r.status, 200) << r.body;
+  absl::StatusOr<HttpResponse> t = Track(key, "gone-1");
+  ASSERT_TRUE(t.ok() && t->status == 200);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::string enabled;
+  while (absl::Now() < deadline) {
+    enabled = JsonAt(admin_->Call("GET", "/admin/v1/destinations/orders").body, "/enabled");
+    if (enabled == "false") break;
+    absl::SleepFor(absl::Milliseconds(20));  // Polls another process's state.
+  }
+  EXPECT_EQ(enabled, "false");
+  EXPECT_GE((*gone)->request_count(), 1);
+  EXPECT_TRUE(absl::StrContains(collector_->Output(), R"("msg":"destination disabled")"));
+  EXPECT_TRUE(absl::StrContains(collector_->Output(), "receiver answered 410 Gone"));
+  auto connection = HttpConnection::Connect(collector_->IntField("metrics_port"));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  absl::StatusOr<HttpResponse> metrics = (*connection)->Request("GET", "/metrics", "", {});
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_TRUE(absl::StrContains(metrics->body,
+                                "hookrelay_destination_disabled_total{reason=\"gone\"} 1"))
+      << metrics->body;
+  // Durable: still disabled after a restart.
+  StopAll();
+  StartCollector();
+  EXPECT_EQ(JsonAt(admin_->Call("GET", "/admin/v1/destinations/orders").body, "/enabled"),
+            "false");
 }
 
 // Without the token: 401 for the admin API and Subscribe; the JSON API refuses cross-origin

@@ -4,12 +4,16 @@
 // time, with the attempt recorded) and dead-lettered; a node lost during appends loses nothing
 // acknowledged.
 #include "collector/jetstream_job_store.h"
+#include "collector/jetstream_layout.h"
 
+#include <algorithm>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -233,6 +237,100 @@ TEST(JetStreamJobStoreTest, DuplicatesRefusedAfterTheStreamWindowUntilTheDedupWi
     accepted = appended->stored[0];
   }
   EXPECT_TRUE(accepted) << "event 3 still refused after the dedup window";
+}
+
+// --nats_dedup_replicas=1: the markers live on one server. While it is down, appends go on
+// without the 24 h check (counted), failing fast (no responders) rather than waiting out the
+// request timeout; when it is back, its markers are checked again.
+TEST(JetStreamJobStoreTest, DedupMarkersOnOneReplicaSurviveTheirServerBeingDown) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  options.layout.dedup_replicas = 1;
+  options.layout.duplicate_window = absl::Seconds(1);
+  options.layout.request_timeout = absl::Seconds(5);
+  prometheus::Registry registry;
+  options.registry = &registry;
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  JetStreamJobStore& store = **opened;
+
+  std::vector<AppendItem> first;
+  for (int i = 0; i < 20; ++i) first.push_back(Event(i));
+  absl::StatusOr<AppendResult> appended = AppendAndWait(store, first);
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(appended->stored, std::vector<bool>(20, true));
+  absl::SleepFor(absl::Milliseconds(1500));  // Past the stream's own duplicate window.
+
+  // Which server holds HR_DEDUP. The streams an append writes to are led elsewhere (their
+  // leaders step down until they are), so the append's time below is the lookup's alone.
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, options.urls.c_str()), NATS_OK);
+  auto leader_of = [&](const std::string& stream) -> std::string {
+    absl::StatusOr<JetStreamApiReply> info =
+        JetStreamApi(nc, absl::StrCat("$JS.API.STREAM.INFO.", stream), "", absl::Seconds(5));
+    if (!info.ok()) return "";
+    for (int n = 0; n < (*cluster)->size(); ++n) {
+      const std::string quoted = absl::StrCat("\"", (*cluster)->name(n), "\"");
+      if (absl::StrContains(info->body, absl::StrCat(R"("leader":)", quoted))) {
+        return (*cluster)->name(n);
+      }
+    }
+    return "";
+  };
+  const std::string dedup_leader = leader_of("HR_DEDUP");
+  int holder = -1;
+  for (int n = 0; n < (*cluster)->size(); ++n) {
+    if ((*cluster)->name(n) == dedup_leader) holder = n;
+  }
+  ASSERT_GE(holder, 0) << "HR_DEDUP has no leader";
+  bool apart = false;
+  const absl::Time apart_deadline = absl::Now() + absl::Seconds(30);
+  while (!apart && absl::Now() < apart_deadline) {
+    apart = true;
+    for (const char* stream : {"HR_JOBS", "HR_USERS", "HR_PROFILES"}) {
+      const std::string leader = leader_of(stream);
+      if (leader.empty() || leader == dedup_leader) {
+        apart = false;
+        if (!leader.empty()) {
+          (void)JetStreamApi(nc, absl::StrCat("$JS.API.STREAM.LEADER.STEPDOWN.", stream), "",
+                             absl::Seconds(5));
+        }
+      }
+    }
+    if (!apart) absl::SleepFor(absl::Milliseconds(500));
+  }
+  natsConnection_Destroy(nc);
+  ASSERT_TRUE(apart) << "the job and user streams stayed on HR_DEDUP's server";
+  ASSERT_TRUE((*cluster)->Kill(holder).ok());
+
+  // Old and new events: all stored (the check is skipped, not waited for), the failure counted.
+  std::vector<AppendItem> during = {Event(3), Event(100)};
+  const absl::Time start = absl::Now();
+  appended = AppendAndWait(store, during);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(appended->stored, (std::vector<bool>{true, true}));
+  // Not the 5 s request timeout: the lookup is refused at once (no responders).
+  std::cout << "append while the markers' server was down: " << absl::FormatDuration(took)
+            << std::endl;
+  EXPECT_LT(took, absl::Seconds(2)) << "the lookup waited for its timeout";
+  EXPECT_GE(Metric(registry, "hookrelay_jetstream_dedup_lookup_failures_total"), 1);
+
+  // The server back: its markers (on disk) refuse the old events again. Each attempt sends an
+  // event of the first batch not sent since (one whose lookup failed while the server was
+  // still rejoining was stored again, and would be refused by its new marker).
+  ASSERT_TRUE((*cluster)->Restart(holder).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  bool refused = false;
+  for (int i = 4; i < 20 && !refused && absl::Now() < deadline; ++i) {
+    if (i != 4) absl::SleepFor(absl::Milliseconds(500));
+    appended = AppendAndWait(store, {Event(i)});
+    ASSERT_TRUE(appended.ok()) << appended.status();
+    refused = !appended->stored[0];
+  }
+  EXPECT_TRUE(refused) << "no marker of the first batch was found after its server came back";
 }
 
 }  // namespace

@@ -118,7 +118,9 @@ void ExpectDelivererFamiliesAtZero(int port) {
                              "\nhookrelay_delivery_jobs_in_flight 0\n",
                              "\nhookrelay_delivery_in_flight_requests 0\n",
                              "\nhookrelay_delivery_attempt_duration_seconds_count 0\n",
+                             "\nhookrelay_delivery_queue_seconds_count 0\n",
                              "\nhookrelay_delivery_end_to_end_seconds_count 0\n",
+                             "\nhookrelay_delivery_pickup_seconds_count 0\n",
                              "\nprocess_cpu_seconds_total ", "\nprocess_resident_memory_bytes "}) {
     EXPECT_TRUE(absl::StrContains(metrics, series)) << "missing: " << series << "\n" << metrics;
   }

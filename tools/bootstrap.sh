@@ -16,6 +16,8 @@ packages=(
   librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev libnats-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl
+  # the bench scripts and their smoke runs in the test command: wrk (the delivery ceiling), jq
+  wrk jq
   # fuzzing (tools/fuzz.sh): clang and its libFuzzer / sanitizer runtimes
   clang-14 libclang-rt-14-dev
   # deploy and observe (tools/build-images.sh, tests/deploy, tests/observe): image assembly,

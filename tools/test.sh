@@ -15,43 +15,51 @@ esac
 tools/bootstrap.sh || exit 1
 
 log=$(mktemp)
+suite=""
+failed_names=()  # printed at the end, so the tail of a long run names what failed
+section() { suite=$1; echo "== $1"; }
 trap 'rm -f "$log"' EXIT
 
-echo "== C++ tests (bazel test //... ${config[*]})"
+section "C++ tests (bazel test //... ${config[*]})"
 bazel test "${config[@]}" --nocache_test_results --test_tag_filters=-benchmark //... 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 cc_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 cc_failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 if [ "$bazel_rc" -ne 0 ] && [ "$cc_failed" -eq 0 ]; then cc_failed=1; fi  # build failure
+while read -r target _; do failed_names+=("bazel $target"); done \
+  < <(grep -E '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+if [ "$bazel_rc" -ne 0 ] && [ "$cc_failed" -eq 1 ] && [ ${#failed_names[@]} -eq 0 ]; then
+  failed_names+=("bazel build (exit $bazel_rc)")
+fi
 
 go_passed=0
 go_failed=0
 if [ -d clients/go ] && [ -z "${config[*]}" ]; then
-  echo "== Go client library (go vet, go test -race)"
+  section "Go client library (go vet, go test -race)"
   if (cd clients/go && go vet ./... && go test -race -count=1 ./... 2>&1 | tee "$log"); then
     go_passed=$(grep -cE '^ok ' "$log")
   else
-    go_failed=1
+    go_failed=1; failed_names+=("$suite")
   fi
 fi
 
 # The Go library → collector → deliverer → receiver test, on the binaries `bazel test` just built.
 if [ -d tests/crosslang ] && [ -z "${config[*]}" ]; then
-  echo "== Cross-language test (Go library → collector → deliverer → receiver)"
+  section "Cross-language test (Go library → collector → deliverer → receiver)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if (cd tests/crosslang && go vet ./... &&
       HOOKRELAY_BIN_DIR="$bin_dir" go test -race -count=1 ./... 2>&1 | tee "$log") &&
      grep -qE '^ok ' "$log"; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
 # Real SDKs (Segment's and RudderStack's Node SDKs, pinned in package-lock.json) with their
 # defaults against the collector and deliverer binaries.
 if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
-  echo "== SDK ecosystem test (Segment and RudderStack Node SDKs → collector → deliverer)"
+  section "SDK ecosystem test (Segment and RudderStack Node SDKs → collector → deliverer)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   # npm install, not npm ci: npm 11's ci refuses a lock file without other platforms' optional
   # packages. Direct dependencies are pinned exactly in package.json, the rest by the lock file.
@@ -60,48 +68,48 @@ if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
      grep -qE '^# fail 0' "$log"; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
 # Dashboard and alert rules: promtool check/test rules, the dashboard's structure and PromQL, the
 # PrometheusRule kept identical to the rule file.
 if [ -d tests/observe ] && [ -z "${config[*]}" ]; then
-  echo "== Dashboard and alert rules (tests/observe/static_checks.sh)"
+  section "Dashboard and alert rules (tests/observe/static_checks.sh)"
   if tests/observe/static_checks.sh; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
-  echo "== Dashboard and alerts against a live Prometheus (tests/observe/live_test.py)"
+  section "Dashboard and alerts against a live Prometheus (tests/observe/live_test.py)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if HOOKRELAY_BIN_DIR="$bin_dir" timeout 600 python3 tests/observe/live_test.py; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
 # The web console in a real browser: Debian's Chromium, headless, driven by Selenium through the
 # setup flow against the collector, deliverer and demo receiver bazel just built.
 if [ -d tests/console ] && [ -z "${config[*]}" ]; then
-  echo "== Web console in headless Chromium (tests/console/run.sh)"
+  section "Web console in headless Chromium (tests/console/run.sh)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if HOOKRELAY_BIN_DIR="$bin_dir" timeout 700 tests/console/run.sh; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
 # Images and manifests: tools/build-images.sh, every kustomization rendered and validated offline,
 # the demo overlay's pods started from the images as a kubelet would (tests/deploy/deploy_test.py).
 if [ -d tests/deploy ] && [ -z "${config[*]}" ]; then
-  echo "== Images and Kubernetes manifests (tests/deploy/run.sh)"
+  section "Images and Kubernetes manifests (tests/deploy/run.sh)"
   if timeout 900 tests/deploy/run.sh; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
@@ -109,12 +117,51 @@ fi
 # script, the servers and the load tools work together, on the binaries `bazel test` just built
 # (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the real run).
 if [ -z "${config[*]}" ]; then
-  echo "== JetStream benchmark smoke run (SMOKE=1 tools/bench/run_jetstream_bench.sh)"
+  section "JetStream benchmark smoke run (SMOKE=1 tools/bench/run_jetstream_bench.sh)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 180 tools/bench/run_jetstream_bench.sh; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
+  fi
+fi
+
+# The delivery benchmark, smoke version (3 s runs, a 5,000-job backlog, the deliverer's default
+# flags): the script, the servers and the load tools work together, on the binaries `bazel test`
+# just built (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the real run).
+if [ -z "${config[*]}" ]; then
+  section "Delivery benchmark smoke run (SMOKE=1 tools/bench/run_delivery_bench.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 300 tools/bench/run_delivery_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
+  fi
+fi
+
+# The ingest benchmark, smoke version (2 s per load run): the script and the load tool work
+# together on the binaries `bazel test` just built (fastbuild: the figures mean nothing).
+if [ -z "${config[*]}" ]; then
+  section "Ingest benchmark smoke run (tools/bench/run_ingest_bench.sh, DURATION=2s)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SKIP_BUILD=1 COLLECTOR="$bin_dir/collector/collector" INGEST_LOAD="$bin_dir/tools/bench/ingest_load" \
+      DURATION=2s WARMUP=1s timeout 180 tools/bench/run_ingest_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
+  fi
+fi
+
+# The fairness benchmark, smoke version (2,000 events, a receiver answering in 200 ms beside a
+# fast one, one pair): the script, the binaries and the protection metrics work together.
+if [ -z "${config[*]}" ]; then
+  section "Fairness benchmark smoke run (tools/bench/run_fairness_bench.sh, EVENTS=2000)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if BIN_DIR="$bin_dir" EVENTS=2000 SLOW_DELAY=200ms REPEAT=1 timeout 300 \
+      tools/bench/run_fairness_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
@@ -134,11 +181,11 @@ fi
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then
-  echo "== Fuzz smoke run (tools/fuzz.sh smoke)"
+  section "Fuzz smoke run (tools/fuzz.sh smoke)"
   if tools/fuzz.sh smoke; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
@@ -146,4 +193,5 @@ passed=$((cc_passed + go_passed))
 failed=$((cc_failed + go_failed))
 echo
 echo "test suites: ${passed} passed, ${failed} failed"
+for name in "${failed_names[@]}"; do echo "failed: $name"; done
 [ "$failed" -eq 0 ]

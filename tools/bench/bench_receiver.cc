@@ -1,6 +1,6 @@
 // bench_receiver: a fast webhook receiver for the delivery benchmark (tools/bench/run_delivery_bench.sh).
 //
-// Answers every request 200 with an empty body (WebhookReceiver with record=false, so memory stays
+// Answers every request 200 with an empty body (after --delay, when given) (WebhookReceiver with record=false, so memory stays
 // flat) and counts it. When the body holds `"timestamp":"<ISO 8601>"` it records now − timestamp
 // in a latency histogram: with events sent without a timestamp the collector sets it to its
 // receipt time, so this is the end-to-end latency collector receipt → receiver (the timestamp is
@@ -51,6 +51,9 @@ ABSL_FLAG(std::string, address, "127.0.0.1:0", "host:port to listen on; port 0 p
 ABSL_FLAG(int, threads, 1, "receiver I/O threads");
 ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
           "exit after this long (0 = run until SIGTERM/SIGINT)");
+ABSL_FLAG(absl::Duration, delay, absl::ZeroDuration(),
+          "answer each request this long after it arrived (an Asio timer: a slow receiver "
+          "that is not overloaded, for the fairness benchmark)");
 ABSL_FLAG(int64_t, exit_after, 0, "exit once this many requests have arrived (0 = never)");
 ABSL_FLAG(absl::Duration, report_interval, absl::Seconds(1), "how often to print a tick line");
 ABSL_FLAG(std::string, capture, "",
@@ -189,11 +192,14 @@ int Main() {
   options.address = absl::GetFlag(FLAGS_address);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.record = false;
+  const absl::Duration delay = absl::GetFlag(FLAGS_delay);
   auto server = receiver::WebhookReceiver::Start(
-      options, [stats, captured, capture](const receiver::ReceivedRequest& request) {
+      options, [stats, captured, capture, delay](const receiver::ReceivedRequest& request) {
         stats->Record(request);
         if (!captured->exchange(true)) Capture(capture, request);
-        return receiver::Response{};
+        receiver::Response response;
+        response.delay = delay;
+        return response;
       });
   if (!server.ok()) {
     std::fprintf(stderr, "bench_receiver: %s\n", std::string(server.status().message()).c_str());

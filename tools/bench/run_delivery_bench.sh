@@ -7,7 +7,8 @@
 #   1. ceiling     wrk -t$WRK_THREADS -c$WRK_CONNECTIONS POSTs that request to a fresh receiver for
 #                  $CEILING_DURATION s, $CEILING_RUNS times: what the receiver can take on this
 #                  machine (the best run).
-#   2. throughput  for each "sender_threads:credits[:max_host_connections]" of
+#   2. throughput  for each "sender_threads:credits[:max_host_connections]" (0 = the deliverer's
+#                  derived default) of
 #                  $THROUGHPUT_VARIANTS: fresh collector and receiver, $PRELOAD_EVENTS events
 #                  preloaded with no deliverer running, then a deliverer started with those flags;
 #                  deliveries/s = jobs / (last request − first request) as the receiver saw them.
@@ -22,10 +23,12 @@
 #
 #   tools/bench/run_delivery_bench.sh                       # ~20 min once built (10 of them memory)
 #   DURATION_MEMORY=60 tools/bench/run_delivery_bench.sh    # shorter memory phase
-#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="1:2000 2:128:128" tools/bench/run_delivery_bench.sh
-#   PHASES=throughput THROUGHPUT_VARIANTS=1:2000 PERF=1 tools/bench/run_delivery_bench.sh  # + profile
+#   PHASES="ceiling throughput" THROUGHPUT_VARIANTS="0:0:0 2:128:128" tools/bench/run_delivery_bench.sh
+#   PHASES=throughput THROUGHPUT_VARIANTS=0:0:0 PERF=1 tools/bench/run_delivery_bench.sh  # + profile
 #   RESULTS=/tmp/delivery-bench tools/bench/run_delivery_bench.sh   # keep every log there
 #   IDLE_WAIT=60 tools/bench/run_delivery_bench.sh          # shared machine: wait for quiet first
+#   SMOKE=1 tools/bench/run_delivery_bench.sh               # seconds per phase: a check that it works
+#   SMOKE=1 SKIP_BUILD=1 BIN_DIR=$(bazel info bazel-bin) tools/bench/run_delivery_bench.sh  # prebuilt
 #
 # Bounded: the build has BUILD_TIMEOUT (default 600 s), every start-up 10 s, every load run its
 # duration + 30 s, each throughput drain THROUGHPUT_TIMEOUT (default 180 s), IDLE_WAIT at most its
@@ -35,6 +38,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORKSPACE=$(pwd)
 
+if [[ -n "${SMOKE:-}" ]]; then
+  : "${PHASES:=ceiling throughput latency}" "${CEILING_DURATION:=3}" "${CEILING_RUNS:=1}"
+  : "${THROUGHPUT_VARIANTS:=0:0:0}" "${PRELOAD_EVENTS:=5000}" "${PRELOAD_RATE:=5000}"
+  : "${THROUGHPUT_TIMEOUT:=60}" "${LATENCY_RATE:=500}" "${DURATION_LATENCY:=3}" "${WARMUP_LATENCY:=1}"
+fi
 PHASES=${PHASES:-"ceiling throughput latency memory"}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 RECEIVER_THREADS=${RECEIVER_THREADS:-1}
@@ -44,13 +52,19 @@ CEILING_DURATION=${CEILING_DURATION:-10}
 CEILING_RUNS=${CEILING_RUNS:-3}  # the best run counts: other tenants only ever lower it
 WRK_THREADS=${WRK_THREADS:-2}
 WRK_CONNECTIONS=${WRK_CONNECTIONS:-64}
-# 2. throughput: "sender_threads:credits[:max_host_connections]"; the first is the deliverer's
-# defaults (--sender_threads=1 --credits=2000 --max_host_connections=64)
-THROUGHPUT_VARIANTS=${THROUGHPUT_VARIANTS:-"1:2000 2:2000 1:1000 1:512 1:256 1:128 1:64 2:256 1:256:256 2:128:128 2:256:256 2:512:512"}
-# PERF=1: also profile collector, deliverer and receiver (perf record -g, PERF_SECONDS from 1 s
-# after the deliverer starts) in every throughput variant; top symbols in NAME.perf.txt.
+# 2. throughput: "sender_threads:credits[:max_host_connections]", 0 (or a missing
+# max_host_connections) = the deliverer's derived default; the first is the deliverer's defaults
+# (one sender thread per core, 64 connections per host per thread, credits 2 x threads x 64)
+THROUGHPUT_VARIANTS=${THROUGHPUT_VARIANTS:-"0:0:0 1:0:0 0:128:0 0:512:0 0:0:128 1:2000:64 2:128:128 2:256:256"}
+# PERF=1: also profile collector, deliverer and receiver (perf record at 499 Hz with call graphs
+# of kind PERF_CALL_GRAPH, PERF_SECONDS from 1 s after the deliverer starts) in every throughput
+# variant; top symbols in NAME.perf.txt, folded stacks (tools/bench/flamegraph.py fold) in
+# NAME.ROLE.folded, a CPU breakdown in NAME.ROLE.breakdown.md (keep them with RESULTS=DIR; render
+# a flame graph with `tools/bench/flamegraph.py svg < NAME.deliverer.folded > deliverer.svg`).
+# dwarf: correct stacks through code built without frame pointers (Debian's libraries, -c opt).
 PERF=${PERF:-}
 PERF_SECONDS=${PERF_SECONDS:-5}
+PERF_CALL_GRAPH=${PERF_CALL_GRAPH:-dwarf,16384}
 PRELOAD_EVENTS=${PRELOAD_EVENTS:-300000}
 PRELOAD_RATE=${PRELOAD_RATE:-100000}  # events/s offered while preloading (open loop)
 THROUGHPUT_TIMEOUT=${THROUGHPUT_TIMEOUT:-180}
@@ -93,7 +107,8 @@ cleanup() {
   if [[ -n "${RESULTS:-}" ]]; then
     mkdir -p "$RESULTS"
     find "$TMP" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \
-      -o -name '*.out' -o -name '*.metrics' -o -name 'webhook.body*' -o -name '*.perf.txt' \) -exec cp {} "$RESULTS"/ \;
+      -o -name '*.out' -o -name '*.metrics' -o -name 'webhook.body*' -o -name '*.perf.txt' -o -name '*.folded' \
+      -o -name '*.breakdown.md' \) -exec cp {} "$RESULTS"/ \;
     echo "logs kept in $RESULTS"
   fi
   rm -rf "$TMP"
@@ -118,6 +133,10 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   BENCH_RECEIVER=$BIN/tools/bench/bench_receiver
   INGEST_LOAD=$BIN/tools/bench/ingest_load
   echo "   built in $(( SECONDS - BUILD_START )) s"
+fi
+if [[ -n "${SKIP_BUILD:-}" && -n "${BIN_DIR:-}" ]]; then
+  : "${COLLECTOR:=$BIN_DIR/collector/collector}" "${DELIVERER:=$BIN_DIR/deliverer/deliverer}"
+  : "${BENCH_RECEIVER:=$BIN_DIR/tools/bench/bench_receiver}" "${INGEST_LOAD:=$BIN_DIR/tools/bench/ingest_load}"
 fi
 # Private copies: other builds in this workspace may replace bazel-bin's files mid-run.
 cp "${COLLECTOR:?}" "$TMP/collector"
@@ -288,10 +307,44 @@ metric() {
       $0 !~ /^#/ { for (i = 1; i <= n; i++) if (index($1, p[i]) == 1) { s += $NF; m++ } }
       END { if (m) printf "%.0f\n", s; else print "NA" }'
 }
+# histogram_quantiles FILE NAME: {"count", "p50_ms", "p99_ms"} of a Prometheus histogram in a
+# saved /metrics file, interpolated linearly within buckets (as PromQL's histogram_quantile).
+histogram_quantiles() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+path, name = sys.argv[1], sys.argv[2]
+buckets = []
+try:
+    for line in open(path):
+        m = re.match(r'%s_bucket\{le="([^"]+)"\} (\S+)' % re.escape(name), line)
+        if m:
+            buckets.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2))))
+except OSError:
+    pass
+buckets.sort()
+count = buckets[-1][1] if buckets else 0
+def q(p):
+    if count == 0:
+        return None
+    rank, prev_le, prev_c = p * count, 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return round(prev_le * 1000, 3)
+            frac = (rank - prev_c) / (c - prev_c) if c > prev_c else 1.0
+            return round((prev_le + (le - prev_le) * frac) * 1000, 3)
+        prev_le, prev_c = le, c
+print(json.dumps({"count": int(count), "p50_ms": q(0.5), "p99_ms": q(0.99)}))
+PY
+}
 save_metrics() {  # save_metrics NAME: both processes' /metrics, for the record
   curl -s --max-time 5 "http://127.0.0.1:$COLLECTOR_METRICS_PORT/metrics" >"$TMP/$1.collector.metrics" 2>/dev/null || true
   curl -s --max-time 5 "http://127.0.0.1:$DELIVERER_METRICS_PORT/metrics" >"$TMP/$1.deliverer.metrics" 2>/dev/null || true
 }
+attempt_quantiles() {  # attempt_quantiles FILE: p50/p99 of the POSTs' slot-to-answer time
+  histogram_quantiles "$1" hookrelay_delivery_attempt_duration_seconds
+}
+
 # Lines the deliverer / collector logged at warning or error (not the collector's start-up note
 # that the admin API has no token: it listens on 127.0.0.1 here).
 problems() {
@@ -344,7 +397,7 @@ echo
 echo "== capture: one request of 10 events through collector and deliverer (defaults)"
 start_receiver capture --capture="$TMP/webhook.body"
 start_collector capture
-start_deliverer capture 1 2000
+start_deliverer capture 0 0
 ingest capture 10 1 0 10 1
 for _ in $(seq 1 150); do [[ -s "$TMP/webhook.body.headers" ]] && break; sleep 0.1; done
 [[ -s "$TMP/webhook.body.headers" ]] || { echo "no webhook arrived within 15 s" >&2; tail -5 "$TMP"/capture.*.log >&2; exit 1; }
@@ -395,7 +448,7 @@ THROUGHPUT_ROWS=()
 if has_phase throughput; then
   for variant in $THROUGHPUT_VARIANTS; do
     IFS=: read -r threads credits conns <<<"$variant"
-    conns=${conns:-64}
+    conns=${conns:-0}
     name="throughput_t${threads}_c${credits}_h${conns}"
     echo
     echo "== $name: preload $PRELOAD_EVENTS events (no deliverer), then deliverer" \
@@ -417,7 +470,7 @@ if has_phase throughput; then
     if [[ -n "$PERF" ]]; then
       for role in deliverer collector receiver; do
         case $role in deliverer) pid=$DELIVERER_PID ;; collector) pid=$COLLECTOR_PID ;; *) pid=$RECEIVER_PID ;; esac
-        (sleep 1; exec timeout $(( PERF_SECONDS + 20 )) perf record -F 499 -g -o "$TMP/$name.$role.perf.data" \
+        (sleep 1; exec timeout $(( PERF_SECONDS + 20 )) perf record -F 499 --call-graph="$PERF_CALL_GRAPH" -o "$TMP/$name.$role.perf.data" \
           -p "$pid" -- sleep "$PERF_SECONDS") >"$TMP/$name.$role.perf.log" 2>&1 &
         PERF_WAIT+=("$!"); PIDS+=("$!")
       done
@@ -456,19 +509,26 @@ if has_phase throughput; then
         echo "## $role: inclusive (children), top entries"
         timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
           --percent-limit 4 --stdio 2>/dev/null | grep '%' | head -40 || true
+        timeout 300 perf script -i "$TMP/$name.$role.perf.data" 2>/dev/null |
+          python3 "$WORKSPACE/tools/bench/flamegraph.py" fold >"$TMP/$name.$role.folded" || true
+        python3 "$WORKSPACE/tools/bench/flamegraph.py" breakdown <"$TMP/$name.$role.folded" \
+          >"$TMP/$name.$role.breakdown.md" || true
         rm -f "$TMP/$name.$role.perf.data"
       done >"$TMP/$name.perf.txt"
       echo "   profile: $name.perf.txt"
     fi
     DPROB=$(problems "$TMP/$name.deliverer.log"); CPROB=$(problems "$TMP/$name.collector.log")
     ROW=$(jq -c --argjson jobs "$JOBS" --argjson threads "$threads" --argjson credits "$credits" \
-      --argjson conns "$conns" \
+      --argjson conns "$conns" --argjson attempt "$(attempt_quantiles "$TMP/$name.deliverer.metrics")" \
       --arg left "$LEFT" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
       --argjson wall "$WALL" \
       --argjson dprob "$DPROB" --argjson cprob "$CPROB" \
       '{name: "t\($threads)/c\($credits)/h\($conns)", threads: $threads, credits: $credits,
         max_host_connections: $conns, jobs: $jobs,
         received: .requests, span_s, rate_per_s, wall_s: $wall, left: $left, cpu: $cpu,
+        deliverer_us_per_delivery: (if (.requests // 0) > 0 and $cpu.deliverer != null
+          then ($cpu.deliverer / 100 * $wall * 1e6 / .requests | floor) else null end),
+        attempt: $attempt,
         deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$SUMMARY")
     THROUGHPUT_ROWS+=("$ROW")
     echo "   $ROW"
@@ -486,7 +546,7 @@ steady() {
     "--omit_timestamp for ${duration} s after ${WARMUP_LATENCY} s; deliverer defaults"
   start_receiver "$name"
   start_collector "$name"
-  start_deliverer "$name" 1 2000
+  start_deliverer "$name" 0 0
   ingest_start "$name" "$LATENCY_RATE" "$duration" "$WARMUP_LATENCY" \
     "$LATENCY_EVENTS_PER_REQUEST" "$LATENCY_CONNECTIONS"
   local t0=$SECONDS
@@ -532,15 +592,16 @@ steady() {
   local summary
   summary=$(receiver_summary "$name")
   jq -c --argjson ingest "$(cat "$TMP/$name.ingest.json")" --argjson cpu "$(cat "$TMP/$name.cpu.json")" \
-    --arg ingested "$ingested" \
+    --argjson pickup "$(histogram_quantiles "$TMP/$name.deliverer.metrics" hookrelay_delivery_pickup_seconds)" \
+    --arg ingested "$ingested" --argjson attempt "$(attempt_quantiles "$TMP/$name.deliverer.metrics")" \
     --argjson dprob "$(problems "$TMP/$name.deliverer.log")" \
     --argjson cprob "$(problems "$TMP/$name.collector.log")" \
     '{requests, total, ingested: $ingested, span_s, rate_per_s, latency_count, no_timestamp,
-      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms,
+      p50_ms, p90_ms, p99_ms, p999_ms, max_ms, mean_ms, pickup: $pickup,
       ack: {durable_events_per_s: $ingest.durable_events_per_s, p50_ms: $ingest.p50_ms,
             p99_ms: $ingest.p99_ms, max_ms: $ingest.max_ms, failures: $ingest.failures,
             late_sends: $ingest.late_sends},
-      cpu: $cpu, deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$summary" \
+      attempt: $attempt, cpu: $cpu, deliverer_warnings: $dprob, collector_warnings: $cprob}' <<<"$summary" \
     >"$TMP/$name.result.json"
   echo "   $(cat "$TMP/$name.result.json")"
 }
@@ -557,17 +618,20 @@ summary() {
   fi
   if (( ${#THROUGHPUT_ROWS[@]} > 0 )); then
     echo "throughput ($PRELOAD_EVENTS events preloaded; deliveries/s = received / (last − first request)):"
-    printf '  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %6s  %s\n' variant jobs received \
-      deliveries/s %ceiling span_s wall_s coll% deliv% recv% other% left "warn(d/c)"
+    printf '  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %8s %8s %6s  %s\n' variant jobs received \
+      deliveries/s %ceiling span_s wall_s coll% deliv% recv% other% us/deliv att_p99 left "warn(d/c)"
     for row in "${THROUGHPUT_ROWS[@]}"; do
       jq -r --arg ceiling "${CEILING_RPS:-0}" '
         [.name, .jobs, .received, (.rate_per_s | floor),
          (if ($ceiling | tonumber) > 0 then (1000 * .rate_per_s / ($ceiling | tonumber) | floor) / 10 else "-" end),
          .span_s, ((.wall_s * 100 | floor) / 100), .cpu.collector, .cpu.deliverer, .cpu.receiver, .cpu.other,
+         .deliverer_us_per_delivery, "\(.attempt.p99_ms)ms",
          .left, "\(.deliverer_warnings)/\(.collector_warnings)"] | @tsv' <<<"$row" |
-        awk -F'\t' '{ printf "  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %6s  %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13 }'
+        awk -F'\t' '{ printf "  %-16s %8s %9s %13s %9s %8s %8s %6s %6s %6s %6s %8s %8s %6s  %s\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15 }'
     done
-    echo "  (cpu from deliverer start until the last job arrived, % of one core; left = jobs still ready/leased/scheduled after)"
+    echo "  (cpu from deliverer start until the last job arrived, % of one core; us/deliv = deliverer CPU"
+    echo "   microseconds per delivery over that time; att_p99 = p99 of hookrelay_delivery_attempt_duration_seconds,"
+    echo "   slot to answer per POST; left = jobs still ready/leased/scheduled after)"
   fi
   for name in latency memory; do
     [[ -f "$TMP/$name.result.json" ]] || continue
@@ -575,6 +639,9 @@ summary() {
       "\($name) at \($rate) ev/s: end-to-end (collector receipt -> receiver) over \(.latency_count) events:" +
       " p50 \(.p50_ms) ms, p90 \(.p90_ms) ms, p99 \(.p99_ms) ms, p99.9 \(.p999_ms) ms, max \(.max_ms) ms;" +
       " delivered \(.total) of \(.ingested) ingested; ingest ack p99 \(.ack.p99_ms) ms;" +
+      " pickup (collector receipt -> deliverer receipt, hookrelay_delivery_pickup_seconds, from the warm-up on)" +
+      " p50 \(.pickup.p50_ms) ms, p99 \(.pickup.p99_ms) ms over \(.pickup.count) jobs;" +
+      " attempt (POST) p50 \(.attempt.p50_ms) ms, p99 \(.attempt.p99_ms) ms;" +
       " cpu % of one core \(.cpu | tojson); warnings deliverer/collector \(.deliverer_warnings)/\(.collector_warnings)"' \
       "$TMP/$name.result.json"
   done

@@ -11,6 +11,7 @@
 #   DURATION=10s WARMUP=2s tools/bench/run_ingest_bench.sh
 #   SKIP_BUILD=1 COLLECTOR=path INGEST_LOAD=path tools/bench/run_ingest_bench.sh
 #   IDLE_WAIT=120 tools/bench/run_ingest_bench.sh   # shared machine: wait for quiet before runs
+#   OPEN_RATES="10000 30000 50000" tools/bench/run_ingest_bench.sh   # + HTTP open loops at those rates
 #
 # Bounded: every step has a timeout (the build BUILD_TIMEOUT, default 600 s, of which a cached
 # build needs seconds unless other bazel commands hold the workspace; each load run duration +
@@ -163,13 +164,20 @@ HTTP_HALF=$(half_rate http_closed)
 GRPC_HALF=$(half_rate grpc_closed)
 if (( HTTP_HALF > 0 )); then run http_open http "$HTTP_PORT" "$HTTP_CONNECTIONS" "$HTTP_HALF"; fi
 if (( GRPC_HALF > 0 )); then run grpc_open grpc "$GRPC_PORT" "$GRPC_CALLS" "$GRPC_HALF"; fi
+# OPEN_RATES="10000 30000 ...": also HTTP open loops at those rates (acknowledgement latency
+# against load: where the p99 starts to climb).
+CURVE=()
+for rate in ${OPEN_RATES:-}; do
+  run "http_open_$rate" http "$HTTP_PORT" "$HTTP_CONNECTIONS" "$rate"
+  CURVE+=("http_open_$rate")
+done
 
 # --- summary -----------------------------------------------------------------------------------
 summary() {
 echo "== summary ($EVENTS_PER_REQUEST events of ~$EVENT_BYTES B per request, $DURATION measured after $WARMUP warm-up)"
-printf '%-12s %10s %8s %13s %8s %8s %8s %8s %6s %6s %6s %7s  %s\n' run offered/s ok_reqs durable_ev/s \
+printf '%-16s %10s %8s %13s %8s %8s %8s %8s %6s %6s %6s %7s  %s\n' run offered/s ok_reqs durable_ev/s \
   p50_ms p90_ms p99_ms max_ms coll% gen% other% us/ev failures
-for name in http_closed grpc_closed http_open grpc_open; do
+for name in http_closed grpc_closed http_open grpc_open "${CURVE[@]}"; do
   [[ -f "$TMP/$name.json" ]] || continue
   read -r coll machine <"$TMP/$name.cpu"
   jq -r --arg name "$name" --argjson coll "$coll" --argjson machine "$machine" '
@@ -181,7 +189,7 @@ for name in http_closed grpc_closed http_open grpc_open; do
      (if .durable_events > 0 then $coll / 100 * .window_s * 1e6 / .durable_events else 0 end),
      (.failures | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "-" else . end)]
     | @tsv' "$TMP/$name.json" 2>/dev/null |
-    awk -F'\t' '{ printf "%-12s %10s %8s %13s %8.2f %8.2f %8.2f %8.2f %6s %6s %6s %7.1f  %s\n",
+    awk -F'\t' '{ printf "%-16s %10s %8s %13s %8.2f %8.2f %8.2f %8.2f %6s %6s %6s %7.1f  %s\n",
                   $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 }'
 done
 echo "coll%/gen%/other%: CPU of the collector / the load generator / everything else on the machine"

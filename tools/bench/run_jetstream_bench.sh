@@ -75,6 +75,7 @@ WRITE_KEY=${WRITE_KEY:-wk_live_123}
 ROUNDS=${ROUNDS:-1}
 PHASES=${PHASES:-"ingest delivery"}
 INGEST_ENGINES=${INGEST_ENGINES:-"embedded r1 r3"}
+JETSTREAM_FLAGS=${JETSTREAM_FLAGS:-}  # more collector flags on r1 / r3, e.g. --nats_dedup_replicas=1
 CEILING=${CEILING:-1}  # 0: no ceiling runs after the r1 / r3 collectors
 # 1: also a diagnostic closed-loop run, nats_ceiling --protocol --requests=$HTTP_CONNECTIONS: the
 # engine's whole exchange with the servers per request (dedup lookup, then the jobs, all acks, then
@@ -357,6 +358,8 @@ start_collector() {
     r3) store=(--store=jetstream --nats_url="$NATS_URLS" --nats_replicas=3) ;;
     *) echo "unknown engine $engine" >&2; exit 2 ;;
   esac
+  # shellcheck disable=SC2206  # JETSTREAM_FLAGS is a list of flags
+  if [[ $engine != embedded ]]; then store+=($JETSTREAM_FLAGS); fi
   local serving="" attempt
   # Up to 3 attempts: on a cluster formed seconds ago the engine's start can fail (seen: "the
   # configuration bucket hr_config: Error"); each failure is reported in the summary.

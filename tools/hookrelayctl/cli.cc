@@ -58,9 +58,11 @@ Commands:
   destinations list | get ID | delete ID
   destinations create --source=ID... --url=URL [--header="Name: value"]... [--url=...]...
                       [--id=ID] [--shared-secret-file=FILE] [--enabled] [--timeout-ms=N]
+                      [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
   destinations update ID [--source=ID...] [--url=URL [--header=...]...]...
                       [--shared-secret-file=FILE | --no-shared-secret] [--enabled=true|false]
-                      [--timeout-ms=N]
+                      [--timeout-ms=N] [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
+                      (the --*-ms / rate / breaker flags replace the whole options object)
   destinations enable ID | disable ID
   destinations test ID                     one sample event to this destination; each URL's answer
   dead-letters list [--destination=ID] [--from=TIME] [--to=TIME] [--limit=N]
@@ -117,7 +119,8 @@ constexpr std::string_view kBoolFlags[] = {"help", "json", "all", "enabled", "no
 constexpr std::string_view kValueFlags[] = {
     "admin-url", "admin-token-file", "output", "timeout", "collector", "token",
     "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
-    "header", "shared-secret-file", "timeout-ms", "user", "request-id", "rule", "rule-file",
+    "header", "shared-secret-file", "timeout-ms", "rate-limit-per-second",
+    "circuit-breaker-failures", "user", "request-id", "rule", "rule-file",
     "sync-interval"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
@@ -602,7 +605,7 @@ int Sources(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usag
 
 constexpr std::string_view kDestinationFlags[] = {
     "id", "source", "url", "header", "shared-secret-file", "no-shared-secret", "enabled",
-    "timeout-ms"};
+    "timeout-ms", "rate-limit-per-second", "circuit-breaker-failures"};
 
 void PrintDestination(Context& ctx, const hookrelay::v1::DestinationResource& d) {
   if (ctx.json) {
@@ -675,15 +678,34 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
   }
   if (cl.Bool("no-shared-secret")) w.String("sharedSecret", "");
   if (cl.Has("enabled")) w.Bool("enabled", cl.Bool("enabled"));
-  if (cl.Has("timeout-ms")) {
-    int64_t ms = 0;
-    if (!absl::SimpleAtoi(cl.Get("timeout-ms"), &ms) || ms < 0) {
-      return UsageError{absl::StrCat("--timeout-ms: \"", cl.Get("timeout-ms"),
-                                     "\" is not a number of milliseconds")};
-    }
+  if (cl.Has("timeout-ms") || cl.Has("rate-limit-per-second") ||
+      cl.Has("circuit-breaker-failures")) {
+    // Limits are the server's to judge (it names the field); only the shape is checked here.
+    auto number = [&cl](const char* flag, int64_t* out) -> std::optional<UsageError> {
+      if (!absl::SimpleAtoi(cl.Get(flag), out) || *out < 0) {
+        return UsageError{absl::StrCat("--", flag, ": \"", cl.Get(flag), "\" is not a number")};
+      }
+      return std::nullopt;
+    };
     std::string options;
     common::JsonObjectWriter o(&options);
-    o.Int("timeoutMs", ms);
+    int64_t n = 0;
+    if (cl.Has("timeout-ms")) {
+      if (auto e = number("timeout-ms", &n)) return e;
+      o.Int("timeoutMs", n);
+    }
+    if (cl.Has("rate-limit-per-second")) {
+      if (auto e = number("rate-limit-per-second", &n)) return e;
+      o.Int("rateLimitPerSecond", n);
+    }
+    if (cl.Has("circuit-breaker-failures")) {
+      if (auto e = number("circuit-breaker-failures", &n)) return e;
+      std::string breaker;
+      common::JsonObjectWriter b(&breaker);
+      b.Int("failures", n);
+      b.Close();
+      o.Raw("circuitBreaker", breaker);
+    }
     o.Close();
     w.Raw("options", options);
   }

@@ -1,0 +1,48 @@
+// The deliverer's concurrency settings, derived from the machine unless given:
+//
+//   sender_threads       = the number of cores (std::thread::hardware_concurrency(), at least 1)
+//   max_host_connections = 64 (per receiver host per sender thread; the host's connection slots
+//                          in all are sender_threads x max_host_connections)
+//   credits              = 2 x sender_threads x max_host_connections, at most 20000 (every
+//                          connection slot busy with one job and one more waiting for it)
+//
+// On a 2-core machine: 2 threads, 64 connections per host per thread, 256 credits. Each value
+// given (non-zero) replaces its derived one, and credits are derived from the values in effect
+// (so --max_host_connections=128 alone gives 2 x 2 x 128 = 512 credits).
+//
+// Thread-safe (pure functions).
+#ifndef HOOKRELAY_DELIVERER_SENDER_SIZING_H_
+#define HOOKRELAY_DELIVERER_SENDER_SIZING_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace hookrelay::deliverer {
+
+inline constexpr int32_t kDefaultConnectionsPerThread = 64;
+inline constexpr int32_t kMaxSenderThreads = 256;
+inline constexpr int32_t kMaxHostConnections = 10000;
+inline constexpr int32_t kMaxCredits = 20000;
+
+// What the flags say; 0 = derive.
+struct SizingFlags {
+  int32_t sender_threads = 0;
+  int32_t max_host_connections = 0;
+  int32_t credits = 0;
+};
+
+struct Sizing {
+  int sender_threads = 1;
+  int32_t max_host_connections = kDefaultConnectionsPerThread;
+  uint32_t credits = 2 * kDefaultConnectionsPerThread;
+};
+
+// `hardware_threads`: std::thread::hardware_concurrency() (0 = unknown, taken as 1).
+// InvalidArgument naming the flag and its limits for a negative or too large value, e.g.
+// "--credits must be between 0 (derived) and 20000, got 30000".
+absl::StatusOr<Sizing> DeriveSizing(const SizingFlags& flags, unsigned hardware_threads);
+
+}  // namespace hookrelay::deliverer
+
+#endif  // HOOKRELAY_DELIVERER_SENDER_SIZING_H_

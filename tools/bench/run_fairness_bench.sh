@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Per-destination fairness benchmark (issue 14 §1): does a receiver answering in 2 s slow down a
+# fast one beside it?
+#
+#   solo    one collector, one deliverer (default flags), one fast receiver (//tools/bench:
+#           bench_receiver); $EVENTS events preloaded with no deliverer running, one job each for
+#           the fast destination; then the deliverer starts. Rate = jobs / (last − first request)
+#           as the fast receiver saw them.
+#   beside  the same, with a second destination on a receiver answering after $SLOW_DELAY
+#           (bench_receiver --delay): every event makes one job for each destination, so the
+#           fast destination's jobs are interleaved with the slow one's in the store. The fast
+#           destination's rate is measured the same way; the slow one's requests in that span
+#           are reported too.
+# Prints the fast destination's rate solo and beside the slow one, and their ratio (goal ≥ 0.8),
+# for each of $REPEAT interleaved pairs and their medians.
+#
+#   BIN_DIR=$(bazel info -c opt bazel-bin) tools/bench/run_fairness_bench.sh   # prebuilt -c opt
+#   EVENTS=20000 SLOW_DELAY=2s RESULTS=/tmp/fair tools/bench/run_fairness_bench.sh
+#   DELIVERER_FLAGS=--credits=128 tools/bench/run_fairness_bench.sh   # extra deliverer flags
+#
+# Bounded: each phase at most $PHASE_TIMEOUT s (default 120). Everything on 127.0.0.1, ports 0.
+# Needs jq, curl.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+BIN_DIR=${BIN_DIR:-$(bazel info -c opt bazel-bin)}
+EVENTS=${EVENTS:-20000}
+SLOW_DELAY=${SLOW_DELAY:-2s}
+PHASE_TIMEOUT=${PHASE_TIMEOUT:-120}
+REPEAT=${REPEAT:-1}  # solo/beside pairs, interleaved (a shared machine: medians are reported)
+WRITE_KEY=wk_fair_bench
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ -n "${RESULTS:-}" ]]; then mkdir -p "$RESULTS"; cp -r "$TMP"/. "$RESULTS"/; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+wait_for_line() {  # FILE PATTERN PID: up to 10 s
+  local file=$1 pattern=$2 pid=$3
+  for _ in $(seq 1 100); do
+    if grep -m1 -- "$pattern" "$file" 2>/dev/null; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || { echo "process $pid exited:" >&2; tail -20 "$file" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "no $pattern within 10 s in $file" >&2; return 1
+}
+
+start_receiver() {  # NAME ARGS...: sets RPID RPORT
+  local name=$1; shift
+  "$BIN_DIR/tools/bench/bench_receiver" "$@" >"$TMP/$name.log" 2>&1 &
+  RPID=$!; PIDS+=("$RPID")
+  RPORT=$(wait_for_line "$TMP/$name.log" '"msg":"listening"' "$RPID" | jq -r .port)
+}
+
+destination() {  # ID PORT
+  cat <<EOF
+  - id: $1
+    type: webhooks
+    sources: [bench]
+    enabled: true
+    shared_secret: bench-s3cr3t
+    urls:
+      - url: http://127.0.0.1:$2/hooks
+EOF
+}
+
+run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
+  local name=$1 with_slow=$2
+  start_receiver "$name.fast" --report_interval=200ms
+  local fast_pid=$RPID fast_port=$RPORT slow_pid="" slow_port=""
+  if (( with_slow )); then
+    start_receiver "$name.slow" --threads=2 --delay="$SLOW_DELAY"
+    slow_pid=$RPID; slow_port=$RPORT
+  fi
+  mkdir -p "$TMP/$name"
+  {
+    printf 'sources:\n  - {id: bench, name: Fairness benchmark, kind: server, write_keys: [%s]}\n' "$WRITE_KEY"
+    printf 'destinations:\n'
+    destination fast-hook "$fast_port"
+    if (( with_slow )); then destination slow-hook "$slow_port"; fi
+  } >"$TMP/$name/config.yaml"
+  "$BIN_DIR/collector/collector" --config="$TMP/$name/config.yaml" --data_dir="$TMP/$name/data" \
+    --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+    --admin_http_address=127.0.0.1:0 >"$TMP/$name.collector.log" 2>&1 &
+  local cpid=$!; PIDS+=("$cpid")
+  local serving http grpc metrics
+  serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$cpid")
+  http=$(jq -r .http_port <<<"$serving"); grpc=$(jq -r .grpc_port <<<"$serving")
+  metrics=$(jq -r .metrics_port <<<"$serving")
+  # Preload: every event durable before any deliverer runs.
+  timeout 120 "$BIN_DIR/tools/bench/ingest_load" --mode=http --target="127.0.0.1:$http" \
+    --write_key="$WRITE_KEY" --connections=16 --events_per_request=100 --event_bytes=300 \
+    --rate=100000 --duration="$(python3 -c "print($EVENTS / 100000)")s" --warmup=0s \
+    --omit_timestamp >"$TMP/$name.ingest.out" 2>&1 || true
+  # The fast destination's jobs: the ready jobs, one per destination per event.
+  local durable
+  durable=$(curl -s --max-time 5 "http://127.0.0.1:$metrics/metrics" |
+    awk '/^hookrelay_jobs\{state="ready"\}/ { print int($2) }')
+  durable=$(( ${durable:-0} / (1 + with_slow) ))
+  "$BIN_DIR/deliverer/deliverer" --collector="127.0.0.1:$grpc" --metrics_address=127.0.0.1:0 \
+    --allow_private_networks ${DELIVERER_FLAGS:-} >"$TMP/$name.deliverer.log" 2>&1 &
+  local dpid=$!; PIDS+=("$dpid")
+  if [[ -n "${PERF:-}" ]]; then  # PERF=1: profile the collector for 2 s after the deliverer starts
+    timeout 30 perf record -F 499 -g -o "$TMP/$name.collector.perf.data" -p "$cpid" -- sleep 2 \
+      >"$TMP/$name.perf.log" 2>&1 &
+  fi
+  local deadline=$(( SECONDS + PHASE_TIMEOUT ))
+  # Until the fast receiver has every event (its running total, from its 200 ms ticks).
+  local total=0 line
+  while (( total < durable && SECONDS < deadline )); do
+    sleep 0.2
+    line=$(tail -n 1 "$TMP/$name.fast.log" 2>/dev/null || true)
+    [[ $line =~ \"total\":([0-9]+) ]] && total=${BASH_REMATCH[1]}
+  done
+  echo "$name: $durable events preloaded, $total delivered to the fast receiver" >&2
+  kill "$fast_pid" 2>/dev/null || true
+  wait "$fast_pid" 2>/dev/null || true
+  curl -s --max-time 5 "http://127.0.0.1:$metrics/metrics" >"$TMP/$name.collector.metrics" || true
+  if [[ -n "$slow_pid" ]]; then
+    kill "$slow_pid" 2>/dev/null || true; wait "$slow_pid" 2>/dev/null || true
+    grep '"msg":"summary"' "$TMP/$name.slow.log" | tail -1 >"$TMP/slow.summary" || true
+  fi
+  # CPU seconds each process used (start-up and preload included for the collector).
+  local hz; hz=$(getconf CLK_TCK)
+  echo "$name: cpu s: collector $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$cpid/stat"), deliverer $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$dpid/stat")" >&2
+  kill "$dpid" "$cpid" 2>/dev/null || true
+  wait "$dpid" "$cpid" 2>/dev/null || true
+  grep '"msg":"summary"' "$TMP/$name.fast.log" | tail -1 || echo '{}'
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "events: $EVENTS; slow receiver delay: $SLOW_DELAY; pairs: $REPEAT"
+RATES=()
+for i in $(seq 1 "$REPEAT"); do
+  solo=$(run "solo$i" 0)
+  echo "solo $i:   $solo"
+  beside=$(run "beside$i" 1)
+  echo "beside $i: $beside"
+  echo "slow receiver (until the fast one was done): $(cat "$TMP/slow.summary" 2>/dev/null)"
+  grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit)' \
+    "$TMP/beside$i.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
+  RATES+=("$(jq -r '.rate_per_s // 0' <<<"$solo"):$(jq -r '.rate_per_s // 0' <<<"$beside")")
+done
+python3 - "${RATES[@]}" <<'EOF'
+import statistics, sys
+pairs = [tuple(map(float, a.split(":"))) for a in sys.argv[1:]]
+for i, (s, b) in enumerate(pairs, 1):
+    print(f"pair {i}: fast destination solo {s:.0f}/s, beside the slow one {b:.0f}/s, "
+          f"ratio {b / s if s else 0:.2f}")
+solo = statistics.median(s for s, _ in pairs)
+beside = statistics.median(b for _, b in pairs)
+ratios = [b / s for s, b in pairs if s]
+print(f"median: solo {solo:.0f}/s, beside {beside:.0f}/s; ratio of medians {beside / solo:.2f}, "
+      f"median ratio {statistics.median(ratios):.2f} (goal >= 0.80)")
+EOF
