@@ -49,10 +49,13 @@
 //                  letters: merge operands (Int64Add) in the batch of every change.
 //                  "h" ++ u64 BE unix second -> i64 BE: how many job records are due in that
 //                  second (same merge operands; deleted when back to zero).
+//   default  also "fresh_due" -> u64 BE: the due time of the newest fresh record written, and
+//            "fresh_floor" -> u64 BE: no fresh record has a lower id (Open's pager starts there).
 //   jobs     u64 BE job id -> header ++ serialized v1::Job. Header: u64 BE due_unix_ms with bit 63
 //            set, then u64 BE UserHash(user_id); records written before the user index have
-//            only the due time (bit 63 clear). The header lets Open rebuild the ready/scheduled
-//            order and the per-user index without parsing any Job.
+//            only the due time (bit 63 clear). Bit 62 (with bit 63) marks a *fresh* record: a job
+//            as appended, with no `due` key; fresh records are in (due, id) order by id, so this
+//            family is their order. A retry or a replay rewrites the record without the bit.
 //   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
 //            compaction filter; until then the window is also checked on lookup.
 //   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
@@ -66,8 +69,10 @@
 //            "a" ++ lp(audience) -> serialized v1::AudienceState.
 //            "m" ++ lp(audience) ++ lp(user) -> "": the user's membership as last sent (true).
 //            "x" ++ lp(audience) ++ u64 BE unix ms ++ lp(user) -> "": evaluate the user again then.
-//   due      u64 BE due_unix_ms ++ u64 BE job id -> "": every job with a record, in the order
-//            Lease takes them (the window pages it in). Written and deleted with the record.
+//   due      u64 BE due_unix_ms ++ u64 BE job id -> "": every job with a record that is not
+//            fresh (retried, replayed, notifications, or appended after the clock went back), in
+//            the order Lease takes them. Written and deleted with the record. The pager merges
+//            it with the fresh records.
 //   users    also "p" ++ u64 BE user hash ++ u64 BE job id -> "": the user's pending jobs.
 // Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
 // are in id order (ListDead's pagination).
@@ -90,6 +95,8 @@ constexpr uint64_t kLayoutVersion = 2;
 constexpr char kJobCountKey[] = "count_jobs";
 constexpr char kDeadCountKey[] = "count_dead";
 constexpr char kNextIdKey[] = "next_id";
+constexpr char kFreshDueKey[] = "fresh_due";
+constexpr char kFreshFloorKey[] = "fresh_floor";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
 constexpr char kConfigKey[] = "config";
 // Written (synced) by the recovery thread to prove the store can write again.
@@ -101,6 +108,9 @@ constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
 constexpr size_t kDueHeaderSize = 8;
 // Bit 63 of the due field: a user hash follows it (due times are positive, so it is free).
 constexpr uint64_t kUserHashFlag = uint64_t{1} << 63;
+// Bit 62 (with bit 63): a fresh record, as appended, with no `due` key: its place in the due
+// order is its id's (fresh records are in (due, id) order by id).
+constexpr uint64_t kFreshFlag = uint64_t{1} << 62;
 constexpr size_t kUserHeaderSize = 16;
 // Replay writes (and publishes) in chunks of this many jobs.
 constexpr size_t kAdminChunk = 1024;
@@ -296,9 +306,10 @@ class ProfileMerge : public rocksdb::MergeOperator {
 std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
 std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
 
-void EncodeJobValue(const Job& job, std::string* out) {
+void EncodeJobValue(const Job& job, std::string* out, bool fresh = false) {
   out->resize(kUserHeaderSize);
-  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag, out->data());
+  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag | (fresh ? kFreshFlag : 0),
+            out->data());
   EncodeU64(UserHash(job.user_id()), out->data() + 8);
   job.AppendToString(out);
 }
@@ -312,7 +323,12 @@ size_t HeaderSize(rocksdb::Slice value) {
 // The due time of a record (0 when malformed).
 int64_t DueOf(rocksdb::Slice value) {
   if (HeaderSize(value) == 0) return 0;
-  return static_cast<int64_t>(DecodeU64(value.data()) & ~kUserHashFlag);
+  return static_cast<int64_t>(DecodeU64(value.data()) & ~(kUserHashFlag | kFreshFlag));
+}
+
+// Whether a record is fresh (no `due` key).
+bool IsFresh(rocksdb::Slice value) {
+  return HeaderSize(value) == kUserHeaderSize && (DecodeU64(value.data()) & kFreshFlag) != 0;
 }
 
 bool ParseJobValue(rocksdb::Slice value, Job* job) {
@@ -774,6 +790,10 @@ absl::Status RocksDbJobStore::Recover() {
   RETURN_IF_ERROR(read_meta(kJobCountKey, &jobs));
   uint64_t dead = 0;
   RETURN_IF_ERROR(read_meta(kDeadCountKey, &dead));
+  uint64_t fresh_due = 0;
+  RETURN_IF_ERROR(read_meta(kFreshDueKey, &fresh_due));
+  uint64_t fresh_floor = UINT64_MAX;
+  RETURN_IF_ERROR(read_meta(kFreshFloorKey, &fresh_floor));
   live_jobs_ = std::max<int64_t>(static_cast<int64_t>(jobs), 0);
   dead_count_ = std::max<int64_t>(static_cast<int64_t>(dead), 0);
   // The due-time counts: one key per second with jobs due (zero ones are deleted as they
@@ -805,6 +825,14 @@ absl::Status RocksDbJobStore::Recover() {
   }
   next_id_ = std::max({stored_next_id, max_id + 1, uint64_t{1}});
   published_id_ = next_id_ - 1;
+  fresh_due_ms_ = static_cast<int64_t>(fresh_due);
+  // No floor yet: a data dir from before fresh records (none exist), or a new one; written below,
+  // before any append.
+  if (fresh_floor == UINT64_MAX) {
+    fresh_floor = next_id_;
+    cleanup.Put(meta_cf_, kFreshFloorKey, U64Bytes(fresh_floor).slice());
+  }
+  fresh_floor_ = fresh_floor;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), audiences_cf_));
     it->SeekForPrev(LogKey(UINT64_MAX));
@@ -819,6 +847,7 @@ absl::Status RocksDbJobStore::Recover() {
   const size_t window = std::max<size_t>(options_.window_size, 2);
   page_chunk_ = std::clamp<size_t>(window / 4, 1, 4096);
   cursor_ = {0, 0};
+  fresh_cursor_id_ = fresh_floor;
   lease_floor_ = {0, 0};
   RETURN_IF_ERROR(MaybePageLocked(ToMillis(clock_.Now())));
 
@@ -891,9 +920,9 @@ void RocksDbJobStore::PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash
   if (user_hash != 0) batch.Put(users_cf_, PendingKeyBytes(user_hash, id).slice(), rocksdb::Slice());
 }
 
-void RocksDbJobStore::DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash,
+void RocksDbJobStore::DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
                                     rocksdb::WriteBatch& batch) {
-  batch.Delete(due_cf_, DueKeyBytes(due_ms, id).slice());
+  if (!fresh) batch.Delete(due_cf_, DueKeyBytes(due_ms, id).slice());
   if (user_hash != 0) batch.Delete(users_cf_, PendingKeyBytes(user_hash, id).slice());
 }
 
@@ -968,6 +997,8 @@ struct RocksDbJobStore::Group {
   int64_t now_ms = 0;
   // Appends need the fsync; settlements alone do not.
   bool sync = false;
+  // The group's appended jobs are fresh records (no `due` keys).
+  bool fresh = false;
   // Some item was dropped as a duplicate of a key in the group written just before this one; if
   // that write fails, this group must fail too.
   bool depends_on_previous = false;
@@ -1194,6 +1225,9 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
     group.batch.Put(dedup_cf_, rocksdb::Slice(key.data(), key.size()), now_value.slice());
   }
   std::vector<std::pair<std::string, const std::string*>> profile_merges;
+  // Appended jobs are fresh unless the clock went back below the newest fresh record's due time
+  // (then they get `due` keys like retries, so that fresh records stay in due order by id).
+  group.fresh = now_ms >= fresh_due_ms_;
   for (size_t o = 0; o < ops.size(); ++o) {
     if (ops[o].kind != Kind::kAppend) continue;
     for (size_t i = 0; i < ops[o].items.size(); ++i) {
@@ -1220,11 +1254,18 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         const uint64_t id = next_id_++;
         job.set_id(id);
         job.set_due_unix_ms(now_ms);
-        EncodeJobValue(job, &scratch_);
+        EncodeJobValue(job, &scratch_, group.fresh);
         group.batch.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
         const uint64_t job_user =
             job.user_id() == item.user_id ? user_hash : UserHash(job.user_id());
-        PutJobKeys(now_ms, id, job_user, group.batch);
+        if (group.fresh) {
+          // No `due` key: the pager finds a fresh record by its id.
+          if (job_user != 0) {
+            group.batch.Put(users_cf_, PendingKeyBytes(job_user, id).slice(), rocksdb::Slice());
+          }
+        } else {
+          PutJobKeys(now_ms, id, job_user, group.batch);
+        }
         group.new_ids.push_back(id);
       }
     }
@@ -1238,6 +1279,10 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
   // completed (and deleted) before it.
   if (!group.new_ids.empty()) {
     group.batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+    if (group.fresh && now_ms != fresh_due_ms_) {
+      fresh_due_ms_ = now_ms;
+      group.batch.Put(meta_cf_, kFreshDueKey, U64Bytes(static_cast<uint64_t>(now_ms)).slice());
+    }
   }
   group.sync = group.batch.Count() > 0;  // Appends (and dedup keys) need the fsync.
   int64_t jobs_delta = static_cast<int64_t>(group.new_ids.size());
@@ -1252,7 +1297,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         // The key the job was leased under goes in any case (a superseded rewrite's successor
         // deletes only its own old key). The record and its new key are skipped when a later
         // settlement or a deletion has superseded this one.
-        group.batch.Delete(due_cf_, DueKeyBytes(op.due_ms, op.id).slice());
+        if (!op.fresh) group.batch.Delete(due_cf_, DueKeyBytes(op.due_ms, op.id).slice());
         auto it = overlay_.find(op.id);
         if (it != overlay_.end() && it->second.seq == op.seq) {
           const int64_t new_due = DueOf(it->second.value);
@@ -1271,7 +1316,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
       }
       case Kind::kDeleteJob:
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
-        DeleteJobKeys(op.due_ms, op.id, op.user_hash, group.batch);
+        DeleteJobKeys(op.due_ms, op.id, op.user_hash, op.fresh, group.batch);
         if (!op.purged) {
           --jobs_delta;
           --due_deltas[SecondOf(op.disk_due_ms)];
@@ -1290,7 +1335,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
           --due_deltas[SecondOf(op.disk_due_ms)];
         }
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
-        DeleteJobKeys(op.due_ms, op.id, op.user_hash, group.batch);
+        DeleteJobKeys(op.due_ms, op.id, op.user_hash, op.fresh, group.batch);
         ++group.settlements;
         break;
       case Kind::kAppend:
@@ -1302,6 +1347,43 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
   }
   CountInBatch(jobs_delta, dead_delta, group.batch);
   DueCountsInBatchLocked(due_deltas, group.batch);
+  MaybePutFreshFloorLocked(group, inflight);
+}
+
+void RocksDbJobStore::MaybePutFreshFloorLocked(Group& group, const Group* inflight) {
+  // Written in this group's batch, the floor must be below every fresh record still on disk once
+  // the batch is: those of jobs queued (window, or beyond the cursor), leased, settling or with a
+  // retry not yet written. Settlements in this group are written with it; none may be elsewhere
+  // (queued for a later group, or in a group being written, which could fail and be queued again).
+  if (inflight != nullptr || group.now_ms < next_floor_ms_ ||
+      !writable_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  {
+    absl::MutexLock lock(&queue_mu_);
+    for (const WriteOp& op : queue_) {
+      if (op.kind == WriteOp::Kind::kPutJob || op.kind == WriteOp::Kind::kDeleteJob ||
+          op.kind == WriteOp::Kind::kBury) {
+        return;
+      }
+    }
+  }
+  next_floor_ms_ = group.now_ms + 1000;
+  uint64_t floor = std::min(published_id_ + 1, fresh_cursor_id_);
+  for (const std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
+    for (const QueuedJob& job : *heap) {
+      if (job.fresh) floor = std::min(floor, job.id);
+    }
+  }
+  for (const auto& [id, info] : leased_) {
+    if (info.fresh) floor = std::min(floor, id);
+  }
+  for (uint64_t id : settling_) floor = std::min(floor, id);
+  for (const auto& [id, record] : overlay_) floor = std::min(floor, id);
+  if (floor <= fresh_floor_) return;
+  // If this write fails, the floor on disk stays lower: only more records are stepped over.
+  fresh_floor_ = floor;
+  group.batch.Put(meta_cf_, kFreshFloorKey, U64Bytes(floor).slice());
 }
 
 void RocksDbJobStore::WriteLoop() {
@@ -1356,7 +1438,9 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       seen_cache_[seen & (kSeenCacheSlots - 1)].store(seen, std::memory_order_relaxed);
     }
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : group.new_ids) QueueLocked(group.now_ms, id, group.now_ms, false);
+    for (uint64_t id : group.new_ids) {
+      QueueLocked(group.now_ms, id, group.now_ms, /*dirty=*/false, group.fresh);
+    }
     if (!group.new_ids.empty()) {
       published_id_ = std::max(published_id_, group.new_ids.back());
       CountJobLocked(group.now_ms, static_cast<int64_t>(group.new_ids.size()));
@@ -1420,16 +1504,21 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   }
 }
 
-void RocksDbJobStore::PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms) {
-  std::vector<QueuedJob>& heap = due_ms <= now_ms ? ready_ : scheduled_;
-  heap.push_back({due_ms, id});
+void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
+  std::vector<QueuedJob>& heap = job.due_ms <= now_ms ? ready_ : scheduled_;
+  heap.push_back(job);
   std::push_heap(heap.begin(), heap.end(), LaterFirst());
 }
 
-void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty) {
-  const QueuedJob job{due_ms, id};
+void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty,
+                                  bool fresh) {
+  const QueuedJob job{due_ms, id, fresh};
   if (job < cursor_) {
-    PushQueuedLocked(due_ms, id, now_ms);
+    // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
+    // (publications come in id order, and no fresh record between is on disk only: its key
+    // would be below this one's, hence below the cursor).
+    if (fresh) fresh_cursor_id_ = std::max(fresh_cursor_id_, id + 1);
+    PushQueuedLocked(job, now_ms);
     if (WindowSizeLocked() > std::max<size_t>(options_.window_size, 2)) ShrinkWindowLocked();
   } else if (dirty) {
     parked_.insert(job);
@@ -1446,12 +1535,16 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   const size_t keep = window / 2;
   std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
   // Keys below the lease floor stay: the cursor never goes below it.
-  const QueuedJob cut = std::max(all[keep], lease_floor_);
+  QueuedJob cut = std::max(all[keep], lease_floor_);
+  cut.fresh = false;
   if (!(cut < cursor_)) return;
+  // The lowest fresh record evicted is where the pager reads fresh records again.
+  uint64_t fresh_from = fresh_cursor_id_;
   auto evict = [&](std::vector<QueuedJob>& heap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     heap.erase(std::remove_if(heap.begin(), heap.end(),
                               [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                                 if (job < cut) return false;
+                                if (job.fresh) fresh_from = std::min(fresh_from, job.id);
                                 // A retry not yet written has no `due` key to page it back in.
                                 if (overlay_.contains(job.id)) parked_.insert(job);
                                 return true;
@@ -1462,6 +1555,7 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   evict(ready_);
   evict(scheduled_);
   cursor_ = cut;
+  fresh_cursor_id_ = fresh_from;
 }
 
 absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
@@ -1469,30 +1563,72 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
   if (!(cursor_ < kEnd)) return absl::OkStatus();
   const size_t window = std::max<size_t>(options_.window_size, 2);
   if (WindowSizeLocked() + page_chunk_ > window) return absl::OkStatus();
-  // Under mu_: every write published before this point is in the iterator's snapshot, and every
+  // Two ordered streams are merged: the `due` keys (retried, replayed and other keyed jobs) from
+  // the cursor, and the fresh records (in (due, id) order by id) from fresh_cursor_id_.
+  // Under mu_: every write published before this point is in the iterators' snapshot, and every
   // one published after it is queued by its publication (appends, replays) or waits in parked_
   // (retries) until its key is written.
   std::vector<QueuedJob> got;
   got.reserve(page_chunk_);
-  QueuedJob next = kEnd;
+  QueuedJob next_due = kEnd;
+  rocksdb::ReadOptions read;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), due_cf_));
-    size_t read = 0;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, due_cf_));
+    size_t n = 0;
     for (it->Seek(DueKeyBytes(cursor_.due_ms, cursor_.id).slice()); it->Valid(); it->Next()) {
       if (it->key().size() != 16) return Malformed(kDueCf, 0);
       const QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
                           DecodeU64(it->key().data() + 8)};
-      if (read == page_chunk_) {
-        next = job;
+      if (n == page_chunk_) {
+        next_due = job;
         break;
       }
-      ++read;
+      ++n;
       if (job.id > published_id_ || (!unpublished_.empty() && unpublished_.contains(job.id))) {
         continue;  // Queued by its publication.
       }
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in due jobs"));
+  }
+  // Fresh records below next_due, at most a chunk. Records rewritten by a retry (no longer
+  // fresh) are stepped over; unpublished ones end the stream (their publication queues them).
+  QueuedJob next_fresh = kEnd;
+  uint64_t fresh_end = fresh_cursor_id_;  // Where the fresh stream stopped.
+  const size_t keyed = got.size();
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, jobs_cf_));
+    size_t n = 0;
+    for (it->Seek(U64Bytes(fresh_cursor_id_).slice()); it->Valid(); it->Next()) {
+      if (it->key().size() != 8) return Malformed(kJobsCf, 0);
+      const uint64_t id = DecodeU64(it->key().data());
+      fresh_end = id;
+      if (id > published_id_) break;
+      fresh_end = id + 1;
+      if (!IsFresh(it->value())) continue;
+      const QueuedJob job{DueOf(it->value()), id, true};
+      if (n == page_chunk_ || !(job < next_due)) {
+        next_fresh = job;
+        fresh_end = id;
+        break;
+      }
+      ++n;
+      got.push_back(job);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
+  }
+  // Merge; what is beyond a chunk stays on disk, and the cursor moves to the first key not taken.
+  std::inplace_merge(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(keyed), got.end());
+  QueuedJob next = std::min(next_due, next_fresh);
+  if (got.size() > page_chunk_) {
+    next = std::min(next, got[page_chunk_]);
+    for (size_t i = page_chunk_; i < got.size(); ++i) {
+      if (got[i].fresh) {
+        fresh_end = got[i].id;  // The lowest fresh record left on disk.
+        break;
+      }
+    }
+    got.resize(page_chunk_);
   }
   while (!parked_.empty() && *parked_.begin() < next) {
     got.push_back(*parked_.begin());
@@ -1505,7 +1641,8 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
                         }),
             got.end());
   cursor_ = next;
-  for (const QueuedJob& job : got) PushQueuedLocked(job.due_ms, job.id, now_ms);
+  fresh_cursor_id_ = fresh_end;
+  for (const QueuedJob& job : got) PushQueuedLocked(job, now_ms);
   return absl::OkStatus();
 }
 
@@ -1536,6 +1673,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     auto it = leased_.find(id);
     HOOKRELAY_CHECK(it != leased_.end(), "a lease deadline without its lease");
     const int64_t due_ms = it->second.due_ms;
+    const bool fresh = it->second.fresh;
     leased_.erase(it);
     // A job purged while leased has no record left: it ends here.
     if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) {
@@ -1544,7 +1682,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     }
     // A leased job was due when leased, so it goes back to ready at its old place in line (below
     // the lease floor, hence below the cursor).
-    ready_.push_back({due_ms, id});
+    ready_.push_back({due_ms, id, fresh});
     std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
   }
 }
@@ -1601,7 +1739,7 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
       const QueuedJob job = ready_.back();
       ready_.pop_back();
       const uint64_t lease = NextLeaseLocked();
-      leased_[job.id] = {lease, deadline, job.due_ms, 0};
+      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh};
       lease_deadlines_.emplace(deadline, job.id);
       lease_floor_ = std::max(lease_floor_, QueuedJob{job.due_ms, job.id + 1});
       Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
@@ -1749,6 +1887,7 @@ absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
       op.id = job_id;
       op.due_ms = info.due_ms;
       op.user_hash = info.user_hash;
+      op.fresh = info.fresh;
       op.disk_due_ms = info.due_ms;
       if (auto it = overlay_.find(job_id); it != overlay_.end()) {
         op.disk_due_ms = it->second.disk_due_ms;  // Its rewrite is skipped.
@@ -1805,7 +1944,7 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     const bool mine = settling_.erase(job_id) > 0;
     const bool purged = purged_leased_.erase(job_id) > 0;
     if (mine && read_error) {
-      ready_.push_back({info->due_ms, job_id});
+      ready_.push_back({info->due_ms, job_id, info->fresh});
       std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
     } else if (mine && (purged || !not_found)) {
       // Purged while leased, or broken. (Missing otherwise: its deletion counts it.)
@@ -1844,6 +1983,7 @@ absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time 
   op.id = job_id;
   op.seq = seq;
   op.due_ms = info.due_ms;
+  op.fresh = info.fresh;
   Enqueue(std::move(op));
   return absl::OkStatus();
 }
@@ -1862,6 +2002,7 @@ absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_
   op.id = job_id;
   op.due_ms = info.due_ms;
   op.user_hash = info.user_hash;
+  op.fresh = info.fresh;
   job.SerializeToString(&op.value);
   if (!job.user_id().empty()) op.index_key = DeadIndexKey(job.user_id(), job.source_id(), job_id);
   absl::MutexLock lock(&mu_);
@@ -2093,7 +2234,7 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     batch.Delete(jobs_cf_, U64Bytes(id).slice());
     // The key of this record; a superseded key of a pending retry is deleted by that retry's
     // (skipped) write.
-    DeleteJobKeys(job.due_unix_ms(), id, user_hash, batch);
+    DeleteJobKeys(job.due_unix_ms(), id, user_hash, IsFresh(value), batch);
     ++touched;
     purged.push_back({id, job.due_unix_ms()});
     --due_deltas[SecondOf(disk_due_ms.value_or(job.due_unix_ms()))];
@@ -2615,20 +2756,24 @@ void RocksDbJobStore::RecoverLoop() {
       }
       std::vector<WriteOp> deferred;
       std::string kind;
+      size_t rewritten = 0;
       {
         absl::MutexLock lock(&health_mu_);
         deferred.swap(deferred_);
         kind.swap(error_kind_);
+        rewritten = deferred.size();
+        // Queued before the store counts as writable: the fresh floor (MaybePutFreshFloorLocked)
+        // is only written while no settlement is queued.
+        if (!deferred.empty()) {
+          absl::MutexLock queue_lock(&queue_mu_);
+          for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
+            queue_.push_front(std::move(*it));
+          }
+        }
         writable_.store(true);
       }
-      if (!deferred.empty()) {
-        absl::MutexLock lock(&queue_mu_);
-        for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
-          queue_.push_front(std::move(*it));
-        }
-      }
       common::LogInfo("job store writable again; accepting ingest",
-                      {{"was", kind}, {"tries", tries}, {"settlements_rewritten", deferred.size()}});
+                      {{"was", kind}, {"tries", tries}, {"settlements_rewritten", rewritten}});
       if (metrics_.writable != nullptr) metrics_.writable->Set(1);
       if (options_.on_write_health) options_.on_write_health(true);
       break;

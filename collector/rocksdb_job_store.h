@@ -29,8 +29,10 @@
 // for the group being written, then reads and writes only the user's keys, so appends queue
 // behind it for a time proportional to that user's data.
 //
-// Memory and start-up (issue 14): the order of pending jobs lives on disk, in the `due` family
-// (key: due time ++ id). Memory holds a bounded window of it: every queued (not leased) job whose
+// Memory and start-up (issue 14): the order of pending jobs lives on disk: appended jobs are
+// *fresh* records, whose order is their id's in the `jobs` family (due = append time, which
+// never goes back for them); retried, replayed and other jobs have a key (due time ++ id) in the
+// `due` family. The pager merges the two streams. Memory holds a bounded window of the order: every queued (not leased) job whose
 // (due, id) is below a cursor, at most Options::window_size of them (the ready and scheduled
 // heaps). Jobs at or above the cursor are on disk only; Lease pages the next chunk in, in
 // order, when the window has room. Appends of jobs due now join the window only while it is
@@ -215,9 +217,11 @@ class RocksDbJobStore final : public JobStore {
     std::string value;
     std::string index_key;
     // kPutJob, kDeleteJob, kBury: the due time the job was leased under (its key in `due`), and
-    // the user hash of its pending-index key (0: none).
+    // the user hash of its pending-index key (0: none). `fresh`: it was leased from its fresh
+    // record, which has no `due` key to delete.
     int64_t due_ms = 0;
     uint64_t user_hash = 0;
+    bool fresh = false;
     // kDeleteJob, kBury: a deletion already removed the job's record and counted it.
     bool purged = false;
     // kDeleteJob, kBury: the due time of the record on disk. kPutJob: set when prepared, the
@@ -235,10 +239,12 @@ class RocksDbJobStore final : public JobStore {
   // One group commit, handed from the preparer to the writer. Defined in the .cc.
   struct Group;
 
-  // A ready or scheduled job, ordered by (due, id): also its key in the `due` family.
+  // A ready or scheduled job, ordered by (due, id): also its key in the `due` family, or, for a
+  // `fresh` one (its record as appended, no `due` key), its place in the id order of `jobs`.
   struct QueuedJob {
     int64_t due_ms;
     uint64_t id;
+    bool fresh = false;  // Not part of the order.
     bool operator<(const QueuedJob& o) const {
       return due_ms != o.due_ms ? due_ms < o.due_ms : id < o.id;
     }
@@ -253,6 +259,7 @@ class RocksDbJobStore final : public JobStore {
     absl::Time deadline;
     int64_t due_ms;  // Where the job goes back in the ready order if the lease expires.
     uint64_t user_hash;  // Of the record read by Lease, for its pending-index key.
+    bool fresh;  // Leased from its fresh record (no `due` key).
   };
   // A record rewritten by Retry whose write is not yet committed: Lease and Retry read it from
   // here so they never see the older record on disk.
@@ -305,7 +312,14 @@ class RocksDbJobStore final : public JobStore {
   absl::Status MigrateLayout();
   // Puts the `due` key and pending-index key of a new or replayed job in `batch`.
   void PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, rocksdb::WriteBatch& batch);
-  void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, rocksdb::WriteBatch& batch);
+  // Deletes them (a fresh record has no `due` key).
+  void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
+                     rocksdb::WriteBatch& batch);
+  // At most once a second, when no settlement is queued or being written: puts in `batch` the
+  // lowest id a fresh record on disk may have (Open's pager starts there, so records rewritten
+  // by retries below it are never stepped over again).
+  void MaybePutFreshFloorLocked(Group& group, const Group* inflight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds to the persisted job / dead-letter counters in `batch`.
   void CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBatch& batch);
   // Adds `deltas` to the persisted due-time counts in `batch` (a count that reaches zero is
@@ -321,7 +335,8 @@ class RocksDbJobStore final : public JobStore {
   int64_t DueAfterLocked(int64_t second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A queued job (not leased) with key (due_ms, id): into the window when below the cursor,
   // else (`dirty`: its `due` key is not written yet) into parked_, else nothing (on disk).
-  void QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty)
+  // `fresh`: a just-published fresh record (no `due` key; the pager finds it by id).
+  void QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty, bool fresh = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the lower half of an overfull window and moves the cursor down.
   void ShrinkWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -359,8 +374,7 @@ class RocksDbJobStore final : public JobStore {
   void ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Into ready_ when due_ms <= now_ms, else scheduled_.
-  void PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushQueuedLocked(const QueuedJob& job, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextLeaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after Open.
@@ -385,6 +399,13 @@ class RocksDbJobStore final : public JobStore {
 
   // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
   uint64_t next_id_ = 1;
+  // The due time of the newest fresh record ever written (persisted as "fresh_due"): appended
+  // jobs are fresh (no `due` key) only while the clock has not gone back below it, so that fresh
+  // records are in (due, id) order by id.
+  int64_t fresh_due_ms_ = 0;
+  // The fresh floor last put in a batch, and when the next one may be computed.
+  uint64_t fresh_floor_ = 0;
+  int64_t next_floor_ms_ = 0;
   // Constant after Open: how many `due` keys one page reads.
   size_t page_chunk_ = 4096;
   std::string scratch_;
@@ -421,6 +442,10 @@ class RocksDbJobStore final : public JobStore {
   std::vector<QueuedJob> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);
   QueuedJob cursor_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // The pager's place in the fresh records (the `jobs` family by id): the published fresh
+  // records at or above it are exactly those with keys at or above cursor_ (fresh records are
+  // in (due, id) order by id).
+  uint64_t fresh_cursor_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Retried jobs at or above the cursor whose `due` key is not written yet.
   absl::btree_set<QueuedJob> parked_ ABSL_GUARDED_BY(mu_);
   // Above every key ever leased in this process: the cursor never goes below it, so the `due`

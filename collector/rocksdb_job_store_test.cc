@@ -1177,5 +1177,172 @@ TEST_F(RocksDbJobStoreTest, DeletionReachesJobsBeyondTheWindow) {
   EXPECT_EQ(last[0].job.user_id(), "u2");
 }
 
+// Issue 14: fresh records (appended jobs, no `due` key) and keyed ones (retries) are paged in
+// as one order: a retry due before later appends is leased before them, one due after them
+// after them, with a window smaller than either kind and restarts (with leases outstanding,
+// lost as in a crash) in between; every job is leased, and completed, once.
+TEST_F(RocksDbJobStoreTest, RetriesAndFreshJobsArePagedInOneDueOrder) {
+  window_size_ = 4;
+  Open();
+  const absl::Time t0 = clock_.Now();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 6; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 1-6, due t0.
+  std::vector<LeasedJob> first = LeaseAll(2);
+  ASSERT_EQ(Ids(first), (std::vector<uint64_t>{1, 2}));
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  ASSERT_TRUE(store_->Retry(1, first[0].lease, t0 + absl::Seconds(2), attempt).ok());
+  ASSERT_TRUE(store_->Retry(2, first[1].lease, t0 + absl::Seconds(10), attempt).ok());
+  clock_.Advance(absl::Seconds(3));
+  items.clear();
+  for (int n = 6; n < 16; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 7-16, due t0 + 3 s.
+  ExpectCounts(*store_, 15, 1, 0, 0);  // Job 1 is due (t0 + 2 s), job 2 is not.
+  clock_.Advance(absl::Seconds(20));  // Everything is due.
+
+  const std::vector<uint64_t> expected = {3, 4, 5, 6, 1, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 2};
+  std::vector<uint64_t> order;
+  for (int round = 0; order.size() < expected.size(); ++round) {
+    ASSERT_LT(round, 50);
+    std::vector<LeasedJob> leased = LeaseAll(2);
+    ASSERT_FALSE(leased.empty()) << "after " << order.size();
+    EXPECT_LE(store_->MemoryStatsForTesting().window, 4u);
+    if (round % 3 == 1) {
+      // A crash with these leases outstanding: they come back first after the restart.
+      store_.reset();
+      Open();
+      ExpectCounts(*store_, static_cast<int64_t>(expected.size() - order.size()), 0, 0, 0);
+      continue;
+    }
+    for (const LeasedJob& job : leased) {
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+      order.push_back(job.job.id());
+    }
+    if (round % 3 == 2) store_->Flush();
+  }
+  EXPECT_EQ(order, expected);
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  ExpectCounts(*store_, 0, 0, 0, 0);
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 0, 0, 0, 0);
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+}
+
+// Issue 14: jobs appended while the window is caught up join it directly; a retry of a fresh
+// job due before the fresh jobs still on disk is leased before them once paged in.
+TEST_F(RocksDbJobStoreTest, RetryDueBeforeFreshJobsOnDiskIsLeasedFirst) {
+  window_size_ = 4;
+  Open();
+  AppendAll(Items({OneJob(0)}));  // Id 1, due t0, in the window.
+  std::vector<LeasedJob> leased = LeaseAll();
+  ASSERT_THAT(leased, SizeIs(1));
+  const absl::Time retry_at = clock_.Now() + absl::Milliseconds(500);
+  ASSERT_TRUE(store_->Retry(1, leased[0].lease, retry_at, MakeAttempt(clock_.Now(), 503)).ok());
+  clock_.Advance(absl::Seconds(1));
+  std::vector<AppendItem> items;
+  for (int n = 1; n < 21; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 2-21, due t0 + 1 s: beyond the window.
+  EXPECT_FALSE(store_->MemoryStatsForTesting().caught_up);
+  store_->Flush();
+  store_.reset();  // Paged in from disk: the retry's `due` key and the fresh records merged.
+  Open();
+  std::vector<uint64_t> order;
+  for (int round = 0; round < 30; ++round) {
+    std::vector<LeasedJob> batch = LeaseAll(3);
+    if (batch.empty()) break;
+    for (const LeasedJob& job : batch) {
+      order.push_back(job.job.id());
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  ASSERT_THAT(order, SizeIs(21));
+  EXPECT_EQ(order.front(), 1u);
+  EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+}
+
+// Issue 14: a clock that goes back makes appended jobs keyed (with `due` keys) instead of fresh,
+// so fresh records stay in due order by id; both kinds are leased in due order, before and
+// after a restart.
+TEST_F(RocksDbJobStoreTest, AppendsAfterTheClockWentBackAreLeasedInDueOrder) {
+  window_size_ = 4;
+  Open();
+  const absl::Time t0 = clock_.Now();
+  clock_.Advance(absl::Seconds(10));
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 6; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 1-6, fresh, due t0 + 10 s.
+  clock_.Set(t0);
+  items.clear();
+  for (int n = 6; n < 12; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 7-12, due t0: not in id order, so keyed.
+  clock_.Advance(absl::Seconds(1));
+  items.clear();
+  for (int n = 12; n < 14; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 13-14, due t0 + 1 s: still below the fresh ones.
+  ExpectCounts(*store_, 8, 6, 0, 0);
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 8, 6, 0, 0);
+  clock_.Advance(absl::Seconds(10));
+  std::vector<uint64_t> order;
+  for (int round = 0; round < 30; ++round) {
+    std::vector<LeasedJob> batch = LeaseAll(3);
+    if (batch.empty()) break;
+    for (const LeasedJob& job : batch) {
+      order.push_back(job.job.id());
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{7, 8, 9, 10, 11, 12, 13, 14, 1, 2, 3, 4, 5, 6}));
+  ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
+// Issue 14: fresh jobs that were all retried (their records rewritten with `due` keys) are
+// stepped over by the fresh pager once; after restarts the retries and later appends are all
+// found, and the fresh floor lets Open skip the rewritten records.
+TEST_F(RocksDbJobStoreTest, RetriedFreshJobsComeBackAfterRestarts) {
+  window_size_ = 8;
+  Open();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 40; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 1-40.
+  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<LeasedJob> batch = LeaseAll(4);
+    if (batch.empty()) break;
+    for (const LeasedJob& job : batch) {
+      ASSERT_TRUE(
+          store_->Retry(job.job.id(), job.lease, clock_.Now() + absl::Minutes(1), attempt).ok());
+    }
+  }
+  ExpectCounts(*store_, 0, 40, 0, 0);
+  clock_.Advance(absl::Seconds(2));  // The fresh floor is written at most once a second.
+  AppendAll(Items({OneJob(100)}));  // Id 41.
+  store_->Flush();
+  store_.reset();
+  Open();
+  ExpectCounts(*store_, 1, 40, 0, 0);
+  std::vector<LeasedJob> now = LeaseAll();
+  ASSERT_THAT(now, SizeIs(1));
+  EXPECT_EQ(now[0].job.id(), 41u);
+  ASSERT_TRUE(store_->Complete(41, now[0].lease).ok());
+  clock_.Advance(absl::Minutes(1));
+  store_.reset();
+  Open();
+  std::vector<uint64_t> order;
+  for (int round = 0; round < 30; ++round) {
+    std::vector<LeasedJob> batch = LeaseAll(5);
+    if (batch.empty()) break;
+    for (const LeasedJob& job : batch) {
+      order.push_back(job.job.id());
+      ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+    }
+  }
+  ASSERT_THAT(order, SizeIs(40));
+  EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+  ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
 }  // namespace
 }  // namespace hookrelay::collector
