@@ -999,6 +999,9 @@ struct RocksDbJobStore::Group {
   bool sync = false;
   // The group's appended jobs are fresh records (no `due` keys).
   bool fresh = false;
+  // The lowest id of a settlement (kPutJob, kDeleteJob, kBury) in the group: its record may
+  // still be fresh on disk until the group is written (set by the preparer, read by the next).
+  uint64_t min_settled_id = UINT64_MAX;
   // Some item was dropped as a duplicate of a key in the group written just before this one; if
   // that write fails, this group must fail too.
   bool depends_on_previous = false;
@@ -1015,6 +1018,8 @@ struct RocksDbJobStore::Group {
     stored_keys.clear();
     batch.Clear();
     sync = false;
+    fresh = false;
+    min_settled_id = UINT64_MAX;
     depends_on_previous = false;
     duplicates = 0;
     settlements = 0;
@@ -1292,6 +1297,9 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
 
   absl::MutexLock lock(&mu_);
   for (WriteOp& op : ops) {
+    if (op.kind == Kind::kPutJob || op.kind == Kind::kDeleteJob || op.kind == Kind::kBury) {
+      group.min_settled_id = std::min(group.min_settled_id, op.id);
+    }
     switch (op.kind) {
       case Kind::kPutJob: {
         // The key the job was leased under goes in any case (a superseded rewrite's successor
@@ -1352,24 +1360,23 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
 
 void RocksDbJobStore::MaybePutFreshFloorLocked(Group& group, const Group* inflight) {
   // Written in this group's batch, the floor must be below every fresh record still on disk once
-  // the batch is: those of jobs queued (window, or beyond the cursor), leased, settling or with a
-  // retry not yet written. Settlements in this group are written with it; none may be elsewhere
-  // (queued for a later group, or in a group being written, which could fail and be queued again).
-  if (inflight != nullptr || group.now_ms < next_floor_ms_ ||
-      !writable_.load(std::memory_order_relaxed)) {
-    return;
-  }
+  // the batch is: those of jobs queued (window, or beyond the cursor), leased, settling, with a
+  // retry not yet written, or with a settlement not yet written: in the group being written
+  // (which could fail and be queued again) or queued for a later group. Settlements in this
+  // group are written with the floor.
+  if (group.now_ms < next_floor_ms_ || !writable_.load(std::memory_order_relaxed)) return;
+  next_floor_ms_ = group.now_ms + 1000;
+  uint64_t floor = std::min(published_id_ + 1, fresh_cursor_id_);
+  if (inflight != nullptr) floor = std::min(floor, inflight->min_settled_id);
   {
     absl::MutexLock lock(&queue_mu_);
     for (const WriteOp& op : queue_) {
       if (op.kind == WriteOp::Kind::kPutJob || op.kind == WriteOp::Kind::kDeleteJob ||
           op.kind == WriteOp::Kind::kBury) {
-        return;
+        floor = std::min(floor, op.id);
       }
     }
   }
-  next_floor_ms_ = group.now_ms + 1000;
-  uint64_t floor = std::min(published_id_ + 1, fresh_cursor_id_);
   for (const std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
     for (const QueuedJob& job : *heap) {
       if (job.fresh) floor = std::min(floor, job.id);
@@ -2840,6 +2847,7 @@ RocksDbJobStore::MemoryStats RocksDbJobStore::MemoryStatsForTesting() {
   stats.leased = leased_.size();
   stats.overlay = overlay_.size();
   stats.caught_up = cursor_.due_ms == INT64_MAX && cursor_.id == UINT64_MAX;
+  stats.fresh_floor = fresh_floor_;
   return stats;
 }
 

@@ -32,11 +32,11 @@
 // Memory and start-up (issue 14): the order of pending jobs lives on disk: appended jobs are
 // *fresh* records, whose order is their id's in the `jobs` family (due = append time, which
 // never goes back for them); retried, replayed and other jobs have a key (due time ++ id) in the
-// `due` family. The pager merges the two streams. Memory holds a bounded window of the order: every queued (not leased) job whose
-// (due, id) is below a cursor, at most Options::window_size of them (the ready and scheduled
-// heaps). Jobs at or above the cursor are on disk only; Lease pages the next chunk in, in
+// `due` family. The pager merges the two streams. Memory holds a bounded window of the order:
+// every queued (not leased) job whose (due, id) is below a cursor, at most
+// Options::window_size of them (the ready and scheduled heaps). Jobs at or above the cursor are on disk only; Lease pages the next chunk in, in
 // order, when the window has room. Appends of jobs due now join the window only while it is
-// caught up (the cursor is at the end of the family); a window that overflows keeps its lower
+// caught up (the cursor is at the end of both streams); a window that overflows keeps its lower
 // half and moves the cursor down (never below a key ever leased, so no key of a leased or ended
 // job is read again). A retried job whose write is still pending and whose key is at or above the
 // cursor waits in a small `parked` set until written. The numbers of jobs and dead letters are
@@ -145,6 +145,7 @@ class RocksDbJobStore final : public JobStore {
     size_t leased = 0;
     size_t overlay = 0;
     bool caught_up = false;  // No queued job is on disk only.
+    uint64_t fresh_floor = 0;  // As last put in a batch, or read at Open.
   };
   MemoryStats MemoryStatsForTesting();
 
@@ -315,9 +316,9 @@ class RocksDbJobStore final : public JobStore {
   // Deletes them (a fresh record has no `due` key).
   void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
                      rocksdb::WriteBatch& batch);
-  // At most once a second, when no settlement is queued or being written: puts in `batch` the
-  // lowest id a fresh record on disk may have (Open's pager starts there, so records rewritten
-  // by retries below it are never stepped over again).
+  // At most once a second: puts in the group's batch the lowest id a fresh record on disk may
+  // have once the batch is written (Open's pager starts there, so records rewritten by retries
+  // or deleted below it are not stepped over at every start).
   void MaybePutFreshFloorLocked(Group& group, const Group* inflight)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds to the persisted job / dead-letter counters in `batch`.
@@ -403,9 +404,6 @@ class RocksDbJobStore final : public JobStore {
   // jobs are fresh (no `due` key) only while the clock has not gone back below it, so that fresh
   // records are in (due, id) order by id.
   int64_t fresh_due_ms_ = 0;
-  // The fresh floor last put in a batch, and when the next one may be computed.
-  uint64_t fresh_floor_ = 0;
-  int64_t next_floor_ms_ = 0;
   // Constant after Open: how many `due` keys one page reads.
   size_t page_chunk_ = 4096;
   std::string scratch_;
@@ -446,6 +444,9 @@ class RocksDbJobStore final : public JobStore {
   // records at or above it are exactly those with keys at or above cursor_ (fresh records are
   // in (due, id) order by id).
   uint64_t fresh_cursor_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The fresh floor last put in a batch (or read at Open), and when the next one may be computed.
+  uint64_t fresh_floor_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_floor_ms_ ABSL_GUARDED_BY(mu_) = 0;
   // Retried jobs at or above the cursor whose `due` key is not written yet.
   absl::btree_set<QueuedJob> parked_ ABSL_GUARDED_BY(mu_);
   // Above every key ever leased in this process: the cursor never goes below it, so the `due`

@@ -1317,11 +1317,17 @@ TEST_F(RocksDbJobStoreTest, RetriedFreshJobsComeBackAfterRestarts) {
     }
   }
   ExpectCounts(*store_, 0, 40, 0, 0);
+  // The retries are written: no fresh record below id 41 is left. (Twice: the group holding the
+  // first barrier may still count as being written when the next group is prepared.)
+  store_->Flush();
+  store_->Flush();
   clock_.Advance(absl::Seconds(2));  // The fresh floor is written at most once a second.
   AppendAll(Items({OneJob(100)}));  // Id 41.
   store_->Flush();
+  EXPECT_EQ(store_->MemoryStatsForTesting().fresh_floor, 41u);
   store_.reset();
   Open();
+  EXPECT_EQ(store_->MemoryStatsForTesting().fresh_floor, 41u);  // Open's pager starts there.
   ExpectCounts(*store_, 1, 40, 0, 0);
   std::vector<LeasedJob> now = LeaseAll();
   ASSERT_THAT(now, SizeIs(1));
@@ -1342,6 +1348,39 @@ TEST_F(RocksDbJobStoreTest, RetriedFreshJobsComeBackAfterRestarts) {
   ASSERT_THAT(order, SizeIs(40));
   EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
   ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
+// Issue 14: the fresh floor never passes a fresh record that is still on disk: a job leased
+// (or retried, not yet written) when the floor is written comes back after a crash.
+TEST_F(RocksDbJobStoreTest, FreshFloorStaysBelowLeasedAndRetriedJobs) {
+  window_size_ = 4;
+  Open();
+  std::vector<AppendItem> items;
+  for (int n = 0; n < 10; ++n) items.push_back(OneJob(n));
+  AppendAll(std::move(items));  // Ids 1-10.
+  for (const LeasedJob& job : LeaseAll(3)) {
+    ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+  }
+  std::vector<LeasedJob> leased = LeaseAll(3);  // 4, 5, 6.
+  ASSERT_EQ(Ids(leased), (std::vector<uint64_t>{4, 5, 6}));
+  ASSERT_TRUE(store_->Complete(5, leased[1].lease).ok());
+  ASSERT_TRUE(store_->Retry(6, leased[2].lease, clock_.Now() + absl::Minutes(1),
+                            MakeAttempt(clock_.Now(), 500))
+                  .ok());
+  store_->Flush();  // Twice: see RetriedFreshJobsComeBackAfterRestarts.
+  store_->Flush();
+  clock_.Advance(absl::Seconds(2));
+  AppendAll(Items({OneJob(100)}));  // Id 11; its group writes the floor.
+  store_->Flush();
+  EXPECT_EQ(store_->MemoryStatsForTesting().fresh_floor, 4u);  // Job 4 is leased.
+  store_.reset();  // A crash: the lease of job 4 is lost.
+  Open();
+  ExpectCounts(*store_, 6, 1, 0, 0);  // 4, 7-11; the retry of 6.
+  std::vector<LeasedJob> again = LeaseAll();
+  EXPECT_EQ(Ids(again), (std::vector<uint64_t>{4, 7, 8, 9, 10, 11}));
+  for (const LeasedJob& job : again) ASSERT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(Ids(LeaseAll()), (std::vector<uint64_t>{6}));
 }
 
 }  // namespace
