@@ -30,7 +30,10 @@
 #include "rocksdb/memtablerep.h"
 #include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
+#include "rocksdb/utilities/table_properties_collectors.h"
+#include "rocksdb/write_buffer_manager.h"
 #include "collector/audience_eval.h"
 #include "common/check.h"
 #include "common/log.h"
@@ -39,11 +42,20 @@
 
 // On-disk layout (column families):
 //   default  meta: "next_id" -> u64 BE (every id below it may have been used),
-//                  "lease_epoch" -> u64 BE (bumped on every Open).
+//                  "lease_epoch" -> u64 BE (bumped on every Open),
+//                  "layout" -> u64 BE 2 once the `due` family and the counters exist (a data dir
+//                  without it is converted by one scan at Open),
+//                  "count_jobs", "count_dead" -> i64 BE, the numbers of job records and dead
+//                  letters: merge operands (Int64Add) in the batch of every change.
+//                  "h" ++ u64 BE unix second -> i64 BE: how many job records are due in that
+//                  second (same merge operands; deleted when back to zero).
+//   default  also "fresh_due" -> u64 BE: the due time of the newest fresh record written, and
+//            "fresh_floor" -> u64 BE: no fresh record has a lower id (Open's pager starts there).
 //   jobs     u64 BE job id -> header ++ serialized v1::Job. Header: u64 BE due_unix_ms with bit 63
 //            set, then u64 BE UserHash(user_id); records written before the user index have
-//            only the due time (bit 63 clear). The header lets Open rebuild the ready/scheduled
-//            order and the per-user index without parsing any Job.
+//            only the due time (bit 63 clear). Bit 62 (with bit 63) marks a *fresh* record: a job
+//            as appended, with no `due` key; fresh records are in (due, id) order by id, so this
+//            family is their order. A retry or a replay rewrites the record without the bit.
 //   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
 //            compaction filter; until then the window is also checked on lookup.
 //   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
@@ -57,6 +69,11 @@
 //            "a" ++ lp(audience) -> serialized v1::AudienceState.
 //            "m" ++ lp(audience) ++ lp(user) -> "": the user's membership as last sent (true).
 //            "x" ++ lp(audience) ++ u64 BE unix ms ++ lp(user) -> "": evaluate the user again then.
+//   due      u64 BE due_unix_ms ++ u64 BE job id -> "": every job with a record that is not
+//            fresh (retried, replayed, notifications, or appended after the clock went back), in
+//            the order Lease takes them. Written and deleted with the record. The pager merges
+//            it with the fresh records.
+//   users    also "p" ++ u64 BE user hash ++ u64 BE job id -> "": the user's pending jobs.
 // Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
 // are in id order (ListDead's pagination).
 
@@ -72,7 +89,14 @@ constexpr char kUsersCf[] = "users";
 constexpr char kDeletionsCf[] = "deletions";
 constexpr char kProfilesCf[] = "profiles";
 constexpr char kAudiencesCf[] = "audiences";
+constexpr char kDueCf[] = "due";
+constexpr char kLayoutKey[] = "layout";
+constexpr uint64_t kLayoutVersion = 2;
+constexpr char kJobCountKey[] = "count_jobs";
+constexpr char kDeadCountKey[] = "count_dead";
 constexpr char kNextIdKey[] = "next_id";
+constexpr char kFreshDueKey[] = "fresh_due";
+constexpr char kFreshFloorKey[] = "fresh_floor";
 constexpr char kLeaseEpochKey[] = "lease_epoch";
 constexpr char kConfigKey[] = "config";
 // Written (synced) by the recovery thread to prove the store can write again.
@@ -84,6 +108,9 @@ constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
 constexpr size_t kDueHeaderSize = 8;
 // Bit 63 of the due field: a user hash follows it (due times are positive, so it is free).
 constexpr uint64_t kUserHashFlag = uint64_t{1} << 63;
+// Bit 62 (with bit 63): a fresh record, as appended, with no `due` key: its place in the due
+// order is its id's (fresh records are in (due, id) order by id).
+constexpr uint64_t kFreshFlag = uint64_t{1} << 62;
 constexpr size_t kUserHeaderSize = 16;
 // Replay writes (and publishes) in chunks of this many jobs.
 constexpr size_t kAdminChunk = 1024;
@@ -157,6 +184,56 @@ uint64_t SeenHash(std::string_view user, std::string_view source) {
   return (h ^ std::hash<std::string_view>()(source)) | 1;
 }
 
+// The `due` key of a job, and the pending-index key ("p" ++ user hash ++ id).
+class DueKeyBytes {
+ public:
+  DueKeyBytes(int64_t due_ms, uint64_t id) {
+    EncodeU64(static_cast<uint64_t>(std::max<int64_t>(due_ms, 0)), data_);
+    EncodeU64(id, data_ + 8);
+  }
+  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
+
+ private:
+  char data_[16];
+};
+class PendingKeyBytes {
+ public:
+  PendingKeyBytes(uint64_t user_hash, uint64_t id) {
+    data_[0] = 'p';
+    EncodeU64(user_hash, data_ + 1);
+    EncodeU64(id, data_ + 9);
+  }
+  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
+
+ private:
+  char data_[17];
+};
+
+int64_t SecondOf(int64_t due_ms) {
+  return due_ms >= 0 ? due_ms / 1000 : (due_ms - 999) / 1000;
+}
+std::string DueCountKey(int64_t second) {
+  std::string key("h");
+  key.resize(9);
+  EncodeU64(static_cast<uint64_t>(std::max<int64_t>(second, 0)), key.data() + 1);
+  return key;
+}
+
+// The persisted counters: signed 64-bit sums (absent = 0).
+class Int64Add : public rocksdb::AssociativeMergeOperator {
+ public:
+  bool Merge(const rocksdb::Slice& key, const rocksdb::Slice* existing,
+             const rocksdb::Slice& value, std::string* new_value,
+             rocksdb::Logger* logger) const override {
+    uint64_t sum = existing != nullptr && existing->size() == 8 ? DecodeU64(existing->data()) : 0;
+    if (value.size() == 8) sum += DecodeU64(value.data());
+    new_value->resize(8);
+    EncodeU64(sum, new_value->data());
+    return true;
+  }
+  const char* Name() const override { return "hookrelay.Int64Add.v1"; }
+};
+
 std::string ProfileKey(std::string_view user, std::string_view source) {
   std::string key;
   AppendLengthPrefixed(user, &key);
@@ -229,9 +306,10 @@ class ProfileMerge : public rocksdb::MergeOperator {
 std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
 std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
 
-void EncodeJobValue(const Job& job, std::string* out) {
+void EncodeJobValue(const Job& job, std::string* out, bool fresh = false) {
   out->resize(kUserHeaderSize);
-  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag, out->data());
+  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag | (fresh ? kFreshFlag : 0),
+            out->data());
   EncodeU64(UserHash(job.user_id()), out->data() + 8);
   job.AppendToString(out);
 }
@@ -245,7 +323,12 @@ size_t HeaderSize(rocksdb::Slice value) {
 // The due time of a record (0 when malformed).
 int64_t DueOf(rocksdb::Slice value) {
   if (HeaderSize(value) == 0) return 0;
-  return static_cast<int64_t>(DecodeU64(value.data()) & ~kUserHashFlag);
+  return static_cast<int64_t>(DecodeU64(value.data()) & ~(kUserHashFlag | kFreshFlag));
+}
+
+// Whether a record is fresh (no `due` key).
+bool IsFresh(rocksdb::Slice value) {
+  return HeaderSize(value) == kUserHeaderSize && (DecodeU64(value.data()) & kFreshFlag) != 0;
 }
 
 bool ParseJobValue(rocksdb::Slice value, Job* job) {
@@ -384,8 +467,15 @@ rocksdb::DBOptions MakeDbOptions() {
   options.IncreaseParallelism(2);
   // `dead` and the meta family get few writes; without a cap their small memtables would keep
   // every WAL file alive until they filled up. Past this size, RocksDB flushes the families
-  // holding the oldest WAL so it can be deleted.
-  options.max_total_wal_size = uint64_t{512} << 20;
+  // holding the oldest WAL so it can be deleted. Also bounds what a restart replays (issue 14:
+  // start-up time and memory must not grow with the backlog).
+  options.max_total_wal_size = uint64_t{128} << 20;
+  // Memtables of all families together: flushed early past this, so the process's memory stays
+  // bounded under a backlog (each family's own limits would allow several times as much). Not
+  // a hard cap: with one flush thread behind, memtables still pile up to the families' limits
+  // (250-280 MB RSS during a 10M-job ingest). allow_stall would make it one, but it deadlocks:
+  // `jobs` merges two memtables per flush, so memory never drops while writes wait.
+  options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(size_t{128} << 20);
   // Write SST data back in 1 MB steps instead of one large burst at each file's end, so the
   // WAL fsyncs of the group commit do not queue behind it.
   options.bytes_per_sync = uint64_t{1} << 20;
@@ -462,6 +552,26 @@ rocksdb::ColumnFamilyOptions MakeDedupOptions(const std::shared_ptr<rocksdb::Cac
   return options;
 }
 
+// `due`: 16-byte keys, appended in near-sequential order, read by the pager in order.
+rocksdb::ColumnFamilyOptions MakeDueOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options;
+  options.write_buffer_size = 16 << 20;
+  options.max_write_buffer_number = 3;
+  options.level_compaction_dynamic_level_bytes = true;
+  // No compression where keys are young (most are deleted within seconds); LZ4 below, where a
+  // backlog's keys end up. Inserts are mostly in key order: each starts where the previous one
+  // with the same first byte ended (one hint per prefix).
+  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
+                                   rocksdb::kLZ4Compression};
+  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(1));
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(TableOptions(cache)));
+  // Every key is deleted once its job ends, behind the pager's cursor: files dense with
+  // tombstones are compacted early, so that a seek after a restart does not step over them.
+  options.table_properties_collector_factories.emplace_back(
+      rocksdb::NewCompactOnDeletionCollectorFactory(16384, 8192));
+  return options;
+}
+
 // `dead` and meta: small and rarely written.
 rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
@@ -477,6 +587,18 @@ rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cac
 rocksdb::ColumnFamilyOptions MakeAppendOnlyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options = MakeSmallOptions(cache);
   options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
+  return options;
+}
+
+// `users`: also the pending index, a key per job written at append and deleted when it ends:
+// young keys are not compressed (most are gone within seconds), LZ4 below.
+rocksdb::ColumnFamilyOptions MakeUsersOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
+  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
+                                   rocksdb::kLZ4Compression};
+  // A key per job: with two 8 MB memtables, ingest stopped while one was flushed.
+  options.write_buffer_size = 16 << 20;
+  options.max_write_buffer_number = 4;
   return options;
 }
 
@@ -593,17 +715,19 @@ absl::Status RocksDbJobStore::RegisterMetrics() {
 absl::Status RocksDbJobStore::OpenDb() {
   // One cache for all column families; reads are dominated by Lease (recent jobs, mostly still
   // in the memtable) and dedup lookups (answered by bloom filters), so it can stay small.
-  std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(size_t{64} << 20);
+  std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(size_t{32} << 20);
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {rocksdb::kDefaultColumnFamilyName, MakeSmallOptions(cache)},
       {kJobsCf, MakeJobsOptions(cache)},
       {kDedupCf, MakeDedupOptions(cache, clock_, options_.dedup_window)},
       {kDeadCf, MakeSmallOptions(cache)},
-      {kUsersCf, MakeAppendOnlyOptions(cache)},
+      {kUsersCf, MakeUsersOptions(cache)},
       {kDeletionsCf, MakeSmallOptions(cache)},
       {kProfilesCf, MakeProfileOptions(cache)},
       {kAudiencesCf, MakeSmallOptions(cache)},
+      {kDueCf, MakeDueOptions(cache)},
   };
+  families[0].options.merge_operator = std::make_shared<Int64Add>();
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =
       rocksdb::DB::Open(MakeDbOptions(), options_.path, families, &handles_, &db);
@@ -625,6 +749,7 @@ absl::Status RocksDbJobStore::OpenDb() {
   deletions_cf_ = handles_[5];
   profiles_cf_ = handles_[6];
   audiences_cf_ = handles_[7];
+  due_cf_ = handles_[8];
   return absl::OkStatus();
 }
 
@@ -651,8 +776,6 @@ absl::Status RocksDbJobStore::SaveConfig(std::string_view bytes) {
 }
 
 absl::Status RocksDbJobStore::Recover() {
-  absl::MutexLock lock(&mu_);
-
   auto read_meta = [this](const char* key, uint64_t* out) -> absl::Status {
     std::string value;
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, key, &value);
@@ -664,60 +787,207 @@ absl::Status RocksDbJobStore::Recover() {
     *out = DecodeU64(value.data());
     return absl::OkStatus();
   };
+  uint64_t layout = 0;
+  RETURN_IF_ERROR(read_meta(kLayoutKey, &layout));
+  if (layout != kLayoutVersion) RETURN_IF_ERROR(MigrateLayout());
+
+  absl::MutexLock lock(&mu_);
   uint64_t stored_next_id = 0;
   RETURN_IF_ERROR(read_meta(kNextIdKey, &stored_next_id));
   uint64_t stored_epoch = 0;
   RETURN_IF_ERROR(read_meta(kLeaseEpochKey, &stored_epoch));
-
-  rocksdb::ReadOptions scan;
-  scan.fill_cache = false;
-  const int64_t now_ms = ToMillis(clock_.Now());
-  uint64_t max_id = 0;
+  uint64_t jobs = 0;
+  RETURN_IF_ERROR(read_meta(kJobCountKey, &jobs));
+  uint64_t dead = 0;
+  RETURN_IF_ERROR(read_meta(kDeadCountKey, &dead));
+  uint64_t fresh_due = 0;
+  RETURN_IF_ERROR(read_meta(kFreshDueKey, &fresh_due));
+  uint64_t fresh_floor = UINT64_MAX;
+  RETURN_IF_ERROR(read_meta(kFreshFloorKey, &fresh_floor));
+  live_jobs_ = std::max<int64_t>(static_cast<int64_t>(jobs), 0);
+  dead_count_ = std::max<int64_t>(static_cast<int64_t>(dead), 0);
+  // The due-time counts: one key per second with jobs due (zero ones are deleted as they
+  // occur, and here if any is left).
+  rocksdb::WriteBatch cleanup;
   {
-    Job job;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, jobs_cf_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != 8 || HeaderSize(it->value()) == 0) {
-        return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_cf_));
+    for (it->Seek("h"); it->Valid() && it->key().starts_with("h"); it->Next()) {
+      if (it->key().size() != 9 || it->value().size() != 8) continue;
+      const auto second = static_cast<int64_t>(DecodeU64(it->key().data() + 1));
+      const auto count = static_cast<int64_t>(DecodeU64(it->value().data()));
+      if (count == 0) {
+        cleanup.Delete(meta_cf_, it->key());
+        continue;
       }
-      const uint64_t id = DecodeU64(it->key().data());
-      const int64_t due_ms = DueOf(it->value());
-      (due_ms <= now_ms ? ready_ : scheduled_).push_back({due_ms, id});
-      max_id = std::max(max_id, id);
-      uint64_t user_hash = 0;
-      if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
-      IndexJobLocked(id, user_hash);
+      due_counts_[second] = count;
+      disk_due_counts_[second] = count;
     }
-    RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the due-time counts"));
   }
-  std::make_heap(ready_.begin(), ready_.end(), LaterFirst());
-  std::make_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, dead_cf_));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != 8) return Malformed(kDeadCf, 0);
-      ++dead_count_;
-      max_id = std::max(max_id, DecodeU64(it->key().data()));
-    }
-    RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
+
+  // The highest id in use: the last key of `jobs` and of `dead` (no scan).
+  uint64_t max_id = 0;
+  for (rocksdb::ColumnFamilyHandle* family : {jobs_cf_, dead_cf_}) {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), family));
+    it->SeekToLast();
+    if (it->Valid() && it->key().size() == 8) max_id = std::max(max_id, DecodeU64(it->key().data()));
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the highest job id"));
   }
   next_id_ = std::max({stored_next_id, max_id + 1, uint64_t{1}});
+  published_id_ = next_id_ - 1;
+  fresh_due_ms_ = static_cast<int64_t>(fresh_due);
+  // No floor yet: a data dir from before fresh records (none exist), or a new one; written below,
+  // before any append.
+  if (fresh_floor == UINT64_MAX) {
+    fresh_floor = next_id_;
+    cleanup.Put(meta_cf_, kFreshFloorKey, U64Bytes(fresh_floor).slice());
+  }
+  fresh_floor_ = fresh_floor;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, audiences_cf_));
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), audiences_cf_));
     it->SeekForPrev(LogKey(UINT64_MAX));
     if (it->Valid() && it->key().size() == 9 && it->key()[0] == 'c') {
       next_log_seq_ = DecodeU64(it->key().data() + 1) + 1;
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "reading the profile change log"));
   }
+  // The window starts empty, its cursor at the first key; the first chunk is read now. Leases
+  // are memory-only: every job leased before the restart is on disk under its key, so it comes
+  // back in order like any other.
+  const size_t window = std::max<size_t>(options_.window_size, 2);
+  page_chunk_ = std::clamp<size_t>(window / 4, 1, 4096);
+  cursor_ = {0, 0};
+  fresh_cursor_id_ = fresh_floor;
+  lease_floor_ = {0, 0};
+  RETURN_IF_ERROR(MaybePageLocked(ToMillis(clock_.Now())));
 
   lease_epoch_ = stored_epoch + 1;
   lease_counter_ = 0;
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  return FromRocks(
-      db_->Put(sync, meta_cf_, kLeaseEpochKey, U64Bytes(lease_epoch_).slice()),
-      "writing the lease epoch");
+  cleanup.Put(meta_cf_, kLeaseEpochKey, U64Bytes(lease_epoch_).slice());
+  return FromRocks(db_->Write(sync, &cleanup), "writing the lease epoch");
+}
+
+absl::Status RocksDbJobStore::MigrateLayout() {
+  // A data dir of an earlier version (or a new one): the `due` keys, the pending index and the
+  // counters are built by one scan, once. Everything is rewritten, so a conversion interrupted
+  // half-way is simply done again.
+  rocksdb::ReadOptions scan;
+  scan.fill_cache = false;
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  rocksdb::WriteBatch batch;
+  int64_t jobs = 0;
+  int64_t dead = 0;
+  size_t pending = 0;
+  absl::btree_map<int64_t, int64_t> due_counts;
+  Job job;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, jobs_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != 8 || HeaderSize(it->value()) == 0) {
+        return Malformed(kJobsCf, it->key().size() == 8 ? DecodeU64(it->key().data()) : 0);
+      }
+      const uint64_t id = DecodeU64(it->key().data());
+      uint64_t user_hash = 0;
+      if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
+      PutJobKeys(DueOf(it->value()), id, user_hash, batch);
+      ++due_counts[SecondOf(DueOf(it->value()))];
+      ++jobs;
+      if (++pending >= kAdminChunk) {
+        RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "converting the data dir"));
+        batch.Clear();
+        pending = 0;
+      }
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "scanning jobs"));
+  }
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, dead_cf_));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) ++dead;
+    RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
+  }
+  batch.Put(meta_cf_, kJobCountKey, U64Bytes(static_cast<uint64_t>(jobs)).slice());
+  batch.Put(meta_cf_, kDeadCountKey, U64Bytes(static_cast<uint64_t>(dead)).slice());
+  // Earlier counts (an interrupted conversion) are replaced.
+  batch.DeleteRange(meta_cf_, "h", "i");
+  for (const auto& [second, count] : due_counts) {
+    batch.Put(meta_cf_, DueCountKey(second), U64Bytes(static_cast<uint64_t>(count)).slice());
+  }
+  batch.Put(meta_cf_, kLayoutKey, U64Bytes(kLayoutVersion).slice());
+  RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), "converting the data dir"));
+  if (jobs > 0 || dead > 0) {
+    common::LogInfo("job store converted to the paged layout",
+                    {{"jobs", jobs}, {"dead_letters", dead}});
+  }
+  return absl::OkStatus();
+}
+
+void RocksDbJobStore::PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash,
+                                 rocksdb::WriteBatch& batch) {
+  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(), rocksdb::Slice());
+  if (user_hash != 0) batch.Put(users_cf_, PendingKeyBytes(user_hash, id).slice(), rocksdb::Slice());
+}
+
+void RocksDbJobStore::DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
+                                    rocksdb::WriteBatch& batch) {
+  if (!fresh) batch.Delete(due_cf_, DueKeyBytes(due_ms, id).slice());
+  if (user_hash != 0) batch.Delete(users_cf_, PendingKeyBytes(user_hash, id).slice());
+}
+
+void RocksDbJobStore::DueCountsInBatchLocked(const DueCountDeltas& deltas,
+                                             rocksdb::WriteBatch& batch) {
+  for (const auto& [second, delta] : deltas) {
+    if (delta == 0) continue;
+    auto [it, inserted] = disk_due_counts_.try_emplace(second, 0);
+    it->second += delta;
+    if (it->second == 0) {
+      disk_due_counts_.erase(it);
+      batch.Delete(meta_cf_, DueCountKey(second));
+    } else {
+      batch.Merge(meta_cf_, DueCountKey(second), U64Bytes(static_cast<uint64_t>(delta)).slice());
+    }
+  }
+}
+
+void RocksDbJobStore::RevertDueCountsLocked(const DueCountDeltas& deltas) {
+  for (const auto& [second, delta] : deltas) {
+    auto [it, inserted] = disk_due_counts_.try_emplace(second, 0);
+    it->second -= delta;
+    if (it->second == 0) disk_due_counts_.erase(it);
+  }
+}
+
+void RocksDbJobStore::CountJobLocked(int64_t due_ms, int64_t delta) {
+  live_jobs_ += delta;
+  const int64_t second = SecondOf(due_ms);
+  auto [it, inserted] = due_counts_.try_emplace(second, 0);
+  it->second += delta;
+  if (it->second == 0) due_counts_.erase(it);
+  if (due_after_second_ != INT64_MIN && second > due_after_second_) due_after_ += delta;
+}
+
+int64_t RocksDbJobStore::DueAfterLocked(int64_t second) {
+  if (due_after_second_ != INT64_MIN && second >= due_after_second_) {
+    // Time moved on: the seconds it passed leave the sum.
+    for (auto it = due_counts_.upper_bound(due_after_second_);
+         it != due_counts_.end() && it->first <= second; ++it) {
+      due_after_ -= it->second;
+    }
+  } else {
+    due_after_ = 0;
+    for (auto it = due_counts_.upper_bound(second); it != due_counts_.end(); ++it) {
+      due_after_ += it->second;
+    }
+  }
+  due_after_second_ = second;
+  return due_after_;
+}
+
+void RocksDbJobStore::CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBatch& batch) {
+  if (jobs != 0) batch.Merge(meta_cf_, kJobCountKey, U64Bytes(static_cast<uint64_t>(jobs)).slice());
+  if (dead != 0) batch.Merge(meta_cf_, kDeadCountKey, U64Bytes(static_cast<uint64_t>(dead)).slice());
 }
 
 // One group commit. Built by the preparer, then owned by the writer until written, then recycled
@@ -727,16 +997,21 @@ struct RocksDbJobStore::Group {
   // Parallel to ops; only the kAppend entries are used.
   std::vector<AppendResult> results;
   std::vector<uint64_t> new_ids;
-  // Parallel to new_ids: UserHash of the job's user.
-  std::vector<uint64_t> new_user_hashes;
   // SeenHash of the sources-seen keys this group writes (cached once written).
   std::vector<uint64_t> seen_hashes;
+  // What the group adds to the persisted due-time counts (reverted if the write fails).
+  RocksDbJobStore::DueCountDeltas due_deltas;
   // The dedup keys this group writes, sorted; views into `ops`.
   std::vector<std::string_view> stored_keys;
   rocksdb::WriteBatch batch;
   int64_t now_ms = 0;
   // Appends need the fsync; settlements alone do not.
   bool sync = false;
+  // The group's appended jobs are fresh records (no `due` keys).
+  bool fresh = false;
+  // The lowest id of a settlement (kPutJob, kDeleteJob, kBury) in the group: its record may
+  // still be fresh on disk until the group is written (set by the preparer, read by the next).
+  uint64_t min_settled_id = UINT64_MAX;
   // Some item was dropped as a duplicate of a key in the group written just before this one; if
   // that write fails, this group must fail too.
   bool depends_on_previous = false;
@@ -748,11 +1023,13 @@ struct RocksDbJobStore::Group {
     ops.clear();
     results.clear();
     new_ids.clear();
-    new_user_hashes.clear();
     seen_hashes.clear();
+    due_deltas.clear();
     stored_keys.clear();
     batch.Clear();
     sync = false;
+    fresh = false;
+    min_settled_id = UINT64_MAX;
     depends_on_previous = false;
     duplicates = 0;
     settlements = 0;
@@ -963,6 +1240,9 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
     group.batch.Put(dedup_cf_, rocksdb::Slice(key.data(), key.size()), now_value.slice());
   }
   std::vector<std::pair<std::string, const std::string*>> profile_merges;
+  // Appended jobs are fresh unless the clock went back below the newest fresh record's due time
+  // (then they get `due` keys like retries, so that fresh records stay in due order by id).
+  group.fresh = now_ms >= fresh_due_ms_;
   for (size_t o = 0; o < ops.size(); ++o) {
     if (ops[o].kind != Kind::kAppend) continue;
     for (size_t i = 0; i < ops[o].items.size(); ++i) {
@@ -989,11 +1269,19 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         const uint64_t id = next_id_++;
         job.set_id(id);
         job.set_due_unix_ms(now_ms);
-        EncodeJobValue(job, &scratch_);
+        EncodeJobValue(job, &scratch_, group.fresh);
         group.batch.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
+        const uint64_t job_user =
+            job.user_id() == item.user_id ? user_hash : UserHash(job.user_id());
+        if (group.fresh) {
+          // No `due` key: the pager finds a fresh record by its id.
+          if (job_user != 0) {
+            group.batch.Put(users_cf_, PendingKeyBytes(job_user, id).slice(), rocksdb::Slice());
+          }
+        } else {
+          PutJobKeys(now_ms, id, job_user, group.batch);
+        }
         group.new_ids.push_back(id);
-        group.new_user_hashes.push_back(job.user_id() == item.user_id ? user_hash
-                                                                      : UserHash(job.user_id()));
       }
     }
   }
@@ -1006,42 +1294,66 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
   // completed (and deleted) before it.
   if (!group.new_ids.empty()) {
     group.batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+    if (group.fresh && now_ms != fresh_due_ms_) {
+      fresh_due_ms_ = now_ms;
+      group.batch.Put(meta_cf_, kFreshDueKey, U64Bytes(static_cast<uint64_t>(now_ms)).slice());
+    }
   }
-  group.sync = group.batch.Count() > 0;
+  group.sync = group.batch.Count() > 0;  // Appends (and dedup keys) need the fsync.
+  int64_t jobs_delta = static_cast<int64_t>(group.new_ids.size());
+  int64_t dead_delta = 0;
+  DueCountDeltas& due_deltas = group.due_deltas;
+  if (!group.new_ids.empty()) due_deltas[SecondOf(now_ms)] += jobs_delta;
 
   absl::MutexLock lock(&mu_);
-  // The user index takes the new jobs now, off the writer's path (a deletion only runs once
-  // this group is written; if the write fails, the writer removes them again).
-  for (size_t j = 0; j < group.new_ids.size(); ++j) {
-    IndexJobLocked(group.new_ids[j], group.new_user_hashes[j]);
-  }
   for (WriteOp& op : ops) {
+    if (op.kind == Kind::kPutJob || op.kind == Kind::kDeleteJob || op.kind == Kind::kBury) {
+      group.min_settled_id = std::min(group.min_settled_id, op.id);
+    }
     switch (op.kind) {
       case Kind::kPutJob: {
-        // Skipped when a later settlement or PurgeUser has superseded this record.
+        // The key the job was leased under goes in any case (a superseded rewrite's successor
+        // deletes only its own old key). The record and its new key are skipped when a later
+        // settlement or a deletion has superseded this one.
+        if (!op.fresh) group.batch.Delete(due_cf_, DueKeyBytes(op.due_ms, op.id).slice());
         auto it = overlay_.find(op.id);
         if (it != overlay_.end() && it->second.seq == op.seq) {
+          const int64_t new_due = DueOf(it->second.value);
           group.batch.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
-          ++group.settlements;
+          group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(), rocksdb::Slice());
+          // The record on disk moves from its due time to the new one.
+          op.disk_due_ms = it->second.disk_due_ms;
+          --due_deltas[SecondOf(op.disk_due_ms)];
+          ++due_deltas[SecondOf(new_due)];
+          it->second.disk_due_ms = new_due;
         } else {
           op.seq = 0;
         }
+        ++group.settlements;
         break;
       }
       case Kind::kDeleteJob:
-        if (!purged_ended_.empty()) purged_ended_.erase(op.id);
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
+        DeleteJobKeys(op.due_ms, op.id, op.user_hash, op.fresh, group.batch);
+        if (!op.purged) {
+          --jobs_delta;
+          --due_deltas[SecondOf(op.disk_due_ms)];
+        }
         ++group.settlements;
         break;
       case Kind::kBury:
         // A job purged while it was being buried leaves no dead letter.
-        if (!purged_ended_.empty() && purged_ended_.erase(op.id) > 0) {
+        if (op.purged) {
           --dead_count_;
         } else {
           group.batch.Put(dead_cf_, U64Bytes(op.id).slice(), op.value);
           if (!op.index_key.empty()) group.batch.Put(users_cf_, op.index_key, rocksdb::Slice());
+          --jobs_delta;
+          ++dead_delta;
+          --due_deltas[SecondOf(op.disk_due_ms)];
         }
         group.batch.Delete(jobs_cf_, U64Bytes(op.id).slice());
+        DeleteJobKeys(op.due_ms, op.id, op.user_hash, op.fresh, group.batch);
         ++group.settlements;
         break;
       case Kind::kAppend:
@@ -1051,6 +1363,44 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         break;
     }
   }
+  CountInBatch(jobs_delta, dead_delta, group.batch);
+  DueCountsInBatchLocked(due_deltas, group.batch);
+  MaybePutFreshFloorLocked(group, inflight);
+}
+
+void RocksDbJobStore::MaybePutFreshFloorLocked(Group& group, const Group* inflight) {
+  // Written in this group's batch, the floor must be below every fresh record still on disk once
+  // the batch is: those of jobs queued (window, or beyond the cursor), leased, settling, with a
+  // retry not yet written, or with a settlement not yet written: in the group being written
+  // (which could fail and be queued again) or queued for a later group. Settlements in this
+  // group are written with the floor.
+  if (group.now_ms < next_floor_ms_ || !writable_.load(std::memory_order_relaxed)) return;
+  next_floor_ms_ = group.now_ms + 1000;
+  uint64_t floor = std::min(published_id_ + 1, fresh_cursor_id_);
+  if (inflight != nullptr) floor = std::min(floor, inflight->min_settled_id);
+  {
+    absl::MutexLock lock(&queue_mu_);
+    for (const WriteOp& op : queue_) {
+      if (op.kind == WriteOp::Kind::kPutJob || op.kind == WriteOp::Kind::kDeleteJob ||
+          op.kind == WriteOp::Kind::kBury) {
+        floor = std::min(floor, op.id);
+      }
+    }
+  }
+  for (const std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
+    for (const QueuedJob& job : *heap) {
+      if (job.fresh) floor = std::min(floor, job.id);
+    }
+  }
+  for (const auto& [id, info] : leased_) {
+    if (info.fresh) floor = std::min(floor, id);
+  }
+  for (uint64_t id : settling_) floor = std::min(floor, id);
+  for (const auto& [id, record] : overlay_) floor = std::min(floor, id);
+  if (floor <= fresh_floor_) return;
+  // If this write fails, the floor on disk stays lower: only more records are stepped over.
+  fresh_floor_ = floor;
+  group.batch.Put(meta_cf_, kFreshFloorKey, U64Bytes(floor).slice());
 }
 
 void RocksDbJobStore::WriteLoop() {
@@ -1105,11 +1455,21 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       seen_cache_[seen & (kSeenCacheSlots - 1)].store(seen, std::memory_order_relaxed);
     }
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : group.new_ids) PushQueuedLocked(group.now_ms, id, group.now_ms);
+    for (uint64_t id : group.new_ids) {
+      QueueLocked(group.now_ms, id, group.now_ms, /*dirty=*/false, group.fresh);
+    }
+    if (!group.new_ids.empty()) {
+      published_id_ = std::max(published_id_, group.new_ids.back());
+      CountJobLocked(group.now_ms, static_cast<int64_t>(group.new_ids.size()));
+    }
     for (const WriteOp& op : group.ops) {
       if (op.kind != Kind::kPutJob || op.seq == 0) continue;
       auto it = overlay_.find(op.id);
-      if (it != overlay_.end() && it->second.seq == op.seq) overlay_.erase(it);
+      if (it != overlay_.end() && it->second.seq == op.seq) {
+        // Its `due` key is written: a parked entry is found by the pager from now on.
+        if (!parked_.empty()) parked_.erase(QueuedJob{DueOf(it->second.value), op.id});
+        overlay_.erase(it);
+      }
     }
   }
   if (group.status.ok() && group.duplicates > 0 && metrics_.duplicates != nullptr) {
@@ -1119,9 +1479,14 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   // Settlements of a failed group are written again (their in-memory effect already happened;
   // only the disk is behind): once the store has recovered, or with the next group when the
   // failure was not the disk's.
-  if (!group.status.ok() && !group.new_ids.empty()) {
+  if (!group.status.ok()) {
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : group.new_ids) ForgetJobLocked(id);
+    RevertDueCountsLocked(group.due_deltas);
+    for (const WriteOp& op : group.ops) {
+      if (op.kind != Kind::kPutJob || op.seq == 0) continue;
+      auto it = overlay_.find(op.id);
+      if (it != overlay_.end() && it->second.seq == op.seq) it->second.disk_due_ms = op.disk_due_ms;
+    }
   }
   if (!group.status.ok()) {
     std::vector<WriteOp> again;
@@ -1156,10 +1521,156 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   }
 }
 
-void RocksDbJobStore::PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms) {
-  std::vector<QueuedJob>& heap = due_ms <= now_ms ? ready_ : scheduled_;
-  heap.push_back({due_ms, id});
+void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
+  std::vector<QueuedJob>& heap = job.due_ms <= now_ms ? ready_ : scheduled_;
+  heap.push_back(job);
   std::push_heap(heap.begin(), heap.end(), LaterFirst());
+}
+
+void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty,
+                                  bool fresh) {
+  const QueuedJob job{due_ms, id, fresh};
+  if (job < cursor_) {
+    // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
+    // (publications come in id order, and no fresh record between is on disk only: its key
+    // would be below this one's, hence below the cursor).
+    if (fresh) fresh_cursor_id_ = std::max(fresh_cursor_id_, id + 1);
+    PushQueuedLocked(job, now_ms);
+    if (WindowSizeLocked() > std::max<size_t>(options_.window_size, 2)) ShrinkWindowLocked();
+  } else if (dirty) {
+    parked_.insert(job);
+  }
+  // Else its `due` key is written and at or above the cursor: the pager reads it in its turn.
+}
+
+void RocksDbJobStore::ShrinkWindowLocked() {
+  const size_t window = std::max<size_t>(options_.window_size, 2);
+  std::vector<QueuedJob> all;
+  all.reserve(WindowSizeLocked());
+  all.insert(all.end(), ready_.begin(), ready_.end());
+  all.insert(all.end(), scheduled_.begin(), scheduled_.end());
+  const size_t keep = window / 2;
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
+  // Keys below the lease floor stay: the cursor never goes below it.
+  QueuedJob cut = std::max(all[keep], lease_floor_);
+  cut.fresh = false;
+  if (!(cut < cursor_)) return;
+  // The lowest fresh record evicted is where the pager reads fresh records again.
+  uint64_t fresh_from = fresh_cursor_id_;
+  auto evict = [&](std::vector<QueuedJob>& heap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    heap.erase(std::remove_if(heap.begin(), heap.end(),
+                              [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                if (job < cut) return false;
+                                if (job.fresh) fresh_from = std::min(fresh_from, job.id);
+                                // A retry not yet written has no `due` key to page it back in.
+                                if (overlay_.contains(job.id)) parked_.insert(job);
+                                return true;
+                              }),
+               heap.end());
+    std::make_heap(heap.begin(), heap.end(), LaterFirst());
+  };
+  evict(ready_);
+  evict(scheduled_);
+  cursor_ = cut;
+  fresh_cursor_id_ = fresh_from;
+}
+
+absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
+  constexpr QueuedJob kEnd{INT64_MAX, UINT64_MAX};
+  if (!(cursor_ < kEnd)) return absl::OkStatus();
+  const size_t window = std::max<size_t>(options_.window_size, 2);
+  if (WindowSizeLocked() + page_chunk_ > window) return absl::OkStatus();
+  // Two ordered streams are merged: the `due` keys (retried, replayed and other keyed jobs) from
+  // the cursor, and the fresh records (in (due, id) order by id) from fresh_cursor_id_.
+  // Under mu_: every write published before this point is in the iterators' snapshot, and every
+  // one published after it is queued by its publication (appends, replays) or waits in parked_
+  // (retries) until its key is written.
+  std::vector<QueuedJob> got;
+  got.reserve(page_chunk_);
+  QueuedJob next_due = kEnd;
+  rocksdb::ReadOptions read;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, due_cf_));
+    size_t n = 0;
+    for (it->Seek(DueKeyBytes(cursor_.due_ms, cursor_.id).slice()); it->Valid(); it->Next()) {
+      if (it->key().size() != 16) return Malformed(kDueCf, 0);
+      const QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
+                          DecodeU64(it->key().data() + 8)};
+      if (n == page_chunk_) {
+        next_due = job;
+        break;
+      }
+      ++n;
+      if (job.id > published_id_ || (!unpublished_.empty() && unpublished_.contains(job.id))) {
+        continue;  // Queued by its publication.
+      }
+      got.push_back(job);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "paging in due jobs"));
+  }
+  // Fresh records below next_due, at most a chunk. Records rewritten by a retry (no longer
+  // fresh) are stepped over; unpublished ones end the stream (their publication queues them).
+  QueuedJob next_fresh = kEnd;
+  uint64_t fresh_end = fresh_cursor_id_;  // Where the fresh stream stopped.
+  const size_t keyed = got.size();
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, jobs_cf_));
+    size_t n = 0;
+    for (it->Seek(U64Bytes(fresh_cursor_id_).slice()); it->Valid(); it->Next()) {
+      if (it->key().size() != 8) return Malformed(kJobsCf, 0);
+      const uint64_t id = DecodeU64(it->key().data());
+      fresh_end = id;
+      if (id > published_id_) break;
+      fresh_end = id + 1;
+      if (!IsFresh(it->value())) continue;
+      const QueuedJob job{DueOf(it->value()), id, true};
+      if (n == page_chunk_ || !(job < next_due)) {
+        next_fresh = job;
+        fresh_end = id;
+        break;
+      }
+      ++n;
+      got.push_back(job);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
+  }
+  // Merge; what is beyond a chunk stays on disk, and the cursor moves to the first key not taken.
+  std::inplace_merge(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(keyed), got.end());
+  QueuedJob next = std::min(next_due, next_fresh);
+  if (got.size() > page_chunk_) {
+    next = std::min(next, got[page_chunk_]);
+    for (size_t i = page_chunk_; i < got.size(); ++i) {
+      if (got[i].fresh) {
+        fresh_end = got[i].id;  // The lowest fresh record left on disk.
+        break;
+      }
+    }
+    got.resize(page_chunk_);
+  }
+  while (!parked_.empty() && *parked_.begin() < next) {
+    got.push_back(*parked_.begin());
+    parked_.erase(parked_.begin());
+  }
+  std::sort(got.begin(), got.end());
+  got.erase(std::unique(got.begin(), got.end(),
+                        [](const QueuedJob& a, const QueuedJob& b) {
+                          return a.due_ms == b.due_ms && a.id == b.id;
+                        }),
+            got.end());
+  cursor_ = next;
+  fresh_cursor_id_ = fresh_end;
+  for (const QueuedJob& job : got) PushQueuedLocked(job, now_ms);
+  return absl::OkStatus();
+}
+
+void RocksDbJobStore::EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>& ids) {
+  if (ids.empty()) return;
+  for (std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
+    heap->erase(std::remove_if(heap->begin(), heap->end(),
+                               [&](const QueuedJob& job) { return ids.contains(job.id); }),
+                heap->end());
+    std::make_heap(heap->begin(), heap->end(), LaterFirst());
+  }
 }
 
 void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
@@ -1167,73 +1678,9 @@ void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
     std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
     const QueuedJob job = scheduled_.back();
     scheduled_.pop_back();
-    if (!purged_scheduled_.empty() && purged_scheduled_.erase(job.id) > 0) continue;
     ready_.push_back(job);
     std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
   }
-}
-
-void RocksDbJobStore::PopTombstonesLocked() {
-  while (!ready_.empty() && !purged_ready_.empty() && purged_ready_.erase(ready_.front().id) > 0) {
-    std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
-    ready_.pop_back();
-  }
-  while (!scheduled_.empty() && !purged_scheduled_.empty() &&
-         purged_scheduled_.erase(scheduled_.front().id) > 0) {
-    std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
-    scheduled_.pop_back();
-  }
-}
-
-bool RocksDbJobStore::IndexedLocked(uint64_t id) const {
-  auto it = indexed_words_.find(id >> 6);
-  return it != indexed_words_.end() && (it->second >> (id & 63)) & 1;
-}
-
-void RocksDbJobStore::IndexJobLocked(uint64_t id, uint64_t user_hash) {
-  if (user_hash == 0) return;
-  indexed_words_[id >> 6] |= uint64_t{1} << (id & 63);
-  ++indexed_live_;
-  ++indexed_listed_;
-  UserJobs& user = user_jobs_[user_hash];
-  user.ids.push_back(id);
-  // A user's list drops its ended ids once it has doubled since the last time: amortised O(1).
-  if (user.ids.size() >= 2 * user.compacted_size + 16) {
-    const size_t before = user.ids.size();
-    user.ids.erase(std::remove_if(user.ids.begin(), user.ids.end(),
-                                  [this](uint64_t j) { return !IndexedLocked(j); }),
-                   user.ids.end());
-    indexed_listed_ -= before - user.ids.size();
-    user.compacted_size = user.ids.size();
-  }
-  // Every list together holds at most about twice the live ids: users whose jobs all ended
-  // are dropped by a sweep, amortised over the ids indexed since the last one.
-  if (indexed_listed_ > 2 * indexed_live_ + 65536) {
-    for (auto it = user_jobs_.begin(); it != user_jobs_.end();) {
-      auto& list = it->second.ids;
-      it->second.compacted_size = 0;
-      const size_t before = list.size();
-      list.erase(std::remove_if(list.begin(), list.end(),
-                                [this](uint64_t j) { return !IndexedLocked(j); }),
-                 list.end());
-      indexed_listed_ -= before - list.size();
-      if (list.empty()) {
-        user_jobs_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-}
-
-void RocksDbJobStore::ForgetJobLocked(uint64_t id) {
-  auto it = indexed_words_.find(id >> 6);
-  if (it == indexed_words_.end()) return;
-  const uint64_t bit = uint64_t{1} << (id & 63);
-  if ((it->second & bit) == 0) return;
-  it->second &= ~bit;
-  if (it->second == 0) indexed_words_.erase(it);
-  --indexed_live_;
 }
 
 void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
@@ -1242,10 +1689,18 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     lease_deadlines_.erase(lease_deadlines_.begin());
     auto it = leased_.find(id);
     HOOKRELAY_CHECK(it != leased_.end(), "a lease deadline without its lease");
-    // A leased job was due when leased, so it goes back to ready at its old place in line.
-    ready_.push_back({it->second.due_ms, id});
-    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    const int64_t due_ms = it->second.due_ms;
+    const bool fresh = it->second.fresh;
     leased_.erase(it);
+    // A job purged while leased has no record left: it ends here.
+    if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) {
+      CountJobLocked(due_ms, -1);
+      continue;
+    }
+    // A leased job was due when leased, so it goes back to ready at its old place in line (below
+    // the lease floor, hence below the cursor).
+    ready_.push_back({due_ms, id, fresh});
+    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
   }
 }
 
@@ -1283,23 +1738,34 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
   std::vector<Pick> picks;
   {
     absl::MutexLock lock(&mu_);
+    const int64_t now_ms = ToMillis(now);
     ExpireLeasesLocked(now);
-    PromoteDueLocked(ToMillis(now));
+    PromoteDueLocked(now_ms);
+    absl::Status paged = MaybePageLocked(now_ms);
     picks.reserve(std::min(max, ready_.size()));
-    while (picks.size() < max && !ready_.empty()) {
+    while (picks.size() < max && paged.ok()) {
+      if (ready_.empty()) {
+        // The window ran dry: page in more while the next keys on disk may be due.
+        const QueuedJob before = cursor_;
+        if (now_ms < cursor_.due_ms) break;
+        paged = MaybePageLocked(now_ms);
+        if (ready_.empty() && !(before < cursor_)) break;
+        continue;
+      }
       std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
       const QueuedJob job = ready_.back();
       ready_.pop_back();
-      if (!purged_ready_.empty() && purged_ready_.erase(job.id) > 0) continue;
       const uint64_t lease = NextLeaseLocked();
-      leased_[job.id] = {lease, deadline, job.due_ms};
+      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh};
       lease_deadlines_.emplace(deadline, job.id);
+      lease_floor_ = std::max(lease_floor_, QueuedJob{job.due_ms, job.id + 1});
       Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
       if (auto it = overlay_.find(job.id); it != overlay_.end()) {
         pick.overlay = it->second.value;
         pick.from_overlay = true;
       }
     }
+    if (picks.empty() && !paged.ok()) return paged;
   }
   if (picks.empty()) return out;
 
@@ -1325,7 +1791,10 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
   }
 
   std::vector<const Pick*> dropped;
+  std::vector<const Pick*> malformed;
+  std::vector<uint64_t> user_hashes;
   out.reserve(picks.size());
+  user_hashes.reserve(picks.size());
   size_t k = 0;
   for (const Pick& pick : picks) {
     rocksdb::Slice value;
@@ -1339,45 +1808,68 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
     }
     if (!read_error.ok()) continue;
     LeasedJob& leased = out.emplace_back();
-    // Not found: purged after it was picked. Unparsable: cannot be delivered; it is dropped from
-    // memory (it stays on disk).
-    if (!found || !ParseJobValue(value, &leased.job)) {
+    // Not found: purged after it was picked. A record due at another time: the key was left
+    // behind by a settlement whose write was lost (the job has its own key). Both are dropped.
+    // Unparsable: cannot be delivered; it is dropped from memory (it stays on disk).
+    if (!found || (!pick.from_overlay && DueOf(value) != pick.job.due_ms)) {
       out.pop_back();
       dropped.push_back(&pick);
       continue;
     }
+    if (!ParseJobValue(value, &leased.job)) {
+      out.pop_back();
+      malformed.push_back(&pick);
+      continue;
+    }
     leased.lease = pick.lease;
     leased.deadline = deadline;
+    user_hashes.push_back(HeaderSize(value) == kUserHeaderSize ? DecodeU64(value.data() + 8)
+                                                                : UserHash(leased.job.user_id()));
   }
-  if (!read_error.ok() || !dropped.empty()) {
-    absl::MutexLock lock(&mu_);
-    auto release = [&](const Pick& pick, bool back_to_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto it = leased_.find(pick.job.id);
-      if (it == leased_.end() || it->second.lease != pick.lease) return;
-      lease_deadlines_.erase({it->second.deadline, pick.job.id});
-      leased_.erase(it);
-      if (back_to_ready) {
-        ready_.push_back(pick.job);
-        std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
-      } else {
-        ForgetJobLocked(pick.job.id);
-      }
-    };
-    if (!read_error.ok()) {
-      for (const Pick& pick : picks) release(pick, /*back_to_ready=*/true);
-      return read_error;
+  absl::MutexLock lock(&mu_);
+  auto release = [&](const Pick& pick, bool back_to_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = leased_.find(pick.job.id);
+    if (it == leased_.end() || it->second.lease != pick.lease) return false;
+    lease_deadlines_.erase({it->second.deadline, pick.job.id});
+    leased_.erase(it);
+    if (back_to_ready) {
+      ready_.push_back(pick.job);
+      std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
     }
-    for (const Pick* pick : dropped) release(*pick, /*back_to_ready=*/false);
+    return true;
+  };
+  if (!read_error.ok()) {
+    for (const Pick& pick : picks) release(pick, /*back_to_ready=*/true);
+    return read_error;
+  }
+  for (const Pick* pick : dropped) {
+    // Gone (its deletion counts it unless it was leased then) or an orphaned key (no job).
+    if (release(*pick, /*back_to_ready=*/false) && purged_leased_.erase(pick->job.id) > 0) {
+      CountJobLocked(pick->job.due_ms, -1);
+    }
+  }
+  for (const Pick* pick : malformed) {
+    if (release(*pick, /*back_to_ready=*/false)) {
+      purged_leased_.erase(pick->job.id);
+      CountJobLocked(pick->job.due_ms, -1);
+    }
+  }
+  // The user hash, for the pending-index key that the job's settlement deletes.
+  for (size_t j = 0; j < out.size(); ++j) {
+    auto it = leased_.find(out[j].job.id());
+    if (it != leased_.end() && it->second.lease == out[j].lease) {
+      it->second.user_hash = user_hashes[j];
+    }
   }
   return out;
 }
 
 RocksDbJobStore::LeaseCheck RocksDbJobStore::EndLeaseLocked(uint64_t job_id, uint64_t lease,
-                                                            int64_t* due_ms) {
+                                                            LeaseInfo* info) {
   auto it = leased_.find(job_id);
   if (it == leased_.end()) return LeaseCheck::kNotLeased;
   if (it->second.lease != lease) return LeaseCheck::kOtherLease;
-  if (due_ms != nullptr) *due_ms = it->second.due_ms;
+  *info = it->second;
   lease_deadlines_.erase({it->second.deadline, job_id});
   leased_.erase(it);
   return LeaseCheck::kOk;
@@ -1402,15 +1894,25 @@ absl::Status RocksDbJobStore::RefusedLease(uint64_t job_id, uint64_t lease, Leas
 
 absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
   LeaseCheck check;
+  LeaseInfo info;
   {
     absl::MutexLock lock(&mu_);
-    check = EndLeaseLocked(job_id, lease, nullptr);
+    check = EndLeaseLocked(job_id, lease, &info);
     if (check == LeaseCheck::kOk) {
-      overlay_.erase(job_id);
-      ForgetJobLocked(job_id);
       WriteOp op;
       op.kind = WriteOp::Kind::kDeleteJob;
       op.id = job_id;
+      op.due_ms = info.due_ms;
+      op.user_hash = info.user_hash;
+      op.fresh = info.fresh;
+      op.disk_due_ms = info.due_ms;
+      if (auto it = overlay_.find(job_id); it != overlay_.end()) {
+        op.disk_due_ms = it->second.disk_due_ms;  // Its rewrite is skipped.
+        overlay_.erase(it);
+      }
+      // A job purged while leased: its deletion removed the record and counted it on disk.
+      op.purged = !purged_leased_.empty() && purged_leased_.erase(job_id) > 0;
+      CountJobLocked(info.due_ms, -1);
       Enqueue(std::move(op));
       return absl::OkStatus();
     }
@@ -1418,14 +1920,14 @@ absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
   return RefusedLease(job_id, lease, check);
 }
 
-absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease) {
+absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease,
+                                                 LeaseInfo* info) {
   LeaseCheck check;
-  int64_t due_ms = 0;
   std::string value;
   bool have_value = false;
   {
     absl::MutexLock lock(&mu_);
-    check = EndLeaseLocked(job_id, lease, &due_ms);
+    check = EndLeaseLocked(job_id, lease, info);
     if (check == LeaseCheck::kOk) {
       settling_.insert(job_id);
       if (auto it = overlay_.find(job_id); it != overlay_.end()) {
@@ -1438,11 +1940,13 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
 
   absl::Status status;
   bool read_error = false;
+  bool not_found = false;
   if (!have_value) {
     rocksdb::Status s =
         db_->Get(rocksdb::ReadOptions(), jobs_cf_, U64Bytes(job_id).slice(), &value);
     if (s.IsNotFound()) {
       status = absl::NotFoundError(absl::StrFormat("job %d not found", job_id));
+      not_found = true;
     } else if (!s.ok()) {
       status = FromRocks(s, "reading a job");
       read_error = true;
@@ -1452,13 +1956,16 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
   if (status.ok() && !ParseJobValue(value, &job)) status = Malformed(kJobsCf, job_id);
   if (!status.ok()) {
     absl::MutexLock lock(&mu_);
-    // A read error leaves the job as it was: ready again (at-least-once). A missing or broken
-    // record cannot be delivered; the job is dropped from memory.
-    if (settling_.erase(job_id) > 0 && read_error) {
-      ready_.push_back({due_ms, job_id});
+    // A read error leaves the job as it was: ready again (at-least-once). A missing record was
+    // purged (its deletion counted it); a broken one cannot be delivered and is dropped.
+    const bool mine = settling_.erase(job_id) > 0;
+    const bool purged = purged_leased_.erase(job_id) > 0;
+    if (mine && read_error) {
+      ready_.push_back({info->due_ms, job_id, info->fresh});
       std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
-    } else if (!read_error) {
-      ForgetJobLocked(job_id);
+    } else if (mine && (purged || !not_found)) {
+      // Purged while leased, or broken. (Missing otherwise: its deletion counts it.)
+      CountJobLocked(info->due_ms, -1);
     }
     return status;
   }
@@ -1467,7 +1974,8 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
 
 absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                                    const hookrelay::v1::Attempt& attempt) {
-  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease));
+  LeaseInfo info;
+  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease, &info));
   const int64_t now_ms = ToMillis(clock_.Now());
   RecordAttempt(attempt, now_ms, job);
   job.set_due_unix_ms(ToMillis(not_before));
@@ -1479,19 +1987,28 @@ absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time 
     return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
   }
   const uint64_t seq = ++overlay_seq_;
-  overlay_[job_id] = PendingRecord{seq, std::move(value)};
-  PushQueuedLocked(job.due_unix_ms(), job_id, now_ms);
+  PendingRecord& pending = overlay_[job_id];
+  // A rewrite not yet written leaves the record on disk where it was.
+  if (pending.seq == 0) pending.disk_due_ms = info.due_ms;
+  pending.seq = seq;
+  pending.value = std::move(value);
+  CountJobLocked(info.due_ms, -1);
+  CountJobLocked(job.due_unix_ms(), +1);
+  QueueLocked(job.due_unix_ms(), job_id, now_ms, /*dirty=*/true);
   WriteOp op;
   op.kind = WriteOp::Kind::kPutJob;
   op.id = job_id;
   op.seq = seq;
+  op.due_ms = info.due_ms;
+  op.fresh = info.fresh;
   Enqueue(std::move(op));
   return absl::OkStatus();
 }
 
 absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
                                   const hookrelay::v1::Attempt& attempt) {
-  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease));
+  LeaseInfo info;
+  ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease, &info));
   const int64_t now_ms = ToMillis(clock_.Now());
   RecordAttempt(attempt, now_ms, job);
   job.set_dead_reason(std::string(reason));
@@ -1500,14 +2017,21 @@ absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_
   WriteOp op;
   op.kind = WriteOp::Kind::kBury;
   op.id = job_id;
+  op.due_ms = info.due_ms;
+  op.user_hash = info.user_hash;
+  op.fresh = info.fresh;
   job.SerializeToString(&op.value);
   if (!job.user_id().empty()) op.index_key = DeadIndexKey(job.user_id(), job.source_id(), job_id);
   absl::MutexLock lock(&mu_);
   if (settling_.erase(job_id) == 0) {
     return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
   }
-  overlay_.erase(job_id);
-  ForgetJobLocked(job_id);
+  op.disk_due_ms = info.due_ms;
+  if (auto it = overlay_.find(job_id); it != overlay_.end()) {
+    op.disk_due_ms = it->second.disk_due_ms;
+    overlay_.erase(it);
+  }
+  CountJobLocked(info.due_ms, -1);
   ++dead_count_;
   Enqueue(std::move(op));
   return absl::OkStatus();
@@ -1545,15 +2069,25 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   std::string value;
   auto write_chunk = [&]() -> absl::Status {
     if (ids.empty()) return absl::OkStatus();
-    if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) {
+    const auto n = static_cast<int64_t>(ids.size());
+    CountInBatch(n, -n, batch);
+    const DueCountDeltas deltas = {{SecondOf(now_ms), n}};
+    {
+      // The pager must not read these keys before they are published below.
+      absl::MutexLock lock(&mu_);
+      unpublished_.insert(ids.begin(), ids.end());
+      DueCountsInBatchLocked(deltas, batch);
+    }
+    const rocksdb::Status s = db_->Write(sync, &batch);
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : ids) unpublished_.erase(id);
+    if (!s.ok()) {
+      RevertDueCountsLocked(deltas);
       return WriteFailed(s, "replaying dead letters");
     }
-    absl::MutexLock lock(&mu_);
-    for (size_t j = 0; j < ids.size(); ++j) {
-      PushQueuedLocked(now_ms, ids[j], now_ms);
-      IndexJobLocked(ids[j], user_hashes[j]);
-    }
-    dead_count_ -= static_cast<int64_t>(ids.size());
+    for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    CountJobLocked(now_ms, n);
+    dead_count_ -= n;
     replayed += ids.size();
     ids.clear();
     user_hashes.clear();
@@ -1576,6 +2110,7 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, it->key(), value);
+    PutJobKeys(now_ms, job.id(), UserHash(job.user_id()), batch);
     batch.Delete(dead_cf_, it->key());
     if (!job.user_id().empty()) {
       batch.Delete(users_cf_, DeadIndexKey(job.user_id(), job.source_id(), job.id()));
@@ -1670,21 +2205,31 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   RETURN_IF_ERROR(FlushAppendOnly(profiles_cf_, "flushing profiles"));
   rocksdb::WriteBatch batch;
 
-  // 1. The user's pending jobs: candidates from the in-memory index, checked against their
-  // records (the pending rewrite of a retried job when there is one; hash collisions and other
-  // sources are filtered out here).
+  // 1. The user's pending jobs: candidates from the pending index ("p" keys of the user's
+  // hash), checked against their records (the pending rewrite of a retried job when there is
+  // one; hash collisions and other sources are filtered out here).
+  std::vector<uint64_t> listed;
+  {
+    const PendingKeyBytes first(user_hash, 0);
+    const rocksdb::Slice prefix(first.slice().data(), 9);
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), users_cf_));
+    for (it->Seek(first.slice()); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      if (it->key().size() != 17) return Malformed(kUsersCf, 0);
+      listed.push_back(DecodeU64(it->key().data() + 9));
+      ++touched;
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "reading the pending index"));
+    ++touched;  // The seek that ends the range.
+  }
   std::vector<uint64_t> candidates;
-  absl::flat_hash_map<uint64_t, std::string> overlay;
+  absl::flat_hash_map<uint64_t, PendingRecord> overlay;
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = user_jobs_.find(user_hash); it != user_jobs_.end()) {
-      for (uint64_t id : it->second.ids) {
-        if (!IndexedLocked(id)) continue;
-        if (auto o = overlay_.find(id); o != overlay_.end()) {
-          overlay.emplace(id, o->second.value);
-        } else {
-          candidates.push_back(id);
-        }
+    for (uint64_t id : listed) {
+      if (auto o = overlay_.find(id); o != overlay_.end()) {
+        overlay.emplace(id, o->second);
+      } else {
+        candidates.push_back(id);
       }
     }
   }
@@ -1693,7 +2238,10 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     int64_t due_ms;
   };
   std::vector<Purged> purged;
-  auto consider = [&](uint64_t id, rocksdb::Slice value) -> absl::Status {
+  DueCountDeltas due_deltas;
+  // `disk_due_ms`: the due time of the record on disk (the persisted counts follow it).
+  auto consider = [&](uint64_t id, rocksdb::Slice value,
+                      std::optional<int64_t> disk_due_ms) -> absl::Status {
     Job job;
     if (!ParseJobValue(value, &job)) return Malformed(kJobsCf, id);
     if (job.user_id() != user || !sources.contains(job.source_id()) ||
@@ -1701,8 +2249,12 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
       return absl::OkStatus();
     }
     batch.Delete(jobs_cf_, U64Bytes(id).slice());
+    // The key of this record; a superseded key of a pending retry is deleted by that retry's
+    // (skipped) write.
+    DeleteJobKeys(job.due_unix_ms(), id, user_hash, IsFresh(value), batch);
     ++touched;
     purged.push_back({id, job.due_unix_ms()});
+    --due_deltas[SecondOf(disk_due_ms.value_or(job.due_unix_ms()))];
     return absl::OkStatus();
   };
   if (!candidates.empty()) {
@@ -1720,10 +2272,12 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     for (size_t k = 0; k < keys.size(); ++k) {
       if (statuses[k].IsNotFound()) continue;  // Ended meanwhile.
       RETURN_IF_ERROR(FromRocks(statuses[k], "reading the user's jobs"));
-      RETURN_IF_ERROR(consider(candidates[k], values[k]));
+      RETURN_IF_ERROR(consider(candidates[k], values[k], std::nullopt));
     }
   }
-  for (const auto& [id, value] : overlay) RETURN_IF_ERROR(consider(id, value));
+  for (const auto& [id, pending] : overlay) {
+    RETURN_IF_ERROR(consider(id, pending.value, pending.disk_due_ms));
+  }
 
   // 2. The user's dead letters of those sources, and the sources-seen entries.
   size_t dead = 0;
@@ -1780,6 +2334,9 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   const int64_t now_ms = ToMillis(clock_.Now());
   const std::vector<uint64_t> new_ids = PutNewJobs(plan.notifications, now_ms, batch);
   touched += new_ids.size();
+  due_deltas[SecondOf(now_ms)] += static_cast<int64_t>(new_ids.size());
+
+  CountInBatch(-static_cast<int64_t>(purged.size()), -static_cast<int64_t>(dead), batch);
 
   // 4. The record, in the same write: it exists if and only if all of the above happened.
   record.set_state(Deletion::COMPLETED);
@@ -1794,41 +2351,64 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
   }
   rocksdb::WriteOptions sync;
   sync.sync = true;
+  {
+    absl::MutexLock lock(&mu_);
+    DueCountsInBatchLocked(due_deltas, batch);
+  }
   if (options_.deletion_hook_for_testing) options_.deletion_hook_for_testing("before_write");
   if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    RevertDueCountsLocked(due_deltas);
     return WriteFailed(s, "applying a deletion");
   }
   if (options_.deletion_hook_for_testing) options_.deletion_hook_for_testing("after_write");
 
-  // 5. Memory: the purged jobs leave the index and the queues (tombstones), the notifications
-  // join them, and the sources-seen cache forgets the pairs.
+  // 5. Memory: the purged jobs leave the window (or the parked set; those beyond the cursor
+  // were only on disk), the counts follow, the notifications are queued, and the sources-seen
+  // cache forgets the pairs.
   {
     absl::MutexLock lock(&mu_);
-    const int64_t publish_ms = ToMillis(clock_.Now());
-    // From here, every queued job due by publish_ms is in ready_, every other in scheduled_.
-    PromoteDueLocked(publish_ms);
-    for (const Purged& p : purged) {
-      if (!IndexedLocked(p.id)) {
-        // Ended while the deletion was written (its Complete or Bury is queued behind it).
-        purged_ended_.insert(p.id);
-        continue;
+    absl::flat_hash_set<uint64_t> purged_ids;
+    for (const Purged& p : purged) purged_ids.insert(p.id);
+    // Jobs that ended (Complete, Bury) while the deletion was written: their ops are queued
+    // behind it and now write (and count) nothing; their counts already moved.
+    absl::flat_hash_set<uint64_t> ended;
+    {
+      absl::MutexLock queue_lock(&queue_mu_);
+      for (WriteOp& op : queue_) {
+        if ((op.kind == WriteOp::Kind::kDeleteJob || op.kind == WriteOp::Kind::kBury) &&
+            purged_ids.contains(op.id)) {
+          op.purged = true;
+          ended.insert(op.id);
+        }
       }
-      ForgetJobLocked(p.id);
+    }
+    absl::flat_hash_set<uint64_t> from_window;
+    for (const Purged& p : purged) {
+      if (ended.contains(p.id)) continue;
       int64_t due_ms = p.due_ms;
       if (auto o = overlay_.find(p.id); o != overlay_.end()) {
         due_ms = DueOf(o->second.value);
         overlay_.erase(o);  // Its pending write is skipped.
       }
-      // A leased job finishes its attempt; with its record gone, a retry or bury drops it.
-      if (leased_.contains(p.id)) continue;
+      // A leased job finishes its attempt (it counts as leased until then); with its record
+      // gone, a retry or bury drops it and a Complete writes nothing.
+      if (leased_.contains(p.id)) {
+        purged_leased_.insert(p.id);
+        continue;
+      }
+      CountJobLocked(due_ms, -1);
       // A settling one is dropped by its Retry/Bury.
       if (settling_.erase(p.id) > 0) continue;
-      (due_ms <= publish_ms ? purged_ready_ : purged_scheduled_).insert(p.id);
+      if (parked_.erase(QueuedJob{due_ms, p.id}) > 0) continue;
+      if (QueuedJob{due_ms, p.id} < cursor_) from_window.insert(p.id);
     }
+    EraseFromWindowLocked(from_window);
     dead_count_ -= static_cast<int64_t>(dead);
-    for (uint64_t id : new_ids) {
-      PushQueuedLocked(now_ms, id, now_ms);
-      IndexJobLocked(id, user_hash);
+    for (uint64_t id : new_ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    if (!new_ids.empty()) {
+      CountJobLocked(now_ms, static_cast<int64_t>(new_ids.size()));
+      published_id_ = std::max(published_id_, new_ids.back());
     }
   }
   for (const std::string& source : record.source_ids()) {
@@ -1851,9 +2431,11 @@ std::vector<uint64_t> RocksDbJobStore::PutNewJobs(std::vector<Job>& jobs, int64_
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
+    PutJobKeys(now_ms, id, UserHash(job.user_id()), batch);
     ids.push_back(id);
   }
   if (!ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
+  CountInBatch(static_cast<int64_t>(ids.size()), 0, batch);
   return ids;
 }
 
@@ -1861,13 +2443,23 @@ absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
                                             std::vector<Job>& jobs, std::string_view what) {
   const int64_t now_ms = ToMillis(clock_.Now());
   const std::vector<uint64_t> ids = PutNewJobs(jobs, now_ms, batch);
+  const DueCountDeltas deltas = {{SecondOf(now_ms), static_cast<int64_t>(ids.size())}};
+  {
+    absl::MutexLock lock(&mu_);
+    DueCountsInBatchLocked(deltas, batch);
+  }
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) return WriteFailed(s, what);
+  if (rocksdb::Status s = db_->Write(sync, &batch); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    RevertDueCountsLocked(deltas);
+    return WriteFailed(s, what);
+  }
   absl::MutexLock lock(&mu_);
-  for (size_t j = 0; j < ids.size(); ++j) {
-    PushQueuedLocked(now_ms, ids[j], now_ms);
-    IndexJobLocked(ids[j], UserHash(jobs[j].user_id()));
+  for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+  if (!ids.empty()) {
+    CountJobLocked(now_ms, static_cast<int64_t>(ids.size()));
+    published_id_ = std::max(published_id_, ids.back());
   }
   return absl::OkStatus();
 }
@@ -2181,20 +2773,24 @@ void RocksDbJobStore::RecoverLoop() {
       }
       std::vector<WriteOp> deferred;
       std::string kind;
+      size_t rewritten = 0;
       {
         absl::MutexLock lock(&health_mu_);
         deferred.swap(deferred_);
         kind.swap(error_kind_);
+        rewritten = deferred.size();
+        // Queued before the store counts as writable: the fresh floor (MaybePutFreshFloorLocked)
+        // is only written while no settlement is queued.
+        if (!deferred.empty()) {
+          absl::MutexLock queue_lock(&queue_mu_);
+          for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
+            queue_.push_front(std::move(*it));
+          }
+        }
         writable_.store(true);
       }
-      if (!deferred.empty()) {
-        absl::MutexLock lock(&queue_mu_);
-        for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
-          queue_.push_front(std::move(*it));
-        }
-      }
       common::LogInfo("job store writable again; accepting ingest",
-                      {{"was", kind}, {"tries", tries}, {"settlements_rewritten", deferred.size()}});
+                      {{"was", kind}, {"tries", tries}, {"settlements_rewritten", rewritten}});
       if (metrics_.writable != nullptr) metrics_.writable->Set(1);
       if (options_.on_write_health) options_.on_write_health(true);
       break;
@@ -2212,17 +2808,57 @@ absl::Status RocksDbJobStore::WriteHealth() const {
 
 JobCounts RocksDbJobStore::Counts() {
   const absl::Time now = clock_.Now();
+  const int64_t now_ms = ToMillis(now);
   absl::MutexLock lock(&mu_);
   ExpireLeasesLocked(now);
-  PromoteDueLocked(ToMillis(now));
-  PopTombstonesLocked();
+  PromoteDueLocked(now_ms);
   JobCounts counts;
-  counts.ready = static_cast<int64_t>(ready_.size() - purged_ready_.size());
-  counts.scheduled = static_cast<int64_t>(scheduled_.size() - purged_scheduled_.size());
   counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
   counts.dead = dead_count_;
-  if (!ready_.empty()) counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
+  // Scheduled: the jobs due in later seconds (from the due-time counts), plus those due later
+  // in this second that memory knows of (a job beyond the window due later in this very second
+  // counts as ready: the one approximation).
+  const int64_t second = SecondOf(now_ms);
+  int64_t scheduled = DueAfterLocked(second);
+  const int64_t second_end_ms = (second + 1) * 1000;
+  std::vector<size_t> stack;
+  if (!scheduled_.empty()) stack.push_back(0);
+  while (!stack.empty()) {  // The heap's entries due before second_end_ms: a top subtree.
+    const size_t i = stack.back();
+    stack.pop_back();
+    if (scheduled_[i].due_ms >= second_end_ms) continue;
+    ++scheduled;
+    for (size_t child : {2 * i + 1, 2 * i + 2}) {
+      if (child < scheduled_.size()) stack.push_back(child);
+    }
+  }
+  for (auto it = parked_.lower_bound(QueuedJob{now_ms + 1, 0});
+       it != parked_.end() && it->due_ms < second_end_ms; ++it) {
+    ++scheduled;
+  }
+  const int64_t queued = std::max<int64_t>(live_jobs_ - counts.leased, 0);
+  counts.scheduled = std::min(scheduled, queued);
+  counts.ready = queued - counts.scheduled;
+  if (!ready_.empty()) {
+    counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
+  } else if (!parked_.empty() && parked_.begin()->due_ms <= now_ms) {
+    counts.oldest_ready_due = absl::FromUnixMillis(parked_.begin()->due_ms);
+  } else if (counts.ready > 0 && cursor_.due_ms <= now_ms) {
+    counts.oldest_ready_due = absl::FromUnixMillis(cursor_.due_ms);
+  }
   return counts;
+}
+
+RocksDbJobStore::MemoryStats RocksDbJobStore::MemoryStatsForTesting() {
+  absl::MutexLock lock(&mu_);
+  MemoryStats stats;
+  stats.window = WindowSizeLocked();
+  stats.parked = parked_.size();
+  stats.leased = leased_.size();
+  stats.overlay = overlay_.size();
+  stats.caught_up = cursor_.due_ms == INT64_MAX && cursor_.id == UINT64_MAX;
+  stats.fresh_floor = fresh_floor_;
+  return stats;
 }
 
 absl::Time RocksDbJobStore::NextWake() {
@@ -2233,10 +2869,16 @@ absl::Time RocksDbJobStore::NextWake() {
 }
 
 absl::Time RocksDbJobStore::NextDue() {
+  const int64_t now_ms = ToMillis(clock_.Now());
   absl::MutexLock lock(&mu_);
-  PopTombstonesLocked();
-  if (scheduled_.empty()) return absl::InfiniteFuture();
-  return absl::FromUnixMillis(scheduled_.front().due_ms);
+  // Everything beyond the window (parked or on disk) comes after every job in it.
+  if (!scheduled_.empty()) return absl::FromUnixMillis(scheduled_.front().due_ms);
+  int64_t due = INT64_MAX;
+  if (auto it = parked_.lower_bound(QueuedJob{now_ms + 1, 0}); it != parked_.end()) due = it->due_ms;
+  // Jobs on disk only are due at the cursor's time at the earliest (a time already past means
+  // ready jobs, which the dispatcher leases without waiting for a due time).
+  if (cursor_.due_ms > now_ms) due = std::min(due, cursor_.due_ms);
+  return due == INT64_MAX ? absl::InfiniteFuture() : absl::FromUnixMillis(due);
 }
 
 absl::Status RocksDbJobStore::CompactForTesting() {

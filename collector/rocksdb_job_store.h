@@ -23,11 +23,27 @@
 // user was seen in are keys of the `users` family, written in the append's own batch the first
 // time a (user, source) pair is seen (a bounded cache of pairs already written keeps repeats off
 // the hot path); the user's dead letters are indexed there when buried; the user's pending jobs
-// are indexed in memory only (rebuilt by Open from the user hash in each job's header).
+// are indexed in the `users` family too ("p" ++ user hash ++ job id, written with the job and
+// deleted when it ends), so nothing about them is held in memory.
 // ApplyDeletion runs on the preparer thread between two group commits (a kExclusive op): it waits
 // for the group being written, then reads and writes only the user's keys, so appends queue
-// behind it for a time proportional to that user's data. Purged jobs still in the ready/scheduled
-// heaps are tombstoned and skipped.
+// behind it for a time proportional to that user's data.
+//
+// Memory and start-up (issue 14): the order of pending jobs lives on disk: appended jobs are
+// *fresh* records, whose order is their id's in the `jobs` family (due = append time, which
+// never goes back for them); retried, replayed and other jobs have a key (due time ++ id) in the
+// `due` family. The pager merges the two streams. Memory holds a bounded window of the order:
+// every queued (not leased) job whose (due, id) is below a cursor, at most
+// Options::window_size of them (the ready and scheduled heaps). Jobs at or above the cursor are on disk only; Lease pages the next chunk in, in
+// order, when the window has room. Appends of jobs due now join the window only while it is
+// caught up (the cursor is at the end of both streams); a window that overflows keeps its lower
+// half and moves the cursor down (never below a key ever leased, so no key of a leased or ended
+// job is read again). A retried job whose write is still pending and whose key is at or above the
+// cursor waits in a small `parked` set until written. The numbers of jobs and dead letters are
+// counters in the meta family, updated by merge operands in the same WriteBatch as the change,
+// so Open reads a few keys instead of scanning: it costs the same whatever the backlog. Counts:
+// totals exact; the ready/scheduled split is exact for the window and attributes the jobs beyond
+// it (all due at or after the cursor's time) as ready when the cursor is due, scheduled otherwise.
 //
 // Audience profiles (SPEC §6.2) are merge operands in the `profiles` family, written in the
 // append's batch; the `audiences` family holds the profile change log, memberships, rechecks and
@@ -64,6 +80,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -116,7 +133,21 @@ class RocksDbJobStore final : public JobStore {
     // Tests only: called by ApplyDeletion on the preparer thread just before ("before_write")
     // and just after ("after_write") its one write, so a test can kill the process there.
     std::function<void(std::string_view stage)> deletion_hook_for_testing;
+    // Most queued jobs held in memory (the window); the rest are paged in from disk in due order.
+    // At least 2.
+    size_t window_size = 65536;
   };
+
+  // Tests only: the sizes of the in-memory structures that could grow with the backlog.
+  struct MemoryStats {
+    size_t window = 0;  // ready + scheduled jobs held in memory
+    size_t parked = 0;
+    size_t leased = 0;
+    size_t overlay = 0;
+    bool caught_up = false;  // No queued job is on disk only.
+    uint64_t fresh_floor = 0;  // As last put in a batch, or read at Open.
+  };
+  MemoryStats MemoryStatsForTesting();
 
   // Opens (or creates) the store at options.path and rebuilds the in-memory state from disk.
   static absl::StatusOr<std::unique_ptr<RocksDbJobStore>> Open(Options options);
@@ -186,6 +217,17 @@ class RocksDbJobStore final : public JobStore {
     uint64_t seq = 0;
     std::string value;
     std::string index_key;
+    // kPutJob, kDeleteJob, kBury: the due time the job was leased under (its key in `due`), and
+    // the user hash of its pending-index key (0: none). `fresh`: it was leased from its fresh
+    // record, which has no `due` key to delete.
+    int64_t due_ms = 0;
+    uint64_t user_hash = 0;
+    bool fresh = false;
+    // kDeleteJob, kBury: a deletion already removed the job's record and counted it.
+    bool purged = false;
+    // kDeleteJob, kBury: the due time of the record on disk. kPutJob: set when prepared, the
+    // due time it replaces on disk.
+    int64_t disk_due_ms = 0;
     // kExclusive: `run` is called by the preparer alone, once every earlier op is written and
     // before any later one is prepared; then `notify` is notified.
     std::function<void()> run;
@@ -198,10 +240,15 @@ class RocksDbJobStore final : public JobStore {
   // One group commit, handed from the preparer to the writer. Defined in the .cc.
   struct Group;
 
-  // A ready or scheduled job, ordered by (due, id).
+  // A ready or scheduled job, ordered by (due, id): also its key in the `due` family, or, for a
+  // `fresh` one (its record as appended, no `due` key), its place in the id order of `jobs`.
   struct QueuedJob {
     int64_t due_ms;
     uint64_t id;
+    bool fresh = false;  // Not part of the order.
+    bool operator<(const QueuedJob& o) const {
+      return due_ms != o.due_ms ? due_ms < o.due_ms : id < o.id;
+    }
   };
   struct LaterFirst {
     bool operator()(const QueuedJob& a, const QueuedJob& b) const {
@@ -212,13 +259,19 @@ class RocksDbJobStore final : public JobStore {
     uint64_t lease;
     absl::Time deadline;
     int64_t due_ms;  // Where the job goes back in the ready order if the lease expires.
+    uint64_t user_hash;  // Of the record read by Lease, for its pending-index key.
+    bool fresh;  // Leased from its fresh record (no `due` key).
   };
   // A record rewritten by Retry whose write is not yet committed: Lease and Retry read it from
   // here so they never see the older record on disk.
   struct PendingRecord {
     uint64_t seq;
     std::string value;
+    // The due time of the record on disk (the persisted due-time counts follow it).
+    int64_t disk_due_ms;
   };
+  // Changes to the persisted due-time counts of one write: (second, delta).
+  using DueCountDeltas = absl::flat_hash_map<int64_t, int64_t>;
   struct Metrics {
     prometheus::Histogram* commit_duration = nullptr;
     prometheus::Histogram* commit_batch_items = nullptr;
@@ -255,13 +308,47 @@ class RocksDbJobStore final : public JobStore {
   // only.
   absl::Status WriteWithJobs(rocksdb::WriteBatch& batch, std::vector<hookrelay::v1::Job>& jobs,
                              std::string_view what);
-  // The in-memory index of pending jobs by user: a job enters it when it is published (or
-  // replayed, or read by Open) and leaves it when it ends (completed, buried, purged, dropped).
-  void IndexJobLocked(uint64_t id, uint64_t user_hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool IndexedLocked(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops tombstoned (purged) jobs from the tops of the heaps.
-  void PopTombstonesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One-time conversion of a data dir written before the `due` family and the counters: one
+  // scan of jobs and dead letters. Open only.
+  absl::Status MigrateLayout();
+  // Puts the `due` key and pending-index key of a new or replayed job in `batch`.
+  void PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, rocksdb::WriteBatch& batch);
+  // Deletes them (a fresh record has no `due` key).
+  void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
+                     rocksdb::WriteBatch& batch);
+  // At most once a second: puts in the group's batch the lowest id a fresh record on disk may
+  // have once the batch is written (Open's pager starts there, so records rewritten by retries
+  // or deleted below it are not stepped over at every start).
+  void MaybePutFreshFloorLocked(Group& group, const Group* inflight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds to the persisted job / dead-letter counters in `batch`.
+  void CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBatch& batch);
+  // Adds `deltas` to the persisted due-time counts in `batch` (a count that reaches zero is
+  // deleted, so the keys stay as few as the seconds with jobs). RevertDueCountsLocked undoes
+  // the bookkeeping of a batch that failed.
+  void DueCountsInBatchLocked(const DueCountDeltas& deltas, rocksdb::WriteBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RevertDueCountsLocked(const DueCountDeltas& deltas) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job with a record appears (+1) or ends (-1) at due time `due_ms`: live_jobs_ and the
+  // in-memory due-time counts.
+  void CountJobLocked(int64_t due_ms, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs due in seconds after `second`.
+  int64_t DueAfterLocked(int64_t second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued job (not leased) with key (due_ms, id): into the window when below the cursor,
+  // else (`dirty`: its `due` key is not written yet) into parked_, else nothing (on disk).
+  // `fresh`: a just-published fresh record (no `due` key; the pager finds it by id).
+  void QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty, bool fresh = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the lower half of an overfull window and moves the cursor down.
+  void ShrinkWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the next chunk of `due` keys at the cursor into the window when it has room.
+  absl::Status MaybePageLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the given jobs from the window heaps.
+  void EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>& ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t WindowSizeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ready_.size() + scheduled_.size();
+  }
   // Stops the store's writes until the returned notification is notified: for Replay, which
   // scans and writes itself. Returns once every write queued before the call
   // is done.
@@ -275,21 +362,20 @@ class RocksDbJobStore final : public JobStore {
 
   enum class LeaseCheck { kOk, kOtherLease, kNotLeased };
   // Ends the job's lease if `lease` is current; the caller then owns the job (it is in no
-  // in-memory set). `due_ms`, if set, receives the job's due time.
-  LeaseCheck EndLeaseLocked(uint64_t job_id, uint64_t lease, int64_t* due_ms)
+  // in-memory set). `info` receives the lease's record (due time, user hash).
+  LeaseCheck EndLeaseLocked(uint64_t job_id, uint64_t lease, LeaseInfo* info)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error for an outcome whose lease was not current: FAILED_PRECONDITION if the job still
   // exists, NOT_FOUND otherwise.
   absl::Status RefusedLease(uint64_t job_id, uint64_t lease, LeaseCheck check)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Retry and Bury: ends the lease, marks the job settling and loads its current record.
-  absl::StatusOr<hookrelay::v1::Job> BeginSettle(uint64_t job_id, uint64_t lease)
+  absl::StatusOr<hookrelay::v1::Job> BeginSettle(uint64_t job_id, uint64_t lease, LeaseInfo* info)
       ABSL_LOCKS_EXCLUDED(mu_);
   void ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Into ready_ when due_ms <= now_ms, else scheduled_.
-  void PushQueuedLocked(int64_t due_ms, uint64_t id, int64_t now_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushQueuedLocked(const QueuedJob& job, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextLeaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after Open.
@@ -306,6 +392,7 @@ class RocksDbJobStore final : public JobStore {
   rocksdb::ColumnFamilyHandle* deletions_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* profiles_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* audiences_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* due_cf_ = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::thread preparer_;
   std::thread writer_;
@@ -313,6 +400,12 @@ class RocksDbJobStore final : public JobStore {
 
   // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
   uint64_t next_id_ = 1;
+  // The due time of the newest fresh record ever written (persisted as "fresh_due"): appended
+  // jobs are fresh (no `due` key) only while the clock has not gone back below it, so that fresh
+  // records are in (due, id) order by id.
+  int64_t fresh_due_ms_ = 0;
+  // Constant after Open: how many `due` keys one page reads.
+  size_t page_chunk_ = 4096;
   std::string scratch_;
   std::string key_scratch_;
   // (user, source) pairs whose sources-seen key is known to be written: a direct-mapped cache of
@@ -343,35 +436,45 @@ class RocksDbJobStore final : public JobStore {
 
   // The in-memory state of jobs.
   absl::Mutex mu_;
-  std::vector<QueuedJob> ready_ ABSL_GUARDED_BY(mu_);      // min-heap by (due, id)
-  std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);  // min-heap by (due, id)
+  // The window: every queued job with (due, id) below cursor_, in two min-heaps by (due, id).
+  std::vector<QueuedJob> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);
+  QueuedJob cursor_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // The pager's place in the fresh records (the `jobs` family by id): the published fresh
+  // records at or above it are exactly those with keys at or above cursor_ (fresh records are
+  // in (due, id) order by id).
+  uint64_t fresh_cursor_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // The fresh floor last put in a batch (or read at Open), and when the next one may be computed.
+  uint64_t fresh_floor_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_floor_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  // Retried jobs at or above the cursor whose `due` key is not written yet.
+  absl::btree_set<QueuedJob> parked_ ABSL_GUARDED_BY(mu_);
+  // Above every key ever leased in this process: the cursor never goes below it, so the `due`
+  // key of a leased job (deleted only when its settlement is written) is never paged in again.
+  QueuedJob lease_floor_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // Jobs with ids up to this one are published; the pager skips higher ones (written, not yet
+  // published: their publication queues them) and the replayed ones in unpublished_.
+  uint64_t published_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<uint64_t> unpublished_ ABSL_GUARDED_BY(mu_);
+  // Jobs with a record (ready, scheduled, leased, settling), for Counts, and how many are due in
+  // each second (bounded by the seconds with jobs due, not by their number); the sum after
+  // due_after_second_ is cached for Counts.
+  int64_t live_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::btree_map<int64_t, int64_t> due_counts_ ABSL_GUARDED_BY(mu_);
+  int64_t due_after_second_ ABSL_GUARDED_BY(mu_) = INT64_MIN;
+  int64_t due_after_ ABSL_GUARDED_BY(mu_) = 0;
+  // The persisted due-time counts as written (or being written), non-zero ones only.
+  absl::flat_hash_map<int64_t, int64_t> disk_due_counts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LeaseInfo> leased_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<std::pair<absl::Time, uint64_t>> lease_deadlines_ ABSL_GUARDED_BY(mu_);
   // Jobs between their lease check and their in-memory update in Retry/Bury. A deletion erases
   // purged ids, which makes the settlement drop the job.
   absl::flat_hash_set<uint64_t> settling_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, PendingRecord> overlay_ ABSL_GUARDED_BY(mu_);
+  // Purged jobs leased at the deletion: their Complete writes and counts nothing.
+  absl::flat_hash_set<uint64_t> purged_leased_ ABSL_GUARDED_BY(mu_);
   uint64_t overlay_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // The index of pending jobs by user (hash of the user id; collisions are resolved by reading
-  // the records): each user's ids, which may include ended ones (compacted as lists grow), and
-  // which ids are still pending, as a sparse bitmap (64 ids a word, only non-zero words kept:
-  // consecutive ids share a word, so marking them is cheap).
-  struct UserJobs {
-    // Most users have a few pending jobs at a time: no allocation for them.
-    absl::InlinedVector<uint64_t, 5> ids;
-    size_t compacted_size = 0;  // ids.size() after the last compaction.
-  };
-  absl::flat_hash_map<uint64_t, UserJobs> user_jobs_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, uint64_t> indexed_words_ ABSL_GUARDED_BY(mu_);
-  size_t indexed_live_ ABSL_GUARDED_BY(mu_) = 0;    // Bits set.
-  size_t indexed_listed_ ABSL_GUARDED_BY(mu_) = 0;  // Ids in all lists.
-  // Purged jobs still in ready_ / scheduled_: skipped when they reach the top.
-  absl::flat_hash_set<uint64_t> purged_ready_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<uint64_t> purged_scheduled_ ABSL_GUARDED_BY(mu_);
-  // Purged jobs that ended while their deletion was being written: a Bury of one writes no
-  // dead letter. Consumed by the job's kBury / kDeleteJob op.
-  absl::flat_hash_set<uint64_t> purged_ended_ ABSL_GUARDED_BY(mu_);
   // Leases are (epoch << kLeaseEpochShift) + counter; the epoch is persisted and bumped on
   // every Open, so leases never repeat across restarts.
   uint64_t lease_epoch_ ABSL_GUARDED_BY(mu_) = 0;

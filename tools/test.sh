@@ -165,6 +165,19 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The collector memory / start-up benchmark (issue 14), smoke version (20,000 jobs): the script,
+# the collector and the load tool work together and a restart still counts every job
+# (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the command for the real run).
+if [ -z "${config[*]}" ]; then
+  echo "== Memory benchmark smoke run (SMOKE=1 tools/bench/run_memory_bench.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 300 tools/bench/run_memory_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1))
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then
