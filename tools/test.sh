@@ -169,12 +169,12 @@ fi
 # the collector and the load tool work together and a restart still counts every job
 # (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the command for the real run).
 if [ -z "${config[*]}" ]; then
-  echo "== Memory benchmark smoke run (SMOKE=1 tools/bench/run_memory_bench.sh)"
+  section "Memory benchmark smoke run (SMOKE=1 tools/bench/run_memory_bench.sh)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 300 tools/bench/run_memory_bench.sh; then
     go_passed=$((go_passed + 1))
   else
-    go_failed=$((go_failed + 1))
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
   fi
 fi
 
