@@ -348,7 +348,7 @@ attempt_quantiles() {  # attempt_quantiles FILE: p50/p99 of the POSTs' slot-to-a
 # Lines the deliverer / collector logged at warning or error (not the collector's start-up note
 # that the admin API has no token: it listens on 127.0.0.1 here).
 problems() {
-  grep -E '"level":"(warning|error)"' "$1" 2>/dev/null | grep -c -v 'admin API without a token' || true
+  grep -E '"level":"(warning|error)"' "$1" 2>/dev/null | grep -c -v 'no admin token' || true
 }
 
 # The receiver's running total from the last line of its log (one process: this is polled while
