@@ -899,10 +899,24 @@
     enabled.input.setAttribute('aria-describedby', 'destination-enabled-hint ' + enabledErr.id);
     var saveBtn = h('button', {type: 'submit', class: 'button-primary', id: 'save-destination',
       text: 'Save destination'});
+    // Protection (optional): the destination's rate limit and circuit breaker. The other
+    // delivery options (timeout, retry window, backoff) are kept as they are.
+    var rateIn = h('input', {type: 'number', id: 'rate-limit', min: '1', max: '100000', step: '1',
+      inputmode: 'numeric', placeholder: 'no limit'});
+    var rateField = field('Rate limit (attempts per second)', rateIn, 'Empty: no limit. 1 to ' +
+      '100,000; jobs beyond it wait in the store, no attempt is spent.');
+    var breakerIn = h('input', {type: 'number', id: 'breaker-failures', min: '1', max: '1000',
+      step: '1', inputmode: 'numeric', placeholder: 'no breaker'});
+    var breakerField = field('Circuit breaker: pause after this many failures in a row',
+      breakerIn, 'Empty: no breaker. 1 to 1,000; attempts then pause (5 s, doubling up to ' +
+      '5 min) instead of each job spending its own retries.');
+    var protection = h('details', {class: 'protection', id: 'protection-options'},
+      h('summary', {text: 'Protection (optional): rate limit and circuit breaker'}),
+      rateField.wrap, breakerField.wrap);
     append(s5, idField.wrap, h('div', {class: 'field'}, enabled.label,
       h('p', {class: 'field-hint', id: 'destination-enabled-hint', text: 'A disabled destination ' +
         'receives nothing; events are not queued for it.'}), enabledErr),
-      h('div', {class: 'actions'}, saveBtn));
+      protection, h('div', {class: 'actions'}, saveBtn));
     append(form, s5);
 
     // Step 6: test.
@@ -1001,6 +1015,11 @@
       removeSecret.checked = false;
       secret.placeholder = dest.sharedSecretSet ? 'unchanged' : 'none';
       removeSecretWrap.hidden = !dest.sharedSecretSet || !!readOnlyFile;
+      var o = dest.options || {};
+      rateIn.value = o.rateLimitPerSecond ? String(o.rateLimitPerSecond) : '';
+      breakerIn.value = o.circuitBreaker && o.circuitBreaker.failures ?
+        String(o.circuitBreaker.failures) : '';
+      protection.open = !!(rateIn.value || breakerIn.value);
       testBtn.disabled = false;
       testNote.textContent = dest.enabled ? 'The destination is enabled.' :
         'The destination is disabled; the test event is sent anyway.';
@@ -1043,6 +1062,19 @@
       } else if (editing && removeSecret.checked) {
         body.sharedSecret = '';
       }
+      // Options are replaced as a whole: start from the stored ones and change only these two.
+      var had = (editing && editing.options) || {};
+      var opts = JSON.parse(JSON.stringify(had));
+      var rate = rateIn.value.trim();
+      var failures = breakerIn.value.trim();
+      if (rate) opts.rateLimitPerSecond = Number(rate); else delete opts.rateLimitPerSecond;
+      if (failures) {
+        opts.circuitBreaker = Object.assign({}, opts.circuitBreaker || {},
+          {failures: Number(failures)});
+      } else {
+        delete opts.circuitBreaker;
+      }
+      if (JSON.stringify(opts) !== JSON.stringify(had)) body.options = opts;
       return {body: body};
     }
 
@@ -1054,6 +1086,8 @@
       idField.setError('');
       secretField.setError('');
       setError(enabled.input, enabledErr, '');
+      rateField.setError('');
+      breakerField.setError('');
       rows.forEach(function (row) {
         row.urlField.setError('');
         row.err.set('');
@@ -1074,6 +1108,16 @@
       if (f === 'id') { idField.setError(d, 'server'); return true; }
       if (f === 'sharedSecret') { secretField.setError(d, 'server'); return true; }
       if (f === 'enabled') { setError(enabled.input, enabledErr, d, 'server'); return true; }
+      if (f.indexOf('options.rateLimitPerSecond') === 0) {
+        protection.open = true;
+        rateField.setError(d, 'server');
+        return true;
+      }
+      if (f.indexOf('options.circuitBreaker') === 0) {
+        protection.open = true;
+        breakerField.setError(d, 'server');
+        return true;
+      }
       if (f === 'sources') { sourcesErr.set(d, 'server'); return true; }
       if ((m = /^sources\[(\d+)\]/.exec(f))) {
         var sid = sentSources[Number(m[1])];

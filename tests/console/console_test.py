@@ -545,6 +545,35 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check((stored() or {}).get("enabled") is False, "the stored destination is disabled")
     b.shot("disabled", row)
 
+    # 10b. Protection in the edit form: the stored options are shown; a refused value is
+    # explained next to its field; a good one is saved without touching the other options.
+    stored_before = stored() or {}
+    b.go(base, f"#/setup/{DEST_ID}")
+    rate = b.visible("#rate-limit", 15)
+    check(b.css("#protection-options").get_attribute("open") is not None,
+          "the protection section is open when options are set")
+    check(rate is not None and rate.get_attribute("value") == "50" and
+          b.css("#breaker-failures").get_attribute("value") == "5",
+          "the edit form shows the stored rate limit (50) and breaker (5)")
+    b.type("#rate-limit", "200000")
+    b.click("#save-destination")
+    rate_err = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                                 e.get_attribute("data-source") == "server" else None)(
+        b.css("#rate-limit-error")), 10)
+    check(bool(rate_err) and "100000" in rate_err.text,
+          f"a rate limit over the maximum is refused next to its field: "
+          f"{rate_err.text if rate_err else None!r}")
+    b.shot("rate-limit-refused", b.css("#protection-options"))
+    check((stored() or {}).get("options") == stored_before.get("options"),
+          "the refused save changed nothing")
+    b.type("#rate-limit", "25")
+    b.click("#save-destination")
+    saved_opts = wait_for(lambda: (lambda o: o if o.get("rateLimitPerSecond") == 25 else None)(
+        (stored() or {}).get("options") or {}), 10)
+    want_opts = dict(stored_before.get("options") or {}, rateLimitPerSecond=25)
+    check(saved_opts == want_opts,
+          f"the form saved the rate limit and kept the other options: {saved_opts}")
+
     # 11. Sources page: masked keys, Reveal, Rotate, Revoke the old key.
     b.go(base, "#/sources")
     src_sel = f"tr[data-source-id='{source_id}']"
