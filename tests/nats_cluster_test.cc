@@ -100,6 +100,26 @@ class NatsClusterTest : public ::testing::Test {
     return msgs;
   }
 
+  // Waits (up to 30 s) until the stream has a leader and every replica is current: a node just
+  // restarted has caught up, so losing the leader next leaves a quorum that can elect at once.
+  bool WaitAllReplicasCurrent() {
+    const natsStatus s = Retry([&] {
+      jsErrCode code = static_cast<jsErrCode>(0);
+      jsStreamInfo* si = nullptr;
+      natsStatus st = js_GetStreamInfo(&si, js_, kStream, nullptr, &code);
+      if (st != NATS_OK) return st;
+      bool current = si->Cluster != nullptr && si->Cluster->Leader != nullptr &&
+                     si->Cluster->ReplicasLen == 2;
+      for (int i = 0; current && i < si->Cluster->ReplicasLen; ++i) {
+        const jsPeerInfo* peer = si->Cluster->Replicas[i];
+        current = peer != nullptr && peer->Current && !peer->Offline;
+      }
+      jsStreamInfo_Destroy(si);
+      return current ? NATS_OK : NATS_NOT_YET_CONNECTED;
+    });
+    return s == NATS_OK;
+  }
+
   std::vector<std::string> urls_;
   natsOptions* opts_ = nullptr;
   natsConnection* nc_ = nullptr;
@@ -148,6 +168,9 @@ TEST_F(NatsClusterTest, ReplicatedStreamSurvivesLosingANode) {
   ASSERT_TRUE(cluster.Kill(follower).ok());
   EXPECT_EQ(Publish("b", 20), 20);
   ASSERT_TRUE(cluster.Restart(follower).ok());
+  // The restarted follower catches up first: killing the leader while it still lags leaves no
+  // quorum of current nodes, and the election waits for its catch-up (seen: 17 s under load).
+  ASSERT_TRUE(WaitAllReplicasCurrent()) << "the restarted follower did not catch up within 30 s";
 
   // Kill the leader: a new one is elected; publishing resumes within seconds.
   ASSERT_TRUE(cluster.Kill(leader_node).ok());
