@@ -1,12 +1,14 @@
 #include "collector/dispatcher.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/pickup.h"
 #include "common/proto_time.h"
 #include "common/strings.h"
 #include "prometheus/counter.h"
@@ -286,10 +288,7 @@ Dispatcher::Dispatcher(Options options, JobStore& store, const RoutingHolder& ro
                    "(first attempts never held back): the store's commit and the dispatcher. The "
                    "rest of the deliverer's hookrelay_delivery_pickup_seconds is the stream.")
              .Register(*registry)
-             .Add({}, prometheus::Histogram::BucketBoundaries{
-                          0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005,
-                          0.0075, 0.01,    0.025,  0.05,    0.1,   0.25,   0.5,   1,     2.5,
-                          5,      10,      30,     60});
+             .Add({}, common::PickupBuckets());
     metrics_.undeliverable =
         &prometheus::BuildCounter()
              .Name("hookrelay_dispatch_undeliverable_total")
@@ -501,15 +500,11 @@ size_t Dispatcher::FillStream(Stream& stream) {
   const size_t sent = static_cast<size_t>(response.deliveries_size());
   if (metrics_.sent && sent > 0) metrics_.sent->Increment(static_cast<double>(sent));
   if (metrics_.dispatch_latency != nullptr && sent > 0) {
-    const int64_t now_us = absl::ToUnixMicros(clock_.Now());
+    const absl::Time now = clock_.Now();
     for (const hookrelay::v1::Delivery& d : response.deliveries()) {
-      const hookrelay::v1::Job& job = d.job();
-      if (job.attempts() != 0 || job.deferrals() != 0 || job.test() ||
-          job.received_at_unix_us() <= 0) {
-        continue;
+      if (std::optional<absl::Duration> l = common::PickupLatency(d.job(), now)) {
+        metrics_.dispatch_latency->Observe(absl::ToDoubleSeconds(*l));
       }
-      metrics_.dispatch_latency->Observe(
-          static_cast<double>(std::max<int64_t>(0, now_us - job.received_at_unix_us())) / 1e6);
     }
   }
   stream.Send();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/config_validate.h"
 #include "common/log.h"
+#include "common/pickup.h"
 #include "common/proto_time.h"
 #include "common/redact.h"
 #include "common/strings.h"
@@ -595,13 +597,10 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   job->started = clock_.Now();
   if (metrics_) {
     metrics_->JobStarted();
-    // Pickup: the collector's receipt of the event to this deliverer's receipt of its job, for
-    // first attempts never held back (a retry's or a deferral's wait is its schedule). Both
-    // clocks are the machines' own.
-    const hookrelay::v1::Job& j = job->delivery.job();
-    if (j.attempts() == 0 && j.deferrals() == 0 && j.received_at_unix_us() > 0 && !j.test()) {
-      const absl::Time received = absl::FromUnixMicros(j.received_at_unix_us());
-      metrics_->ObservePickup(std::max(0.0, absl::ToDoubleSeconds(job->started - received)));
+    // Pickup: the collector's receipt of the event to this deliverer's receipt of its job.
+    if (std::optional<absl::Duration> l =
+            common::PickupLatency(job->delivery.job(), job->started)) {
+      metrics_->ObservePickup(absl::ToDoubleSeconds(*l));
     }
   }
 

@@ -1,6 +1,7 @@
 #include "deliverer/delivery_metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/pickup.h"
 #include "common/strings.h"
 
 namespace hookrelay::deliverer {
@@ -16,12 +17,6 @@ prometheus::Histogram::BucketBoundaries RequestBuckets() {
 prometheus::Histogram::BucketBoundaries QueueBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
           0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
-}
-
-// Receipt to pickup: a group commit and a dispatch, sub-millisecond to seconds under a backlog.
-prometheus::Histogram::BucketBoundaries PickupBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
-          0.025,  0.05,    0.1,    0.25,    0.5,   1,      2.5,   5,     10,    30,     60};
 }
 
 // Receipt to delivery spans retries: milliseconds up to the 4-hour window.
@@ -74,7 +69,7 @@ DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
                   .Help("Collector receipt of an event to the deliverer's receipt of its job, "
                         "first attempts: the durable write plus the dispatch.")
                   .Register(registry)
-                  .Add({}, PickupBuckets())),
+                  .Add({}, common::PickupBuckets())),
       queue_(prometheus::BuildHistogram()
                  .Name("hookrelay_delivery_queue_seconds")
                  .Help("Time one webhook POST waited in the deliverer for a free connection slot "

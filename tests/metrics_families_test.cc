@@ -55,7 +55,8 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics) {
   for (const char* family :
        {"hookrelay_ingest_request_duration_seconds_count{api=\"http\"}",
         "hookrelay_store_commit_duration_seconds_count", "hookrelay_store_writable 1",
-        "hookrelay_http_connections", "hookrelay_dispatch_streams", "process_cpu_seconds_total",
+        "hookrelay_http_connections", "hookrelay_dispatch_streams",
+        "hookrelay_dispatch_latency_seconds_count 0", "process_cpu_seconds_total",
         "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"}) {
     EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", family))) << "missing: " << family;
   }
