@@ -158,12 +158,14 @@ void AudienceSyncer::SyncDue() {
     config = config_;
   }
   for (const Audience& a : config->audiences()) {
+    // Whether it is due is read under sync_mu_: a SyncNow (the first computation of an audience
+    // just created) may be running, and once it commits the audience is not due any more.
+    absl::MutexLock lock(&sync_mu_);
     absl::StatusOr<std::optional<AudienceState>> state = store_.GetAudienceState(a.id());
     if (!state.ok()) continue;
     const bool due = !state->has_value() ||
                      clock_.Now() >= absl::FromUnixMillis((*state)->last_sync_ms()) + IntervalOf(a);
     if (!due) continue;
-    absl::MutexLock lock(&sync_mu_);
     absl::StatusOr<AudienceState> synced = Sync(a, *config);
     if (absl::IsAborted(synced.status())) {
       // An engine shared by several collectors: another one is syncing it (its turn).
