@@ -12,9 +12,13 @@
 #include <fstream>
 #include <utility>
 
+#include <nats/nats.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace hookrelay::test {
 namespace {
@@ -98,7 +102,58 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
   for (int i = 0; i < nodes; ++i) {
     if (absl::Status st = cluster->StartNode(i); !st.ok()) return st;
   }
+  if (absl::Status st = cluster->WaitForPlacement(); !st.ok()) return st;
   return cluster;
+}
+
+absl::Status NatsCluster::WaitForPlacement() {
+  // "Server is ready" on every node does not mean the metadata leader can place a replicated
+  // stream yet: it learns its peers' JetStream state from their stats messages, and one sent
+  // before the routes were up is only repeated later. A stream created too early is refused with
+  // "no suitable peers for placement". So a probe stream with one replica per node is created
+  // (and deleted) until it is accepted.
+  natsOptions* options = nullptr;
+  natsConnection* nc = nullptr;
+  std::vector<std::string> list;
+  for (int i = 0; i < size(); ++i) list.push_back(url(i));
+  std::vector<const char*> servers;
+  for (const std::string& u : list) servers.push_back(u.c_str());
+  natsStatus s = natsOptions_Create(&options);
+  if (s == NATS_OK) s = natsOptions_SetServers(options, servers.data(), static_cast<int>(servers.size()));
+  if (s == NATS_OK) s = natsConnection_Connect(&nc, options);
+  const std::string config = absl::StrCat(
+      R"({"name":"HR_TEST_PROBE","subjects":["hr_test_probe"],"storage":"memory","num_replicas":)",
+      size(), "}");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::string last = s == NATS_OK ? "" : natsStatus_GetText(s);
+  bool placed = false;
+  while (s == NATS_OK && !placed && absl::Now() < deadline) {
+    natsMsg* reply = nullptr;
+    const natsStatus r = natsConnection_RequestString(
+        &reply, nc, "$JS.API.STREAM.CREATE.HR_TEST_PROBE", config.c_str(), 5000);
+    if (r == NATS_OK) {
+      const std::string body(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+      natsMsg_Destroy(reply);
+      placed = !absl::StrContains(body, R"("error")");
+      last = body;
+    } else {
+      last = natsStatus_GetText(r);
+    }
+    if (!placed) absl::SleepFor(absl::Milliseconds(250));
+  }
+  if (placed) {
+    natsMsg* reply = nullptr;
+    if (natsConnection_RequestString(&reply, nc, "$JS.API.STREAM.DELETE.HR_TEST_PROBE", "",
+                                     5000) == NATS_OK) {
+      natsMsg_Destroy(reply);
+    }
+  }
+  if (nc != nullptr) natsConnection_Destroy(nc);
+  if (options != nullptr) natsOptions_Destroy(options);
+  if (placed) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("the ", size(),
+                                             "-node cluster cannot place a replicated stream "
+                                             "within 60 s: ", last));
 }
 
 absl::Status NatsCluster::StartNode(int node) {

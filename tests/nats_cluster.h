@@ -24,7 +24,8 @@ absl::StatusOr<std::string> NatsServerPath();
 
 class NatsCluster {
  public:
-  // Starts `nodes` servers (1 = no routes) and waits until each logs that it is ready.
+  // Starts `nodes` servers (1 = no routes), waits until each logs that it is ready and until the
+  // cluster can place a stream replicated on all of them.
   static absl::StatusOr<std::unique_ptr<NatsCluster>> Start(int nodes = 3);
   // Stops every node (SIGTERM, then waits) and removes the store directories.
   ~NatsCluster();
@@ -52,6 +53,8 @@ class NatsCluster {
   };
   NatsCluster() = default;
   absl::Status StartNode(int node);
+  // Waits until the cluster accepts a stream replicated on every node (at most 60 s).
+  absl::Status WaitForPlacement();
 
   std::string server_;
   std::string dir_;
