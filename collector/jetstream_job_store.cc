@@ -30,6 +30,9 @@ constexpr absl::Duration kRepublishFor = absl::Seconds(10);
 // A connection lost for longer than this makes the store unwritable (503, not ready); shorter
 // (a reconnect to another server of the cluster) is absorbed by the client's buffer.
 constexpr absl::Duration kWriteGrace = absl::Seconds(2);
+// Acks of delivered jobs wait at most this long, or until this many are waiting (see AckLoop).
+constexpr absl::Duration kAckBurstDelay = absl::Milliseconds(20);
+constexpr size_t kAckBurstSize = 256;
 constexpr char kConfigBucket[] = "hr_config";
 constexpr char kConfigKey[] = "config";
 
@@ -200,6 +203,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   s = natsConnection_JetStream(&store->js_, store->nc_, &js_options);
   if (s != NATS_OK) return NatsError("JetStream context", s);
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
+  store->acker_ = std::thread([raw = store.get()] { raw->AckLoop(); });
   absl::StatusOr<std::unique_ptr<JetStreamUserData>> user_data =
       JetStreamUserData::Start(store->nc_, o.layout, clock);
   if (!user_data.ok()) return user_data.status();
@@ -355,6 +359,11 @@ JetStreamJobStore::~JetStreamJobStore() {
   }
   fetch_cv_.SignalAll();
   if (fetcher_.joinable()) fetcher_.join();
+  {
+    absl::MutexLock lock(&ack_mu_);
+    acks_stopping_ = true;
+  }
+  if (acker_.joinable()) acker_.join();  // Sends the acks still waiting.
   if (lookup_sub_ != nullptr) {
     natsSubscription_Unsubscribe(lookup_sub_);
     natsSubscription_WaitForDrainCompletion(lookup_sub_, 1000);
@@ -784,9 +793,59 @@ absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t
 absl::Status JetStreamJobStore::Complete(uint64_t job_id, uint64_t lease) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
   if (!msg.ok()) return msg.status();
-  const natsStatus s = natsMsg_Ack(*msg, nullptr);
-  natsMsg_Destroy(*msg);
-  return s == NATS_OK ? absl::OkStatus() : NatsError("acknowledging a job", s);
+  std::vector<natsMsg*> burst;
+  {
+    absl::MutexLock lock(&ack_mu_);
+    acks_.push_back(*msg);
+    if (acks_.size() >= kAckBurstSize) burst.swap(acks_);
+  }
+  SendAcks(burst);
+  return absl::OkStatus();
+}
+
+void JetStreamJobStore::AckLoop() {
+  for (;;) {
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&ack_mu_);
+      ack_mu_.Await(absl::Condition(
+          +[](JetStreamJobStore* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->ack_mu_) {
+            return self->acks_stopping_ || !self->acks_.empty();
+          },
+          this));
+      stopping = acks_stopping_;
+      if (stopping && acks_.empty()) return;
+    }
+    if (!stopping) absl::SleepFor(kAckBurstDelay);  // Let the burst gather.
+    std::vector<natsMsg*> burst;
+    {
+      absl::MutexLock lock(&ack_mu_);
+      burst.swap(acks_);
+    }
+    SendAcks(burst);
+  }
+}
+
+void JetStreamJobStore::SendAcks(std::vector<natsMsg*>& msgs) {
+  natsStatus failed = NATS_OK;
+  size_t failures = 0;
+  for (natsMsg* msg : msgs) {
+    // Without options the ack is a publish (no round trip): it fails only when the connection
+    // is closed or its buffer is full during a reconnect.
+    if (const natsStatus s = natsMsg_Ack(msg, nullptr); s != NATS_OK) {
+      failed = s;
+      ++failures;
+    }
+    natsMsg_Destroy(msg);
+  }
+  msgs.clear();
+  if (failures > 0) {
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 5);
+    common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                           "acknowledging delivered jobs failed: they are handed out again when "
+                           "their lease ends (delivered twice)",
+                           {{"jobs", failures}, {"error", natsStatus_GetText(failed)}});
+  }
 }
 
 absl::Status JetStreamJobStore::PublishSync(

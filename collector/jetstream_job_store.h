@@ -12,6 +12,7 @@
 //   once within the stream's duplicate window.
 // - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
 //   used). A job leased by a collector that dies returns to the others when it expires.
+// - Complete acks the leased message in a burst with others (at most 20 ms later; see AckLoop).
 // - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
 //   one-shot schedule for not_before (rounded up to a whole second); Bury publishes it to
 //   hr.dead.<D>.<S>.<U>. Both return without waiting: the publish ack, on the client's ack
@@ -273,6 +274,18 @@ class JetStreamJobStore final : public JobStore {
   std::deque<std::pair<absl::Time, natsMsg*>> republish_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread republisher_;
+
+  // Acks of delivered jobs go out in bursts: kAckBurstDelay after the first ack of a burst, or
+  // at once when kAckBurstSize are waiting. The consumer's leader replicates the acks it has
+  // received in one consensus round, so acks that arrive together cost the servers less than
+  // the same acks one by one. An ack held back here when the collector dies is a redelivery,
+  // never a loss; the destructor sends what is waiting before the connection closes.
+  void AckLoop();
+  void SendAcks(std::vector<natsMsg*>& msgs);
+  absl::Mutex ack_mu_;
+  std::vector<natsMsg*> acks_ ABSL_GUARDED_BY(ack_mu_);
+  bool acks_stopping_ ABSL_GUARDED_BY(ack_mu_) = false;
+  std::thread acker_;
 };
 
 }  // namespace hookrelay::collector

@@ -192,6 +192,35 @@ TEST(JetStreamJobStoreTest, JobFlowOnAThreeNodeCluster) {
   EXPECT_TRUE(seen->empty());
 }
 
+// Acks of delivered jobs go out in bursts (at once when 256 wait, else within 20 ms). Acks still
+// waiting when the store closes are sent before its connection closes: with a lease of two
+// seconds, nothing completed comes back to another collector, and the stream ends empty.
+TEST(JetStreamJobStoreTest, AcksStillWaitingWhenTheStoreClosesAreSent) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  options.layout.ack_wait = absl::Seconds(2);
+  {
+    absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    std::vector<AppendItem> items;
+    for (int i = 0; i < 150; ++i) items.push_back(Event(i));  // 300 jobs: one full burst + 44.
+    ASSERT_TRUE(AppendAndWait(**opened, items).ok());
+    std::vector<LeasedJob> leased = LeaseN(**opened, 300, absl::Seconds(20));
+    ASSERT_EQ(leased.size(), 300u);
+    for (const LeasedJob& j : leased) ASSERT_TRUE((*opened)->Complete(j.job.id(), j.lease).ok());
+  }  // Closed at once, with the last 44 acks waiting for their burst.
+
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> other = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(LeaseN(**other, 1, absl::Seconds(4)).empty()) << "a completed job came back";
+  const JobCounts counts = (*other)->Counts();
+  EXPECT_EQ(counts.ready, 0);
+  EXPECT_EQ(counts.leased, 0);
+  EXPECT_EQ(counts.scheduled, 0);
+}
+
 // De-duplication beyond the stream's duplicate window: the event's marker in HR_DEDUP refuses a
 // copy sent later, within one Append as well; after the dedup window the marker is gone and the
 // same (source, messageId) is a new event. Windows shortened to seconds here.
