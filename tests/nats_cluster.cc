@@ -112,15 +112,8 @@ absl::Status NatsCluster::WaitForPlacement() {
   // before the routes were up is only repeated later. A stream created too early is refused with
   // "no suitable peers for placement". So a probe stream with one replica per node is created
   // (and deleted) until it is accepted.
-  natsOptions* options = nullptr;
   natsConnection* nc = nullptr;
-  std::vector<std::string> list;
-  for (int i = 0; i < size(); ++i) list.push_back(url(i));
-  std::vector<const char*> servers;
-  for (const std::string& u : list) servers.push_back(u.c_str());
-  natsStatus s = natsOptions_Create(&options);
-  if (s == NATS_OK) s = natsOptions_SetServers(options, servers.data(), static_cast<int>(servers.size()));
-  if (s == NATS_OK) s = natsConnection_Connect(&nc, options);
+  const natsStatus s = natsConnection_ConnectTo(&nc, urls().c_str());  // Comma-separated URLs.
   const std::string config = absl::StrCat(
       R"({"name":"HR_TEST_PROBE","subjects":["hr_test_probe"],"storage":"memory","num_replicas":)",
       size(), "}");
@@ -149,7 +142,6 @@ absl::Status NatsCluster::WaitForPlacement() {
     }
   }
   if (nc != nullptr) natsConnection_Destroy(nc);
-  if (options != nullptr) natsOptions_Destroy(options);
   if (placed) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("the ", size(),
                                              "-node cluster cannot place a replicated stream "
