@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collector/admin_errors.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 #include "common/check.h"

@@ -25,7 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "collector/audience_eval.h"
 #include "collector/audience_syncer.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "collector/ingestor.h"
 #include "collector/rocksdb_job_store.h"
 #include "collector/routing.h"

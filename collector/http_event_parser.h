@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 
 namespace hookrelay::collector {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 
 namespace hookrelay::collector {
 

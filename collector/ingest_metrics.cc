@@ -11,7 +11,7 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 }
 
 // Every reason the collector counts: the fixed ones and invalid_<field> for each field an event
-// can be refused for (collector/event.cc, http_event_parser.cc, proto_event_parser.cc).
+// can be refused for (collector/model/event.cc, http_event_parser.cc, proto_event_parser.cc).
 constexpr const char* kReasons[] = {
     "unauthenticated", "overload", "store_unavailable", "too_large", "invalid_json",
     "invalid_request", "unsupported_media_type", "bad_http", "invalid_type", "invalid_messageId",

@@ -15,7 +15,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "collector/ingest_metrics.h"
 #include "collector/job_store.h"
 #include "collector/routing.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "google/protobuf/struct.pb.h"
 #include "hookrelay/v1/event.pb.h"
 

@@ -1,5 +1,5 @@
 // The webhook request body (SPEC §5.1): rendered from a job's `event_json`, the collector's
-// normalised event (compact JSON with Segment field names; see collector/event.h).
+// normalised event (compact JSON with Segment field names; see collector/model/event.h).
 //
 // Body per type, compact JSON, fields in this order ("?" = only when present and non-empty):
 //   all but delete: version (1), type, userId?, anonymousId?, messageId, <per type>, timestamp,

@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "absl/time/time.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "collector/http_request.h"
 
 namespace http = boost::beast::http;

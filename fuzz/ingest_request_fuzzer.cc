@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "collector/proto_event_parser.h"
 #include "hookrelay/v1/collector.pb.h"
 

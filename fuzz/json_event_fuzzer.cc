@@ -11,7 +11,7 @@
 #include <variant>
 
 #include "absl/time/time.h"
-#include "collector/event.h"
+#include "collector/model/event.h"
 #include "collector/http_event_parser.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "collector/event.h"
+#include "collector/model/event.h"
 
 #include <simdjson.h>
 

@@ -1,8 +1,8 @@
 // The event model of the ingest path: what the HTTP and gRPC front ends parse into (RawEvent),
 // the validation and normalisation rules of SPEC §2 (Normalize), and the routing switches of the
 // integrations map (SPEC §3). One core for both front ends.
-#ifndef HOOKRELAY_COLLECTOR_EVENT_H_
-#define HOOKRELAY_COLLECTOR_EVENT_H_
+#ifndef HOOKRELAY_COLLECTOR_MODEL_EVENT_H_
+#define HOOKRELAY_COLLECTOR_MODEL_EVENT_H_
 
 #include <cstddef>
 #include <optional>
@@ -104,4 +104,4 @@ std::variant<NormalizedEvent, FieldError> Normalize(RawEvent raw, absl::Time rec
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_EVENT_H_
+#endif  // HOOKRELAY_COLLECTOR_MODEL_EVENT_H_
