@@ -13,7 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 #include "collector/model/event.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"

@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 #include "common/json_writer.h"
 #include "common/log.h"
 #include "common/proto_time.h"

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "collector/admin_auth.h"
+#include "collector/api/admin_auth.h"
 #include "collector/admin_core.h"
 
 namespace hookrelay::collector {

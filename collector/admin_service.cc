@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 
 namespace hookrelay::collector {
 

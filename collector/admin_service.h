@@ -13,7 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "collector/admin_auth.h"
+#include "collector/api/admin_auth.h"
 #include "collector/admin_core.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 

@@ -3,7 +3,7 @@
 // checks, and the admin token.
 #include "collector/admin_service.h"
 
-#include "collector/admin_auth.h"
+#include "collector/api/admin_auth.h"
 
 #include <grpcpp/grpcpp.h>
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "collector/admin_auth.h"
-#include "collector/admin_errors.h"
+#include "collector/api/admin_auth.h"
+#include "collector/api/admin_errors.h"
 #include "collector/dispatcher.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"

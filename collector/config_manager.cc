@@ -10,7 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 #include "common/config.h"
 #include "common/config_validate.h"
 #include "common/log.h"

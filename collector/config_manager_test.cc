@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"

@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collector/admin_service.h"
 #include "collector/collector_service.h"
-#include "collector/admin_auth.h"
+#include "collector/api/admin_auth.h"
 #include "collector/admin_core.h"
 #include "collector/admin_http.h"
 #include "collector/config_manager.h"

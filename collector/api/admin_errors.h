@@ -1,8 +1,8 @@
 // Errors of the admin API that name fields: an absl::Status whose payload is a
 // google.rpc.BadRequest, turned into gRPC error details (AdminService) or the JSON error body's
 // fieldViolations (AdminHttpServer). Thread-safe (pure functions).
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_ERRORS_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_ERRORS_H_
+#ifndef HOOKRELAY_COLLECTOR_API_ADMIN_ERRORS_H_
+#define HOOKRELAY_COLLECTOR_API_ADMIN_ERRORS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -30,4 +30,4 @@ grpc::Status ToGrpcWithDetails(const absl::Status& status);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_ERRORS_H_
+#endif  // HOOKRELAY_COLLECTOR_API_ADMIN_ERRORS_H_

@@ -1,4 +1,4 @@
-#include "collector/admin_errors.h"
+#include "collector/api/admin_errors.h"
 
 #include "absl/strings/cord.h"
 #include "google/rpc/error_details.pb.h"

@@ -1,4 +1,4 @@
-#include "collector/admin_auth.h"
+#include "collector/api/admin_auth.h"
 
 #include <openssl/sha.h>
 

@@ -7,8 +7,8 @@
 // PERMISSION_DENIED for others.
 //
 // Thread-safe (immutable after construction).
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_AUTH_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_AUTH_H_
+#ifndef HOOKRELAY_COLLECTOR_API_ADMIN_AUTH_H_
+#define HOOKRELAY_COLLECTOR_API_ADMIN_AUTH_H_
 
 #include <string>
 
@@ -42,4 +42,4 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view expected);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_AUTH_H_
+#endif  // HOOKRELAY_COLLECTOR_API_ADMIN_AUTH_H_
