@@ -24,7 +24,7 @@
 #include "collector/audience_syncer.h"
 #include "collector/config_manager.h"
 #include "collector/dispatcher.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/admin.pb.h"
 

@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"
 #include "hookrelay/v1/job.pb.h"

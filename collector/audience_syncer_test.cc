@@ -18,7 +18,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "collector/audience_eval.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"

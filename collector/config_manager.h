@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "hookrelay/v1/config.pb.h"
 
 namespace hookrelay::collector {

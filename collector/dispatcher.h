@@ -46,7 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collector/destination_governor.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "collector/routing.h"
 #include "common/clock.h"
 #include "hookrelay/v1/collector.pb.h"

@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collector/model/event.h"
 #include "collector/ingest_metrics.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "collector/routing.h"
 #include "common/clock.h"
 

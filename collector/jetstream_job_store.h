@@ -48,7 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/jetstream_layout.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 
 namespace prometheus {

@@ -59,7 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collector/jetstream_layout.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {

@@ -92,7 +92,7 @@
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 
 namespace prometheus {

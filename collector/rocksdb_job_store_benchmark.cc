@@ -31,7 +31,7 @@
 #include "benchmark/benchmark.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "collector/rocksdb_job_store.h"
 #include "hookrelay/v1/job.pb.h"
 

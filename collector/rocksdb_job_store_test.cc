@@ -24,7 +24,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "rocksdb/db.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/job.pb.h"
 

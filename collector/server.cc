@@ -23,7 +23,7 @@
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
-#include "collector/job_store_factory.h"
+#include "collector/store/job_store_factory.h"
 #include "collector/audience_syncer.h"
 #include "collector/routing.h"
 #include "common/config.h"

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {

@@ -19,7 +19,7 @@
 #include "collector/audience_eval.h"
 #include "collector/audience_syncer.h"
 #include "collector/jetstream_job_store.h"
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"

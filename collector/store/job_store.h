@@ -4,8 +4,8 @@
 //
 // States: ready (due now), scheduled (due later), leased (handed to a deliverer until a
 // deadline; not durable: a restart or an expired lease makes the job ready again), dead.
-#ifndef HOOKRELAY_COLLECTOR_JOB_STORE_H_
-#define HOOKRELAY_COLLECTOR_JOB_STORE_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_JOB_STORE_H_
+#define HOOKRELAY_COLLECTOR_STORE_JOB_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -262,4 +262,4 @@ inline std::string DedupKey(std::string_view source_id, std::string_view message
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_JOB_STORE_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_JOB_STORE_H_

@@ -1,4 +1,4 @@
-#include "collector/job_store_factory.h"
+#include "collector/store/job_store_factory.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "collector/job_store.h"
+#include "collector/store/job_store.h"
 
 namespace hookrelay::collector {
 
