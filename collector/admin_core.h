@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collector/audience_syncer.h"
+#include "collector/audiences/audience_syncer.h"
 #include "collector/config_manager.h"
 #include "collector/dispatcher.h"
 #include "collector/store/job_store.h"

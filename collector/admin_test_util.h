@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "collector/admin_http.h"
 #include "collector/admin_service.h"
-#include "collector/audience_syncer.h"
+#include "collector/audiences/audience_syncer.h"
 #include "collector/config_manager.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"

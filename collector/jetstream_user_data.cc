@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 #include "collector/jetstream_job_store.h"
 #include "common/log.h"
 #include "common/status_macros.h"

@@ -34,7 +34,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/table_properties_collectors.h"
 #include "rocksdb/write_buffer_manager.h"
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/status_macros.h"

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 #include "hookrelay/v1/config.pb.h"
 
 namespace hookrelay::collector {

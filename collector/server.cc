@@ -24,7 +24,7 @@
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
 #include "collector/store/job_store_factory.h"
-#include "collector/audience_syncer.h"
+#include "collector/audiences/audience_syncer.h"
 #include "collector/routing.h"
 #include "common/config.h"
 #include "common/log.h"

@@ -6,8 +6,8 @@
 // profile's size is bounded by the events the audiences name, never by the user's activity. A
 // count over a window includes every bucket that overlaps it: the window's edge is as precise as
 // its bucket (a minute for 15m, an hour for 1d, a day for 30d).
-#ifndef HOOKRELAY_COLLECTOR_AUDIENCE_EVAL_H_
-#define HOOKRELAY_COLLECTOR_AUDIENCE_EVAL_H_
+#ifndef HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_EVAL_H_
+#define HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_EVAL_H_
 
 #include <cstdint>
 #include <string>
@@ -66,4 +66,4 @@ class AudienceInputs {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_AUDIENCE_EVAL_H_
+#endif  // HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_EVAL_H_

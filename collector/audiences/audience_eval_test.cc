@@ -1,4 +1,4 @@
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 
 #include <string>
 #include <vector>

@@ -2,7 +2,7 @@
 // by trait and by event count, window expiry (30 days in milliseconds), first computation vs
 // later syncs, an audience over two sources, a restart between syncs, deleting a member, and
 // dropping an audience.
-#include "collector/audience_syncer.h"
+#include "collector/audiences/audience_syncer.h"
 
 #include <stdlib.h>
 
@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 #include "collector/store/job_store.h"
 #include "collector/rocksdb_job_store.h"
 #include "common/clock.h"

@@ -10,8 +10,8 @@
 // 30-day windows in tests. Syncs run one at a time (the periodic loop and SyncNow share a lock);
 // on an engine shared by several collectors the store lets one at a time sync an audience and
 // answers ABORTED to the others (logged at debug level by the loop, returned by SyncNow).
-#ifndef HOOKRELAY_COLLECTOR_AUDIENCE_SYNCER_H_
-#define HOOKRELAY_COLLECTOR_AUDIENCE_SYNCER_H_
+#ifndef HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_SYNCER_H_
+#define HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_SYNCER_H_
 
 #include <memory>
 #include <string>
@@ -94,4 +94,4 @@ std::string AudienceIdentifyJson(const hookrelay::v1::Audience& audience, const 
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_AUDIENCE_SYNCER_H_
+#endif  // HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_SYNCER_H_

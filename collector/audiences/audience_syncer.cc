@@ -1,4 +1,4 @@
-#include "collector/audience_syncer.h"
+#include "collector/audiences/audience_syncer.h"
 
 #include <pthread.h>
 
@@ -10,7 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "collector/audience_eval.h"
+#include "collector/audiences/audience_eval.h"
 #include "common/config_validate.h"
 #include "common/json_writer.h"
 #include "common/log.h"
