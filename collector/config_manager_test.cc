@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collector/api/admin_errors.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 

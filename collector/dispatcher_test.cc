@@ -13,7 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "collector/routing.h"
 #include "common/clock.h"
 #include "common/config.h"

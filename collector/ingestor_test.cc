@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "gtest/gtest.h"

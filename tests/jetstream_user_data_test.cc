@@ -1,6 +1,6 @@
 // Deletions, the per-user index and audiences on the JetStream engine (issue 12; SPEC §6), on a
 // real 3-node cluster at 3 replicas: the same observable behaviour as the embedded engine's tests
-// (collector/rocksdb_job_store_test.cc, collector/audiences/audience_syncer_test.cc) — purge by user and
+// (collector/store/rocksdb/rocksdb_job_store_test.cc, collector/audiences/audience_syncer_test.cc) — purge by user and
 // source of ready, scheduled, leased and dead jobs, the sources-seen index, idempotent request
 // ids, records listed newest first, first and later audience syncs, window expiry on a manual
 // clock, deleted members, a deletion between evaluation and commit, dropped audiences, one sync

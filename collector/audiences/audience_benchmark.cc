@@ -27,7 +27,7 @@
 #include "collector/audiences/audience_syncer.h"
 #include "collector/model/event.h"
 #include "collector/ingestor.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "collector/routing.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"

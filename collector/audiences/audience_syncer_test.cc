@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "collector/audiences/audience_eval.h"
 #include "collector/store/job_store.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collector/jetstream_job_store.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 
 namespace hookrelay::collector {
 

@@ -40,7 +40,7 @@
 #include "gtest/gtest.h"
 #include "collector/admin_test_util.h"
 #include "collector/store/job_store.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/time_format.h"
 #include "hookrelay/v1/job.pb.h"
 

@@ -1,4 +1,4 @@
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 
 #include <pthread.h>
 

@@ -32,7 +32,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "collector/store/job_store.h"
-#include "collector/rocksdb_job_store.h"
+#include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "hookrelay/v1/job.pb.h"
 
 namespace hookrelay::collector {

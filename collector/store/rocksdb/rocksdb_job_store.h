@@ -64,8 +64,8 @@
 // once the destructor has started. Append callbacks run on the writer thread and must not call
 // ListDead, Replay, ApplyDeletion, Flush or the test hooks (they wait for that thread). The
 // destructor drains pending writes (every Append callback runs) and joins both threads.
-#ifndef HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
-#define HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_JOB_STORE_H_
+#define HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_JOB_STORE_H_
 
 #include <cstddef>
 #include <atomic>
@@ -492,4 +492,4 @@ class RocksDbJobStore final : public JobStore {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ROCKSDB_JOB_STORE_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_JOB_STORE_H_
