@@ -3,8 +3,8 @@
 // through the shared consumer, completed, retried through message schedules (not before their
 // time, with the attempt recorded) and dead-lettered; a node lost during appends loses nothing
 // acknowledged.
-#include "collector/jetstream_job_store.h"
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 
 #include <algorithm>
 #include <iostream>

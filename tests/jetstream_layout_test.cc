@@ -1,7 +1,7 @@
 // The JetStream engine's streams and consumer on a real 3-node cluster: created when missing,
 // left alone when they match (idempotent), and a mismatch in a setting that matters is a clear
 // start-up error naming the setting.
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 
 #include <nats/nats.h>
 
@@ -81,7 +81,7 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(dedup, HasSubstr(R"("max_age":86400000000000)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("max_msgs_per_subject":1)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("allow_direct":true)")) << dedup;
-  // Deletions and audiences (collector/jetstream_user_data.h).
+  // Deletions and audiences (collector/store/jetstream/jetstream_user_data.h).
   for (const char* stream : {"HR_USERS", "HR_PROFILES", "HR_DELETIONS", "HR_AUDIENCES"}) {
     const std::string info = Api(absl::StrCat("$JS.API.STREAM.INFO.", stream));
     EXPECT_THAT(info, HasSubstr(R"("num_replicas":3)")) << info;

@@ -18,7 +18,7 @@
 #include "absl/time/clock.h"
 #include "collector/audiences/audience_eval.h"
 #include "collector/audiences/audience_syncer.h"
-#include "collector/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_job_store.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 #include "tests/nats_cluster.h"
 
 namespace hookrelay::test {

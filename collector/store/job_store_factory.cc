@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collector/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_job_store.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 
 namespace hookrelay::collector {

@@ -1,7 +1,7 @@
 // nats_ceiling: the JetStream engine's ceiling on this machine, measured without hookrelay. A
 // minimal asynchronous JetStream publisher with the engine's message shape and ack policy:
 //
-//   - a stream configured like HR_JOBS (collector/jetstream_layout.cc: work queue, file storage,
+//   - a stream configured like HR_JOBS (collector/store/jetstream/jetstream_layout.cc: work queue, file storage,
 //     --replicas copies, message schedules and rollups allowed, the same duplicate window) under
 //     another name, plus a durable pull consumer like the dispatch consumer (explicit acks);
 //   - messages of --msg_bytes on subjects shaped like the jobs' (<prefix>.<source>.<user>, users
@@ -255,7 +255,7 @@ int Drain(natsConnection* nc, jsCtx* js, const std::string& stream, const std::s
   return left == 0 ? 0 : 3;
 }
 
-// The dedup stream, like HR_DEDUP (collector/jetstream_layout.cc).
+// The dedup stream, like HR_DEDUP (collector/store/jetstream/jetstream_layout.cc).
 bool EnsureDedupStream(natsConnection* nc, const std::string& stream, const std::string& prefix,
                        int replicas) {
   const std::string config = absl::StrCat(

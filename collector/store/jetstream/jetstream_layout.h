@@ -14,7 +14,7 @@
 //             kept `dedup_window` (max age), one per subject, direct gets allowed (the
 //             de-duplication lookup reads them in batches).
 //   HR_USERS, HR_PROFILES, HR_DELETIONS, HR_AUDIENCES: deletions and audiences
-//             (collector/jetstream_user_data.h): limits retention, file storage, `replicas`
+//             (collector/store/jetstream/jetstream_user_data.h): limits retention, file storage, `replicas`
 //             copies; one message per subject except HR_PROFILES (deltas, rolled up; direct
 //             gets allowed for batched reads).
 //   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready.>, explicit acks, ack wait = the
@@ -22,8 +22,8 @@
 //
 // Streams and consumers are created through the JSON API: cnats 3.4 (Debian) predates
 // `allow_msg_schedules`.
-#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_
-#define HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_LAYOUT_H_
+#define HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_LAYOUT_H_
 
 #include <nats/nats.h>
 
@@ -107,4 +107,4 @@ std::string DispatchConsumerConfig(const JetStreamLayout& layout);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_LAYOUT_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_LAYOUT_H_

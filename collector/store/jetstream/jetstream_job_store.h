@@ -1,7 +1,7 @@
 // The JetStream engine (--store=jetstream; docs/DESIGN.md, "The JetStream engine"): jobs as
 // messages of HR_JOBS, leased through the shared durable pull consumer, retried through message
 // schedules, dead-lettered to HR_DEAD, de-duplicated through markers in HR_DEDUP, configuration
-// in the KV bucket hr_config. Streams and subjects: collector/jetstream_layout.h.
+// in the KV bucket hr_config. Streams and subjects: collector/store/jetstream/jetstream_layout.h.
 //
 // - Append completes when every job of the batch has its publish ack from the stream at the
 //   configured replication (asynchronous, pipelined publishes). Before publishing, the events'
@@ -23,10 +23,10 @@
 // - Job ids are the stream sequence of the message leased (a retried job gets a new one); a
 //   dead letter's id is its HR_DEAD sequence.
 // - Deletions, the per-user index, profiles and audiences: JetStreamUserData
-//   (collector/jetstream_user_data.h), which this store owns; an event's index entry and profile
+//   (collector/store/jetstream/jetstream_user_data.h), which this store owns; an event's index entry and profile
 //   delta are published and acknowledged with its jobs.
-#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
-#define HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_JOB_STORE_H_
+#define HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_JOB_STORE_H_
 
 #include <nats/nats.h>
 
@@ -47,7 +47,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 
@@ -290,4 +290,4 @@ class JetStreamJobStore final : public JobStore {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_JOB_STORE_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_JOB_STORE_H_

@@ -1,4 +1,4 @@
-#include "collector/jetstream_user_data.h"
+#include "collector/store/jetstream/jetstream_user_data.h"
 
 #include <simdjson.h>
 #include <pthread.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "collector/audiences/audience_eval.h"
-#include "collector/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_job_store.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 

@@ -2,7 +2,7 @@
 // and audiences, owned by JetStreamJobStore and given its connection. docs/DESIGN.md ("The
 // JetStream engine", "Deletions and audiences on JetStream") says why it is shaped this way.
 //
-// Streams (created and checked with the others, collector/jetstream_layout.h):
+// Streams (created and checked with the others, collector/store/jetstream/jetstream_layout.h):
 //   HR_USERS      hr.users.<U>.<S>: the user was seen in the source (one message per subject).
 //                 Published with the event's jobs when this collector's cache of pairs already
 //                 written misses.
@@ -37,8 +37,8 @@
 // state (compare-and-set, retried over deletions' count changes) and the lock's release.
 //
 // Thread-safe.
-#ifndef HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_
-#define HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_USER_DATA_H_
+#define HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_USER_DATA_H_
 
 #include <nats/nats.h>
 
@@ -58,7 +58,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 
@@ -217,4 +217,4 @@ uint64_t UserSourceHash(std::string_view user, std::string_view source);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_JETSTREAM_USER_DATA_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_JETSTREAM_JETSTREAM_USER_DATA_H_

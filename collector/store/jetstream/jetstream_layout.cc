@@ -1,4 +1,4 @@
-#include "collector/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 
 #include <simdjson.h>
 

@@ -1,6 +1,6 @@
-#include "collector/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_job_store.h"
 
-#include "collector/jetstream_user_data.h"
+#include "collector/store/jetstream/jetstream_user_data.h"
 
 #include <algorithm>
 #include <utility>
