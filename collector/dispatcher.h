@@ -47,7 +47,7 @@
 #include "absl/time/time.h"
 #include "collector/destination_governor.h"
 #include "collector/store/job_store.h"
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/clock.h"
 #include "hookrelay/v1/collector.pb.h"
 

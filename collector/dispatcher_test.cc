@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "gtest/gtest.h"

@@ -18,7 +18,7 @@
 #include "collector/model/event.h"
 #include "collector/ingest_metrics.h"
 #include "collector/store/job_store.h"
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {

@@ -25,7 +25,7 @@
 #include "collector/ingestor.h"
 #include "collector/store/job_store_factory.h"
 #include "collector/audiences/audience_syncer.h"
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/metrics_server.h"

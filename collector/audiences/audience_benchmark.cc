@@ -28,7 +28,7 @@
 #include "collector/model/event.h"
 #include "collector/ingestor.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"
 

@@ -1,4 +1,4 @@
-#include "collector/routing.h"
+#include "collector/routing/routing.h"
 #include "common/strings.h"
 
 #include <utility>

@@ -1,8 +1,8 @@
 // An immutable, indexed view of the configuration for the ingest path: write key → source, and
 // source → its enabled webhook destinations. A new Routing is built on every (re)load and swapped
 // in whole, so a request sees one consistent configuration.
-#ifndef HOOKRELAY_COLLECTOR_ROUTING_H_
-#define HOOKRELAY_COLLECTOR_ROUTING_H_
+#ifndef HOOKRELAY_COLLECTOR_ROUTING_ROUTING_H_
+#define HOOKRELAY_COLLECTOR_ROUTING_ROUTING_H_
 
 #include <memory>
 #include <string>
@@ -67,4 +67,4 @@ class RoutingHolder {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ROUTING_H_
+#endif  // HOOKRELAY_COLLECTOR_ROUTING_ROUTING_H_
