@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/config_manager.h"
-#include "collector/dispatcher.h"
+#include "collector/dispatch/dispatcher.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/admin.pb.h"

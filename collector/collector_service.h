@@ -10,7 +10,7 @@
 
 #include "collector/api/admin_auth.h"
 #include "collector/api/admin_errors.h"
-#include "collector/dispatcher.h"
+#include "collector/dispatch/dispatcher.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"
 #include "hookrelay/v1/collector.grpc.pb.h"

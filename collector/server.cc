@@ -19,7 +19,7 @@
 #include "collector/admin_http.h"
 #include "collector/config_manager.h"
 #include "collector/console_files.h"
-#include "collector/dispatcher.h"
+#include "collector/dispatch/dispatcher.h"
 #include "collector/http_server.h"
 #include "collector/ingest_metrics.h"
 #include "collector/ingestor.h"

@@ -33,8 +33,8 @@
 // the next job probe.
 //
 // Thread-safe. Time only from the injected clock.
-#ifndef HOOKRELAY_COLLECTOR_DESTINATION_GOVERNOR_H_
-#define HOOKRELAY_COLLECTOR_DESTINATION_GOVERNOR_H_
+#ifndef HOOKRELAY_COLLECTOR_DISPATCH_DESTINATION_GOVERNOR_H_
+#define HOOKRELAY_COLLECTOR_DISPATCH_DESTINATION_GOVERNOR_H_
 
 #include <cstdint>
 #include <string>
@@ -174,4 +174,4 @@ hookrelay::v1::CircuitBreaker EffectiveBreaker(const hookrelay::v1::DeliveryOpti
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_DESTINATION_GOVERNOR_H_
+#endif  // HOOKRELAY_COLLECTOR_DISPATCH_DESTINATION_GOVERNOR_H_

@@ -1,4 +1,4 @@
-#include "collector/dispatcher.h"
+#include "collector/dispatch/dispatcher.h"
 
 #include <grpcpp/grpcpp.h>
 

@@ -1,4 +1,4 @@
-#include "collector/destination_governor.h"
+#include "collector/dispatch/destination_governor.h"
 
 #include <cstdint>
 #include <string>

@@ -12,7 +12,7 @@
 // ("destination ... disabled"), never delivered: replay brings it back once the destination is
 // enabled again.
 //
-// Per-destination protection (collector/destination_governor.h): every customer job leased is
+// Per-destination protection (collector/dispatch/destination_governor.h): every customer job leased is
 // admitted by the destination's adaptive concurrency limit (with a fair share of the deliverers'
 // credits while other destinations have work), its rate limit and its circuit breaker; a job
 // refused is put back in the store without counting an attempt (Retry with an empty Attempt),
@@ -28,8 +28,8 @@
 // sent, then ends every stream with UNAVAILABLE and waits (up to 10 s) until every stream is done,
 // so that no gRPC callback uses the dispatcher or the store afterwards. Jobs still unsettled then simply return to
 // the ready set when the store reopens (leases are not durable).
-#ifndef HOOKRELAY_COLLECTOR_DISPATCHER_H_
-#define HOOKRELAY_COLLECTOR_DISPATCHER_H_
+#ifndef HOOKRELAY_COLLECTOR_DISPATCH_DISPATCHER_H_
+#define HOOKRELAY_COLLECTOR_DISPATCH_DISPATCHER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -45,7 +45,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collector/destination_governor.h"
+#include "collector/dispatch/destination_governor.h"
 #include "collector/store/job_store.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
@@ -209,4 +209,4 @@ class Dispatcher {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_DISPATCHER_H_
+#endif  // HOOKRELAY_COLLECTOR_DISPATCH_DISPATCHER_H_

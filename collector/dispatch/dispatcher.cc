@@ -1,4 +1,4 @@
-#include "collector/dispatcher.h"
+#include "collector/dispatch/dispatcher.h"
 
 #include <algorithm>
 #include <optional>
