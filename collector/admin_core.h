@@ -22,7 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collector/audiences/audience_syncer.h"
-#include "collector/config_manager.h"
+#include "collector/config/config_manager.h"
 #include "collector/dispatch/dispatcher.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"

@@ -21,7 +21,7 @@
 #include "collector/admin_http.h"
 #include "collector/admin_service.h"
 #include "collector/audiences/audience_syncer.h"
-#include "collector/config_manager.h"
+#include "collector/config/config_manager.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/admin.grpc.pb.h"

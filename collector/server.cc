@@ -17,7 +17,7 @@
 #include "collector/api/admin_auth.h"
 #include "collector/admin_core.h"
 #include "collector/admin_http.h"
-#include "collector/config_manager.h"
+#include "collector/config/config_manager.h"
 #include "collector/console_files.h"
 #include "collector/dispatch/dispatcher.h"
 #include "collector/http_server.h"

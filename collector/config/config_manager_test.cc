@@ -1,4 +1,4 @@
-#include "collector/config_manager.h"
+#include "collector/config/config_manager.h"
 
 #include <cstdlib>
 #include <fstream>

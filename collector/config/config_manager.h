@@ -7,8 +7,8 @@
 //
 // Merging: file objects win over API objects with the same id (logged at start and reload).
 // Thread-safe: changes are serialised; Get() is cheap.
-#ifndef HOOKRELAY_COLLECTOR_CONFIG_MANAGER_H_
-#define HOOKRELAY_COLLECTOR_CONFIG_MANAGER_H_
+#ifndef HOOKRELAY_COLLECTOR_CONFIG_CONFIG_MANAGER_H_
+#define HOOKRELAY_COLLECTOR_CONFIG_CONFIG_MANAGER_H_
 
 #include <cstdint>
 #include <functional>
@@ -117,4 +117,4 @@ std::string JsonFieldPath(absl::string_view path);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_CONFIG_MANAGER_H_
+#endif  // HOOKRELAY_COLLECTOR_CONFIG_CONFIG_MANAGER_H_
