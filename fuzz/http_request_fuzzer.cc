@@ -1,5 +1,5 @@
 // Raw bytes as one HTTP request: Boost.Beast's request parser with the server's limits, then the
-// /v1/* routing, decoding and parsing (collector/http_request.h), then validation of every event.
+// /v1/* routing, decoding and parsing (collector/ingest/http_request.h), then validation of every event.
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http.hpp>
 
@@ -9,7 +9,7 @@
 
 #include "absl/time/time.h"
 #include "collector/model/event.h"
-#include "collector/http_request.h"
+#include "collector/ingest/http_request.h"
 
 namespace http = boost::beast::http;
 

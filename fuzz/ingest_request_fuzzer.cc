@@ -6,7 +6,7 @@
 
 #include "absl/time/time.h"
 #include "collector/model/event.h"
-#include "collector/proto_event_parser.h"
+#include "collector/ingest/proto_event_parser.h"
 #include "hookrelay/v1/collector.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

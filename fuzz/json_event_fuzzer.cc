@@ -12,7 +12,7 @@
 
 #include "absl/time/time.h"
 #include "collector/model/event.h"
-#include "collector/http_event_parser.h"
+#include "collector/ingest/http_event_parser.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include "collector/audiences/audience_eval.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/model/event.h"
-#include "collector/ingestor.h"
+#include "collector/ingest/ingestor.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "collector/http_event_parser.h"
+#include "collector/ingest/http_event_parser.h"
 #include "tools/bench/batch_template.h"
 
 namespace hookrelay::bench {

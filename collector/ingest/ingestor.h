@@ -1,8 +1,8 @@
 // The ingest core shared by the HTTP and gRPC front ends: authenticate the write key, validate
 // and normalise every event, route each valid one to its enabled destinations (one job per
 // destination), append durably, then answer. Knows nothing of HTTP or gRPC.
-#ifndef HOOKRELAY_COLLECTOR_INGESTOR_H_
-#define HOOKRELAY_COLLECTOR_INGESTOR_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_INGESTOR_H_
+#define HOOKRELAY_COLLECTOR_INGEST_INGESTOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/model/event.h"
-#include "collector/ingest_metrics.h"
+#include "collector/ingest/ingest_metrics.h"
 #include "collector/store/job_store.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
@@ -81,4 +81,4 @@ class Ingestor {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_INGESTOR_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_INGESTOR_H_

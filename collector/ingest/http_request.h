@@ -1,8 +1,8 @@
 // One request to the HTTP tracking API, as Boost.Beast read it: the /v1/* routing, decoding and
 // parsing that come before the Ingestor. Pure (no sockets, no server state), so the HTTP server,
 // its tests and the fuzzers share one implementation.
-#ifndef HOOKRELAY_COLLECTOR_HTTP_REQUEST_H_
-#define HOOKRELAY_COLLECTOR_HTTP_REQUEST_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_HTTP_REQUEST_H_
+#define HOOKRELAY_COLLECTOR_INGEST_HTTP_REQUEST_H_
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -48,4 +48,4 @@ int HttpStatusFor(const absl::Status& s);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_HTTP_REQUEST_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_HTTP_REQUEST_H_

@@ -1,7 +1,7 @@
 // gRPC adapter for hookrelay.v1.Collector: converts messages and statuses, delegates to the
 // Ingestor (Ingest) and the Dispatcher (Subscribe). No business logic here.
-#ifndef HOOKRELAY_COLLECTOR_COLLECTOR_SERVICE_H_
-#define HOOKRELAY_COLLECTOR_COLLECTOR_SERVICE_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_COLLECTOR_SERVICE_H_
+#define HOOKRELAY_COLLECTOR_INGEST_COLLECTOR_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -11,8 +11,8 @@
 #include "collector/api/admin_auth.h"
 #include "collector/api/admin_errors.h"
 #include "collector/dispatch/dispatcher.h"
-#include "collector/ingest_metrics.h"
-#include "collector/ingestor.h"
+#include "collector/ingest/ingest_metrics.h"
+#include "collector/ingest/ingestor.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 
 namespace hookrelay::collector {
@@ -58,4 +58,4 @@ grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_COLLECTOR_SERVICE_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_COLLECTOR_SERVICE_H_

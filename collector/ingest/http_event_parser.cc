@@ -1,4 +1,4 @@
-#include "collector/http_event_parser.h"
+#include "collector/ingest/http_event_parser.h"
 
 #include <simdjson.h>
 

@@ -1,4 +1,4 @@
-#include "collector/proto_event_parser.h"
+#include "collector/ingest/proto_event_parser.h"
 
 #include <optional>
 

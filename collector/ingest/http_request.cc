@@ -1,4 +1,4 @@
-#include "collector/http_request.h"
+#include "collector/ingest/http_request.h"
 
 #include <zlib.h>
 
@@ -10,7 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "collector/http_event_parser.h"
+#include "collector/ingest/http_event_parser.h"
 #include "common/json_writer.h"
 #include "common/strings.h"
 

@@ -1,4 +1,4 @@
-#include "collector/ingest_metrics.h"
+#include "collector/ingest/ingest_metrics.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"

@@ -2,8 +2,8 @@
 // /v1/page, /v1/screen, /v1/group, /v1/alias, /v1/batch) into RawEvents. Request-level problems
 // (not JSON, wrong shape, over a limit) fail the whole request; per-event problems are attached
 // to the event (RawEvent::parse_error) so a batch keeps its good events.
-#ifndef HOOKRELAY_COLLECTOR_HTTP_EVENT_PARSER_H_
-#define HOOKRELAY_COLLECTOR_HTTP_EVENT_PARSER_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_HTTP_EVENT_PARSER_H_
+#define HOOKRELAY_COLLECTOR_INGEST_HTTP_EVENT_PARSER_H_
 
 #include <memory>
 #include <string>
@@ -44,4 +44,4 @@ class HttpEventParser {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_HTTP_EVENT_PARSER_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_HTTP_EVENT_PARSER_H_

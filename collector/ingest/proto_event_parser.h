@@ -1,6 +1,6 @@
 // Converts gRPC events (hookrelay.v1.Event) into RawEvents for the shared validation core.
-#ifndef HOOKRELAY_COLLECTOR_PROTO_EVENT_PARSER_H_
-#define HOOKRELAY_COLLECTOR_PROTO_EVENT_PARSER_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_PROTO_EVENT_PARSER_H_
+#define HOOKRELAY_COLLECTOR_INGEST_PROTO_EVENT_PARSER_H_
 
 #include <string>
 
@@ -21,4 +21,4 @@ void AppendStructJson(std::string* out, const google::protobuf::Struct& s);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_PROTO_EVENT_PARSER_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_PROTO_EVENT_PARSER_H_

@@ -1,16 +1,16 @@
 // The Segment-compatible HTTP tracking API (SPEC §2.1) on Boost.Beast: POST /v1/track, identify,
 // page, screen, group, alias, batch; GET /healthz. Keep-alive connections, a fixed pool of I/O
 // threads (no thread per connection); a request is answered only once its events are durable.
-#ifndef HOOKRELAY_COLLECTOR_HTTP_SERVER_H_
-#define HOOKRELAY_COLLECTOR_HTTP_SERVER_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_HTTP_SERVER_H_
+#define HOOKRELAY_COLLECTOR_INGEST_HTTP_SERVER_H_
 
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
-#include "collector/ingest_metrics.h"
-#include "collector/ingestor.h"
+#include "collector/ingest/ingest_metrics.h"
+#include "collector/ingest/ingestor.h"
 
 namespace hookrelay::collector {
 
@@ -53,4 +53,4 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_HTTP_SERVER_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_HTTP_SERVER_H_

@@ -1,4 +1,4 @@
-#include "collector/collector_service.h"
+#include "collector/ingest/collector_service.h"
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "collector/proto_event_parser.h"
+#include "collector/ingest/proto_event_parser.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/strings.h"

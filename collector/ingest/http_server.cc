@@ -1,4 +1,4 @@
-#include "collector/http_server.h"
+#include "collector/ingest/http_server.h"
 
 #include <atomic>
 #include <charconv>
@@ -21,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "collector/http_request.h"
+#include "collector/ingest/http_request.h"
 #include "common/json_writer.h"
 #include "common/log.h"
 #include "common/strings.h"

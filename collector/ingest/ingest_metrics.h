@@ -1,7 +1,7 @@
 // The collector's ingest metrics (SPEC §8 names). Families are built once; label handles for the
 // fixed label sets are cached here. Thread-safe.
-#ifndef HOOKRELAY_COLLECTOR_INGEST_METRICS_H_
-#define HOOKRELAY_COLLECTOR_INGEST_METRICS_H_
+#ifndef HOOKRELAY_COLLECTOR_INGEST_INGEST_METRICS_H_
+#define HOOKRELAY_COLLECTOR_INGEST_INGEST_METRICS_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +54,4 @@ class IngestMetrics {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_INGEST_METRICS_H_
+#endif  // HOOKRELAY_COLLECTOR_INGEST_INGEST_METRICS_H_

@@ -1,4 +1,4 @@
-#include "collector/ingestor.h"
+#include "collector/ingest/ingestor.h"
 
 #include <memory>
 #include <utility>
