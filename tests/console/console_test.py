@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The web console (collector/console/) in a real browser against the real binaries.
+"""The web console (collector/admin/console/) in a real browser against the real binaries.
 
 Starts, on 127.0.0.1 only, an empty collector (no --config) with an admin token, a deliverer and
 the demo receiver, then drives Debian's Chromium (headless, through chromedriver and Selenium)
@@ -56,7 +56,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CONSOLE_DIR = os.path.join(ROOT, "collector/console")
+CONSOLE_DIR = os.path.join(ROOT, "collector/admin/console")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 SECRET = "console-shared-secret"
@@ -186,7 +186,7 @@ def static_checks():
     """The console's files: no innerHTML, no inline handlers or scripts, nothing from elsewhere."""
     names = sorted(os.listdir(CONSOLE_DIR))
     check(set(names) >= {"index.html", "app.js", "style.css"},
-          f"collector/console has index.html, app.js, style.css ({names})")
+          f"collector/admin/console has index.html, app.js, style.css ({names})")
     text = {n: open(os.path.join(CONSOLE_DIR, n), encoding="utf-8").read() for n in names
             if n.endswith((".html", ".js", ".css"))}
     js = text.get("app.js", "")

@@ -38,7 +38,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "collector/admin_test_util.h"
+#include "collector/admin/admin_test_util.h"
 #include "collector/store/job_store.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/time_format.h"

@@ -1,7 +1,7 @@
 // hookrelay.v1.Admin over a real RocksDbJobStore and a real in-process gRPC server on
 // 127.0.0.1:0: listing dead letters with pagination and filters, replaying them, argument
 // checks, and the admin token.
-#include "collector/admin_service.h"
+#include "collector/admin/admin_service.h"
 
 #include "collector/api/admin_auth.h"
 
@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "absl/synchronization/notification.h"
 #include "common/time_format.h"
-#include "collector/admin_test_util.h"
+#include "collector/admin/admin_test_util.h"
 #include "collector/store/job_store.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 #include "hookrelay/v1/job.pb.h"

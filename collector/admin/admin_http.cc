@@ -1,4 +1,4 @@
-#include "collector/admin_http.h"
+#include "collector/admin/admin_http.h"
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>

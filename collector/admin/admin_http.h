@@ -11,8 +11,8 @@
 // Four I/O threads; operations may block one of them (a synced store write, up to 10 s for a
 // destination test). Each connection answers one request at a time, keep-alive, closed after
 // 30 s of silence; bodies up to 1 MiB. Thread-safe; Start and Shutdown from one thread.
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_HTTP_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_HTTP_H_
+#ifndef HOOKRELAY_COLLECTOR_ADMIN_ADMIN_HTTP_H_
+#define HOOKRELAY_COLLECTOR_ADMIN_ADMIN_HTTP_H_
 
 #include <map>
 #include <memory>
@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "collector/api/admin_auth.h"
-#include "collector/admin_core.h"
+#include "collector/admin/admin_core.h"
 
 namespace hookrelay::collector {
 
@@ -60,4 +60,4 @@ int HttpStatusFor(absl::StatusCode code);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_HTTP_H_
+#endif  // HOOKRELAY_COLLECTOR_ADMIN_ADMIN_HTTP_H_

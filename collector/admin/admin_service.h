@@ -8,13 +8,13 @@
 //
 // Registration: AdminService admin(core, auth); builder.RegisterService(&admin); the core and the
 // auth must outlive the service, and the service the grpc::Server.
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_SERVICE_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_SERVICE_H_
+#ifndef HOOKRELAY_COLLECTOR_ADMIN_ADMIN_SERVICE_H_
+#define HOOKRELAY_COLLECTOR_ADMIN_ADMIN_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
 #include "collector/api/admin_auth.h"
-#include "collector/admin_core.h"
+#include "collector/admin/admin_core.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 
 namespace hookrelay::collector {
@@ -112,4 +112,4 @@ class AdminService final : public hookrelay::v1::Admin::CallbackService {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_SERVICE_H_
+#endif  // HOOKRELAY_COLLECTOR_ADMIN_ADMIN_SERVICE_H_

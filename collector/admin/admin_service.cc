@@ -1,4 +1,4 @@
-#include "collector/admin_service.h"
+#include "collector/admin/admin_service.h"
 
 #include <string>
 

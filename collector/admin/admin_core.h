@@ -7,8 +7,8 @@
 //
 // Threading: any thread; calls may block on the store (a synced write per change, a group
 // commit for dead-letter reads) and TestDestination for up to 10 s. Thread-safe.
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_CORE_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_CORE_H_
+#ifndef HOOKRELAY_COLLECTOR_ADMIN_ADMIN_CORE_H_
+#define HOOKRELAY_COLLECTOR_ADMIN_ADMIN_CORE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -175,4 +175,4 @@ std::string RandomToken(std::string_view prefix, size_t length, bool mixed_case)
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_CORE_H_
+#endif  // HOOKRELAY_COLLECTOR_ADMIN_ADMIN_CORE_H_

@@ -1,4 +1,4 @@
-#include "collector/admin_test_util.h"
+#include "collector/admin/admin_test_util.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-#include "collector/admin_core.h"
+#include "collector/admin/admin_core.h"
 
 #include <openssl/rand.h>
 

@@ -5,8 +5,8 @@
 //
 // Thread-compatible: set up and inspect from the test thread; the gRPC server's own threads only
 // go through the service.
-#ifndef HOOKRELAY_COLLECTOR_ADMIN_TEST_UTIL_H_
-#define HOOKRELAY_COLLECTOR_ADMIN_TEST_UTIL_H_
+#ifndef HOOKRELAY_COLLECTOR_ADMIN_ADMIN_TEST_UTIL_H_
+#define HOOKRELAY_COLLECTOR_ADMIN_ADMIN_TEST_UTIL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "collector/admin_http.h"
-#include "collector/admin_service.h"
+#include "collector/admin/admin_http.h"
+#include "collector/admin/admin_service.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/config/config_manager.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
@@ -76,4 +76,4 @@ class AdminTestServer {
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_ADMIN_TEST_UTIL_H_
+#endif  // HOOKRELAY_COLLECTOR_ADMIN_ADMIN_TEST_UTIL_H_
