@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "tools/embed/embedded_file.h"
+#include "common/embed/embedded_file.h"
 
 namespace hookrelay {
 
