@@ -8,16 +8,20 @@ namespace hookrelay::common {
 absl::Status ParseTcpEndpoint(const std::string& address, absl::string_view what,
                               boost::asio::ip::tcp::endpoint* endpoint) {
   const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
+  if (colon == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " \"", address, "\": expected host:port"));
+  }
+  int port = -1;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", address, "\": port must be a number from 0 to 65535"));
   }
   std::string host = address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
+  if (host.empty()) host = "0.0.0.0";
   boost::system::error_code ec;
   const boost::asio::ip::address ip = boost::asio::ip::make_address(host, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(what, " \"", address, "\": ", ec.message()));

@@ -3,19 +3,16 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <optional>
 #include <functional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,11 +23,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "collector/api/admin_errors.h"
+#include "common/http_listener.h"
 #include "common/json_writer.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/strings.h"
-#include "common/tcp_endpoint.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -428,139 +425,83 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
   return ErrorReply(absl::NotFoundError("no such admin resource; see docs/ADMIN_API.md"));
 }
 
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, State& state) : stream_(std::move(socket)), state_(state) {
-    beast::error_code ec;
-    const tcp::endpoint remote = stream_.socket().remote_endpoint(ec);
-    peer_ = ec ? "unknown" : PeerString(remote);
-  }
+// The response for a reply, with the headers every answer of this port carries.
+common::HttpResponse ToResponse(Reply reply, bool keep_alive) {
+  common::HttpResponse response;
+  response.version(11);
+  response.keep_alive(keep_alive);
+  response.result(static_cast<http::status>(reply.status));
+  response.set(http::field::server, "hookrelay");
+  response.set(http::field::content_type, reply.content_type);
+  response.set("X-Content-Type-Options", "nosniff");
+  response.set("X-Frame-Options", "DENY");
+  response.set("Referrer-Policy", "no-referrer");
+  response.set(http::field::cache_control, reply.console ? "no-cache" : "no-store");
+  response.set("Content-Security-Policy", kConsoleCsp);
+  if (!reply.allow.empty()) response.set(http::field::allow, reply.allow);
+  response.body() = std::move(reply.body);
+  return response;
+}
 
-  void Read() {
-    parser_.emplace();
-    parser_->body_limit(kMaxBody);
-    stream_.expires_after(std::chrono::seconds(30));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec == http::error::body_limit) {
-                         Reply r = ErrorReply(InvalidField(
-                             "body", absl::StrCat("larger than ", kMaxBody, " bytes")));
-                         r.status = 413;
-                         return self->Write(std::move(r), false);
-                       }
-                       if (ec) return self->Close();
-                       self->Answer();
-                     });
-  }
-
- private:
-  void Answer() {
-    const auto& request = parser_->get();
-    const std::string_view target(request.target().data(), request.target().size());
-    const size_t q = target.find('?');
-    const std::string path(target.substr(0, q));
-    const Query query = ParseQuery(q == std::string_view::npos ? "" : target.substr(q + 1));
-    const http::verb method = request.method();
-
-    if (!absl::StartsWith(path, "/admin/")) {
-      Write(Static(method, path), request.keep_alive());
-      return;
-    }
-    // Cross-origin requests from browsers: refused (no CORS).
-    if (auto origin = request.find(http::field::origin); origin != request.end()) {
-      const std::string host(request[http::field::host]);
-      const std::string value(origin->value());
-      if (value != absl::StrCat("http://", host) && value != absl::StrCat("https://", host)) {
-        Write(ErrorReply(absl::PermissionDeniedError(
-                  "cross-origin requests are refused; use the console served here")),
-              request.keep_alive());
-        return;
-      }
-    }
-    const std::string body = request.body();
-    if (!absl::StripAsciiWhitespace(body).empty()) {
-      const std::string type = absl::AsciiStrToLower(std::string(request[http::field::content_type]));
-      if (!absl::StartsWith(type, kJson)) {
-        Reply r = ErrorReply(InvalidField("Content-Type", "must be application/json"));
-        r.status = 415;
-        Write(std::move(r), request.keep_alive());
-        return;
-      }
-    }
-    absl::StatusOr<std::string> who =
-        state_.auth->Check(std::string(request[http::field::authorization]), peer_);
-    if (!who.ok()) {
-      Write(ErrorReply(who.status()), request.keep_alive());
-      return;
-    }
-    std::vector<std::string> segments;
-    for (absl::string_view s : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-      segments.push_back(PercentDecode(common::ToStd(s), false));
-    }
-    // "admin", "v1", ...
-    if (segments.size() < 3 || segments[0] != "admin" || segments[1] != "v1") {
-      Write(ErrorReply(absl::NotFoundError("no such admin resource; see docs/ADMIN_API.md")),
-            request.keep_alive());
-      return;
-    }
-    segments.erase(segments.begin(), segments.begin() + 2);
-    Write(Route(state_, method, segments, query, body, *who), request.keep_alive());
-  }
-
-  Reply Static(http::verb method, const std::string& path) {
-    if (method != http::verb::get && method != http::verb::head) return MethodNotAllowed("GET");
-    const std::string key = path == "/" ? "/index.html" : path;
-    auto it = state_.options.files.find(key);
-    if (it == state_.options.files.end()) {
-      Reply r;
-      r.status = 404;
-      r.content_type = "text/plain; charset=utf-8";
-      r.body = "not found\n";
-      return r;
-    }
+Reply Static(const State& state, http::verb method, const std::string& path) {
+  if (method != http::verb::get && method != http::verb::head) return MethodNotAllowed("GET");
+  const std::string key = path == "/" ? "/index.html" : path;
+  auto it = state.options.files.find(key);
+  if (it == state.options.files.end()) {
     Reply r;
-    r.content_type = it->second.content_type;
-    r.body = it->second.body;
-    r.console = true;
+    r.status = 404;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "not found\n";
     return r;
   }
+  Reply r;
+  r.content_type = it->second.content_type;
+  r.body = it->second.body;
+  r.console = true;
+  return r;
+}
 
-  void Write(Reply reply, bool keep_alive) {
-    response_ = {};
-    response_.version(11);
-    response_.keep_alive(keep_alive);
-    response_.result(static_cast<http::status>(reply.status));
-    response_.set(http::field::server, "hookrelay");
-    response_.set(http::field::content_type, reply.content_type);
-    response_.set("X-Content-Type-Options", "nosniff");
-    response_.set("X-Frame-Options", "DENY");
-    response_.set("Referrer-Policy", "no-referrer");
-    response_.set(http::field::cache_control, reply.console ? "no-cache" : "no-store");
-    response_.set("Content-Security-Policy", kConsoleCsp);
-    if (!reply.allow.empty()) response_.set(http::field::allow, reply.allow);
-    response_.body() = std::move(reply.body);
-    response_.prepare_payload();
-    http::async_write(stream_, response_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        if (ec || !self->response_.keep_alive()) return self->Close();
-                        self->Read();
-                      });
+// One request: the console's files, or an admin API call checked, authenticated and routed.
+Reply Answer(State& state, const common::HttpRequest& request, const std::string& peer) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const size_t q = target.find('?');
+  const std::string path(target.substr(0, q));
+  const Query query = ParseQuery(q == std::string_view::npos ? "" : target.substr(q + 1));
+  const http::verb method = request.method();
+
+  if (!absl::StartsWith(path, "/admin/")) return Static(state, method, path);
+  // Cross-origin requests from browsers: refused (no CORS).
+  if (auto origin = request.find(http::field::origin); origin != request.end()) {
+    const std::string host(request[http::field::host]);
+    const std::string value(origin->value());
+    if (value != absl::StrCat("http://", host) && value != absl::StrCat("https://", host)) {
+      return ErrorReply(absl::PermissionDeniedError(
+          "cross-origin requests are refused; use the console served here"));
+    }
   }
-
-  void Close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+  const std::string& body = request.body();
+  if (!absl::StripAsciiWhitespace(body).empty()) {
+    const std::string type = absl::AsciiStrToLower(std::string(request[http::field::content_type]));
+    if (!absl::StartsWith(type, kJson)) {
+      Reply r = ErrorReply(InvalidField("Content-Type", "must be application/json"));
+      r.status = 415;
+      return r;
+    }
   }
-
-  beast::tcp_stream stream_;
-  State& state_;
-  std::string peer_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  http::response<http::string_body> response_;
-};
-
+  absl::StatusOr<std::string> who =
+      state.auth->Check(std::string(request[http::field::authorization]), peer);
+  if (!who.ok()) return ErrorReply(who.status());
+  std::vector<std::string> segments;
+  for (absl::string_view s : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    segments.push_back(PercentDecode(common::ToStd(s), false));
+  }
+  // "admin", "v1", ...
+  if (segments.size() < 3 || segments[0] != "admin" || segments[1] != "v1") {
+    return ErrorReply(absl::NotFoundError("no such admin resource; see docs/ADMIN_API.md"));
+  }
+  segments.erase(segments.begin(), segments.begin() + 2);
+  return Route(state, method, segments, query, body, *who);
+}
 
 }  // namespace
 
@@ -595,65 +536,43 @@ int HttpStatusFor(absl::StatusCode code) {
 }
 
 struct AdminHttpServer::Impl {
-  Impl(Options options, AdminCore& core, const AdminAuth& auth)
-      : ioc(options.threads), acceptor(ioc) {
-    state.options = std::move(options);
-    state.core = &core;
-    state.auth = &auth;
-  }
-
-  void Accept() {
-    acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
-      if (ec == net::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), state)->Read();
-      Accept();
-    });
-  }
-
+  // Last: its connections use the state until it is shut down.
   State state;
-  net::io_context ioc;
-  tcp::acceptor acceptor;
-  std::vector<std::thread> threads;
-  int port = 0;
-  bool started = false;
+  std::unique_ptr<common::HttpListener> listener;
 };
 
 AdminHttpServer::AdminHttpServer(Options options, AdminCore& core, const AdminAuth& auth)
-    : impl_(std::make_unique<Impl>(std::move(options), core, auth)) {}
+    : impl_(std::make_unique<Impl>()) {
+  impl_->state.options = std::move(options);
+  impl_->state.core = &core;
+  impl_->state.auth = &auth;
+  common::HttpListener::Options listener;
+  listener.address = impl_->state.options.address;
+  listener.address_name = "admin HTTP address";
+  listener.threads = std::max(1, impl_->state.options.threads);
+  listener.body_limit = kMaxBody;
+  common::HttpListener::Handlers handlers;
+  State* state = &impl_->state;
+  handlers.request = [state](common::HttpRequest request, const tcp::endpoint& peer,
+                             common::HttpResponder responder) {
+    const bool keep_alive = request.keep_alive();
+    std::move(responder).Respond(ToResponse(Answer(*state, request, PeerString(peer)), keep_alive));
+  };
+  handlers.read_error = [](beast::error_code ec) -> std::optional<common::HttpResponse> {
+    if (ec != http::error::body_limit) return std::nullopt;
+    Reply r = ErrorReply(InvalidField("body", absl::StrCat("larger than ", kMaxBody, " bytes")));
+    r.status = 413;
+    return ToResponse(std::move(r), false);
+  };
+  impl_->listener = std::make_unique<common::HttpListener>(std::move(listener), std::move(handlers));
+}
 
 AdminHttpServer::~AdminHttpServer() { Shutdown(); }
 
-absl::Status AdminHttpServer::Start() {
-  tcp::endpoint endpoint;
-  if (absl::Status s = common::ParseTcpEndpoint(impl_->state.options.address, "admin HTTP address", &endpoint); !s.ok()) return s;
-  beast::error_code ec;
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on admin HTTP address ",
-                                               impl_->state.options.address, ": ", ec.message()));
-  }
-  impl_->port = impl_->acceptor.local_endpoint().port();
-  impl_->Accept();
-  impl_->started = true;
-  for (int i = 0; i < std::max(1, impl_->state.options.threads); ++i) {
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
-  }
-  return absl::OkStatus();
-}
+absl::Status AdminHttpServer::Start() { return impl_->listener->Start(); }
 
-int AdminHttpServer::port() const { return impl_->port; }
+int AdminHttpServer::port() const { return impl_->listener->port(); }
 
-void AdminHttpServer::Shutdown() {
-  if (!impl_->started) return;
-  impl_->started = false;
-  beast::error_code ignored;
-  impl_->acceptor.close(ignored);
-  impl_->ioc.stop();
-  for (std::thread& t : impl_->threads) t.join();
-  impl_->threads.clear();
-}
+void AdminHttpServer::Shutdown() { impl_->listener->Shutdown(); }
 
 }  // namespace hookrelay::collector

@@ -1,6 +1,7 @@
 // The Segment-compatible HTTP tracking API (SPEC §2.1) on Boost.Beast: POST /v1/track, identify,
 // page, screen, group, alias, batch; GET /healthz. Keep-alive connections, a fixed pool of I/O
 // threads (no thread per connection); a request is answered only once its events are durable.
+// The connections are common::HttpListener's; this file says what a request means.
 #ifndef HOOKRELAY_COLLECTOR_INGEST_HTTP_SERVER_H_
 #define HOOKRELAY_COLLECTOR_INGEST_HTTP_SERVER_H_
 
@@ -47,9 +48,6 @@ class HttpServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Splits "host:port" / "[v6]:port". Errors name the address.
-absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
 }  // namespace hookrelay::collector
 
