@@ -34,6 +34,7 @@
 #include "hookrelay/v1/job.pb.h"
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 
 extern char** environ;
 
@@ -156,8 +157,8 @@ class Load {
   int running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-std::map<std::string, int> JobsPerMessageId(const std::string& data_dir) {
-  absl::StatusOr<std::vector<Job>> jobs = LeaseAllJobs(data_dir);
+std::map<std::string, int> JobsPerMessageId(const EngineSetup& engine, const std::string& data_dir) {
+  absl::StatusOr<std::vector<Job>> jobs = ReadAllJobs(engine, data_dir);
   EXPECT_TRUE(jobs.ok()) << jobs.status();
   std::map<std::string, int> out;
   if (!jobs.ok()) return out;
@@ -173,25 +174,34 @@ void ExpectCleanExit(int status) {
   }
 }
 
-class CollectorDurabilityTest : public ::testing::Test {
+// On both job-store engines (tests/test_engines.h).
+class CollectorDurabilityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *engine;
     dir_ = MakeTempDir("collector_durability_test");
     config_path_ = dir_ + "/collector.yaml";
     data_dir_ = dir_ + "/data";
     ASSERT_TRUE(WriteFile(config_path_, ConfigWithKey(kWebKey)).ok());
   }
 
+  absl::StatusOr<std::unique_ptr<ChildProcess>> StartCollector() {
+    return StartCollectorProcess(config_path_, data_dir_, CollectorEngineFlags(engine_));
+  }
+
+  EngineSetup engine_;
   std::string dir_;
   std::string config_path_;
   std::string data_dir_;
 };
 
 // Every batch acknowledged before a mid-stream kill -9 has exactly one job after a restart.
-TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
+TEST_P(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
   std::set<std::string> acked;
   {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> first = StartCollectorProcess(config_path_, data_dir_);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> first = StartCollector();
     ASSERT_TRUE(first.ok()) << first.status();
     Load load((*first)->IntField("http_port"), kWebKey, "kill", /*threads=*/4, /*batch_size=*/20);
     ASSERT_TRUE(load.WaitForAckedBatches(60));
@@ -205,7 +215,7 @@ TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
   }
   ASSERT_GE(acked.size(), 60u * 20u);
 
-  absl::StatusOr<std::unique_ptr<ChildProcess>> second = StartCollectorProcess(config_path_, data_dir_);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> second = StartCollector();
   ASSERT_TRUE(second.ok()) << second.status();
   // It serves again after the crash.
   absl::StatusOr<HttpResponse> r = HttpPost((*second)->IntField("http_port"), "/v1/track",
@@ -217,7 +227,7 @@ TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
   ExpectCleanExit((*second)->Wait());
   second->reset();
 
-  const std::map<std::string, int> jobs = JobsPerMessageId(data_dir_);
+  const std::map<std::string, int> jobs = JobsPerMessageId(engine_, data_dir_);
   std::vector<std::string> lost;
   for (const std::string& id : acked) {
     auto it = jobs.find(id);
@@ -232,10 +242,10 @@ TEST_F(CollectorDurabilityTest, AcknowledgedEventsSurviveKill9) {
 }
 
 // SIGTERM under load drains and exits 0, and every acknowledged batch is stored.
-TEST_F(CollectorDurabilityTest, SigtermDrainsAndExitsZero) {
+TEST_P(CollectorDurabilityTest, SigtermDrainsAndExitsZero) {
   std::set<std::string> acked;
   {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = StartCollectorProcess(config_path_, data_dir_);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = StartCollector();
     ASSERT_TRUE(proc.ok()) << proc.status();
     Load load((*proc)->IntField("http_port"), kWebKey, "term", /*threads=*/4, /*batch_size=*/20);
     ASSERT_TRUE(load.WaitForAckedBatches(30));
@@ -246,18 +256,18 @@ TEST_F(CollectorDurabilityTest, SigtermDrainsAndExitsZero) {
     (*proc)->WaitForEof();
     EXPECT_TRUE((*proc)->WaitForMsg("collector stopped")) << (*proc)->Output();
   }
-  const std::map<std::string, int> jobs = JobsPerMessageId(data_dir_);
+  const std::map<std::string, int> jobs = JobsPerMessageId(engine_, data_dir_);
   size_t lost = 0;
   for (const std::string& id : acked) lost += jobs.count(id) == 0 ? 1 : 0;
   EXPECT_EQ(lost, 0u) << "of " << acked.size() << " acknowledged";
 }
 
 // SIGHUP keeps the old config when the file is broken and switches keys when it is valid.
-TEST_F(CollectorDurabilityTest, SighupReloadsConfigAndKeepsTheOldOneWhenBroken) {
+TEST_P(CollectorDurabilityTest, SighupReloadsConfigAndKeepsTheOldOneWhenBroken) {
   const std::string old_key = "wk_reload_old_1234";
   const std::string new_key = "wk_reload_new_5678";
   ASSERT_TRUE(WriteFile(config_path_, ConfigWithKey(old_key)).ok());
-  absl::StatusOr<std::unique_ptr<ChildProcess>> started = StartCollectorProcess(config_path_, data_dir_);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> started = StartCollector();
   ASSERT_TRUE(started.ok()) << started.status();
   ChildProcess& proc = **started;
   auto post = [&](const std::string& key, const std::string& id) {
@@ -300,12 +310,14 @@ TEST_F(CollectorDurabilityTest, SighupReloadsConfigAndKeepsTheOldOneWhenBroken) 
   EXPECT_THAT(output, Not(HasSubstr(new_key)));
   started->reset();
 
-  const std::map<std::string, int> jobs = JobsPerMessageId(data_dir_);
+  const std::map<std::string, int> jobs = JobsPerMessageId(engine_, data_dir_);
   std::vector<std::string> ids;
   for (const auto& [id, n] : jobs) ids.push_back(id);
   EXPECT_THAT(ids, ::testing::UnorderedElementsAre("before", "after-bad-yaml", "after-bad-limits",
                                                    "after-reload"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, CollectorDurabilityTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

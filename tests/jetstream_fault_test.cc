@@ -521,7 +521,6 @@ TEST(JetStreamFaultTest, NodesAndCollectorKilledUnderLoad) {
   EXPECT_TRUE(missing.empty()) << "acknowledged, never delivered (first 20): "
                                << absl::StrJoin(missing, " ");
 
-  absl::SleepFor(absl::Seconds(1));  // The deliverers count an outcome after its POST's answer.
   int64_t total = 0;
   int64_t distinct = 0;
   int64_t unacked_delivered = 0;
@@ -534,10 +533,17 @@ TEST(JetStreamFaultTest, NodesAndCollectorKilledUnderLoad) {
     for (const auto& [id, n] : received) unacked_delivered += stats.acked.contains(id) ? 0 : 1;
   }
   const int64_t duplicates = total - distinct;
+  // The deliverers count an outcome after its POST's answer: wait until they have counted at
+  // least the deliveries the receiver saw before reading their shares.
   std::array<double, 2> share{};
-  for (int i = 0; i < 2; ++i) {
-    share[i] = MetricSum(deliverer_metrics[i], "hookrelay_delivery_attempts_total",
-                         R"(outcome="delivered")");
+  const absl::Time counted_deadline = absl::Now() + absl::Seconds(20);
+  for (;;) {
+    for (int i = 0; i < 2; ++i) {
+      share[i] = MetricSum(deliverer_metrics[i], "hookrelay_delivery_attempts_total",
+                           R"(outcome="delivered")");
+    }
+    if (share[0] + share[1] >= static_cast<double>(total) || absl::Now() >= counted_deadline) break;
+    absl::SleepFor(absl::Milliseconds(100));
   }
   std::string phases;
   for (int p = 0; p < kPhases; ++p) {

@@ -2,13 +2,17 @@
 
 #include <nats/nats.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_layout.h"
 #include "tests/nats_cluster.h"
 
@@ -24,28 +28,26 @@ void StopCluster() {
   cluster = nullptr;
 }
 
+// A connection to the cluster at `urls` (comma-separated); the caller destroys it.
+absl::StatusOr<natsConnection*> Connect(const std::string& urls) {
+  natsConnection* nc = nullptr;
+  if (natsStatus s = natsConnection_ConnectTo(&nc, urls.c_str()); s != NATS_OK) {
+    return absl::UnavailableError(absl::StrCat("connecting to ", urls, ": ", natsStatus_GetText(s)));
+  }
+  return nc;
+}
+
 // Deletes hookrelay's streams and the config bucket's stream.
 absl::Status Empty(const std::string& urls) {
-  natsOptions* options = nullptr;
-  natsConnection* nc = nullptr;
-  natsStatus s = natsOptions_Create(&options);
-  std::vector<std::string> list = absl::StrSplit(urls, ',');
-  std::vector<const char*> servers;
-  for (const std::string& u : list) servers.push_back(u.c_str());
-  if (s == NATS_OK) {
-    s = natsOptions_SetServers(options, servers.data(), static_cast<int>(servers.size()));
-  }
-  if (s == NATS_OK) s = natsConnection_Connect(&nc, options);
+  absl::StatusOr<natsConnection*> nc = Connect(urls);
+  if (!nc.ok()) return nc.status();
   absl::Status st;
-  if (s != NATS_OK) {
-    st = absl::UnavailableError(absl::StrCat("connecting to ", urls, ": ", natsStatus_GetText(s)));
-  }
   for (const char* stream : {"HR_JOBS", "HR_DEAD", "HR_DEDUP", "HR_USERS", "HR_PROFILES",
                              "HR_DELETIONS", "HR_AUDIENCES", "KV_hr_config"}) {
     if (!st.ok()) break;
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<collector::JetStreamApiReply> reply = collector::JetStreamApi(
-          nc, absl::StrCat("$JS.API.STREAM.DELETE.", stream), "", absl::Seconds(5));
+          *nc, absl::StrCat("$JS.API.STREAM.DELETE.", stream), "", absl::Seconds(5));
       constexpr int64_t kStreamNotFound = 10059;
       if (reply.ok() && (reply->error_code == 0 || reply->error_code == kStreamNotFound)) break;
       if (attempt == 50) {
@@ -56,9 +58,41 @@ absl::Status Empty(const std::string& urls) {
       absl::SleepFor(absl::Milliseconds(200));
     }
   }
-  if (nc != nullptr) natsConnection_Destroy(nc);
-  if (options != nullptr) natsOptions_Destroy(options);
+  natsConnection_Destroy(*nc);
   return st;
+}
+
+// Every message of HR_JOBS, read by sequence number through the stream API (the stream's own
+// consumer is the collectors'; a read-only look must not take their jobs).
+absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadJetStreamJobs(natsConnection* nc) {
+  absl::StatusOr<collector::JetStreamApiReply> info =
+      collector::JetStreamApi(nc, "$JS.API.STREAM.INFO.HR_JOBS", "", absl::Seconds(5));
+  if (!info.ok()) return info.status();
+  if (info->error_code != 0) return absl::InternalError(absl::StrCat("HR_JOBS info: ", info->error));
+  int64_t first = 0;
+  int64_t last = 0;
+  if (!absl::SimpleAtoi(JsonAt(info->body, "/state/first_seq"), &first) ||
+      !absl::SimpleAtoi(JsonAt(info->body, "/state/last_seq"), &last)) {
+    return absl::InternalError(absl::StrCat("HR_JOBS info without sequence numbers: ", info->body));
+  }
+  std::vector<hookrelay::v1::Job> jobs;
+  for (int64_t seq = std::max<int64_t>(first, 1); seq <= last; ++seq) {
+    absl::StatusOr<collector::JetStreamApiReply> got = collector::JetStreamApi(
+        nc, "$JS.API.STREAM.MSG.GET.HR_JOBS", absl::StrCat(R"({"seq":)", seq, "}"),
+        absl::Seconds(5));
+    if (!got.ok()) return got.status();
+    constexpr int64_t kNoMessage = 10037;  // deleted (acknowledged) since
+    if (got->error_code == kNoMessage) continue;
+    if (got->error_code != 0) {
+      return absl::InternalError(absl::StrCat("HR_JOBS message ", seq, ": ", got->error));
+    }
+    std::string data;
+    if (!absl::Base64Unescape(JsonStr(got->body, "/message/data"), &data) ||
+        !jobs.emplace_back().ParseFromString(data)) {
+      return absl::InternalError(absl::StrCat("HR_JOBS message ", seq, " is not a job"));
+    }
+  }
+  return jobs;
 }
 
 }  // namespace
@@ -78,6 +112,16 @@ absl::StatusOr<EngineSetup> PrepareEngine(std::string_view engine) {
   setup.nats_url = cluster->urls();
   if (absl::Status st = Empty(setup.nats_url); !st.ok()) return st;
   return setup;
+}
+
+absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadAllJobs(const EngineSetup& engine,
+                                                          const std::string& data_dir) {
+  if (engine.engine != "jetstream") return LeaseAllJobs(data_dir);
+  absl::StatusOr<natsConnection*> nc = Connect(engine.nats_url);
+  if (!nc.ok()) return nc.status();
+  absl::StatusOr<std::vector<hookrelay::v1::Job>> jobs = ReadJetStreamJobs(*nc);
+  natsConnection_Destroy(*nc);
+  return jobs;
 }
 
 }  // namespace hookrelay::test
