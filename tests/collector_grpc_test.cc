@@ -27,6 +27,7 @@
 #include "hookrelay/v1/collector.grpc.pb.h"
 #include "hookrelay/v1/job.pb.h"
 #include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 
 namespace hookrelay::test {
 namespace {
@@ -192,11 +193,15 @@ bool Await(grpc::CompletionQueue& cq, void* tag) {
   return status == grpc::CompletionQueue::GOT_EVENT && got == tag && ok;
 }
 
-class CollectorGrpcTest : public ::testing::Test {
+// On both job-store engines (tests/test_engines.h).
+class CollectorGrpcTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(collector_.Start().ok());
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", collector_.grpc_port()),
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    collector_ = std::make_unique<InProcessCollector>("collector_grpc_test", TestConfigYaml(), *engine);
+    ASSERT_TRUE(collector_->Start().ok());
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", collector_->grpc_port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = hookrelay::v1::Collector::NewStub(channel_);
   }
@@ -216,12 +221,12 @@ class CollectorGrpcTest : public ::testing::Test {
   std::vector<Job> StopAndLeaseAll() {
     channel_.reset();
     stub_.reset();
-    absl::StatusOr<std::vector<Job>> jobs = collector_.StopAndLeaseAll();
+    absl::StatusOr<std::vector<Job>> jobs = collector_->StopAndLeaseAll();
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     return jobs.ok() ? *std::move(jobs) : std::vector<Job>{};
   }
 
-  InProcessCollector collector_{"collector_grpc_test"};
+  std::unique_ptr<InProcessCollector> collector_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<hookrelay::v1::Collector::Stub> stub_;
 };
@@ -235,7 +240,7 @@ std::map<std::string, Job> ByMessageId(const std::vector<Job>& jobs) {
 const std::regex kUuidV4("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
 
 // Ingest takes the write key from x-write-key or Basic auth and returns generated messageIds.
-TEST_F(CollectorGrpcTest, IngestAuthenticatesByWriteKeyOrBasicAuth) {
+TEST_P(CollectorGrpcTest, IngestAuthenticatesByWriteKeyOrBasicAuth) {
   IngestRequest by_header;
   *by_header.add_events() = Track("u1", "Signed Up", "grpc-header");
   IngestResponse r1;
@@ -268,7 +273,7 @@ TEST_F(CollectorGrpcTest, IngestAuthenticatesByWriteKeyOrBasicAuth) {
 }
 
 // An unknown, malformed or missing write key is UNAUTHENTICATED and stores nothing.
-TEST_F(CollectorGrpcTest, UnknownWriteKeyIsUnauthenticated) {
+TEST_P(CollectorGrpcTest, UnknownWriteKeyIsUnauthenticated) {
   IngestRequest request;
   *request.add_events() = Track("u1", "E");
   const std::vector<std::vector<std::pair<std::string, std::string>>> cases = {
@@ -289,7 +294,7 @@ TEST_F(CollectorGrpcTest, UnknownWriteKeyIsUnauthenticated) {
 }
 
 // All events invalid → INVALID_ARGUMENT naming each events[i].field; nothing stored.
-TEST_F(CollectorGrpcTest, AllInvalidIsInvalidArgumentNamingTheField) {
+TEST_P(CollectorGrpcTest, AllInvalidIsInvalidArgumentNamingTheField) {
   IngestRequest request;
   *request.add_events() = Track("u1", "");  // no event name
   Event alias;
@@ -310,7 +315,7 @@ TEST_F(CollectorGrpcTest, AllInvalidIsInvalidArgumentNamingTheField) {
 }
 
 // Mixed valid/invalid events → OK, valid stored, rejected list and message_ids in order.
-TEST_F(CollectorGrpcTest, MixedBatchIsOkWithRejectedList) {
+TEST_P(CollectorGrpcTest, MixedBatchIsOkWithRejectedList) {
   IngestRequest request;
   *request.add_events() = Track("u1", "A", "mixed-a");
   *request.add_events() = Track("", "no user");
@@ -348,7 +353,7 @@ TEST_F(CollectorGrpcTest, MixedBatchIsOkWithRejectedList) {
 }
 
 // google.protobuf.Struct maps (numbers, nesting, escaped strings) round-trip into event_json.
-TEST_F(CollectorGrpcTest, StructFieldsRoundTripIntoEventJson) {
+TEST_P(CollectorGrpcTest, StructFieldsRoundTripIntoEventJson) {
   const std::string tricky = "quote \" backslash \\ newline \n tab \t unicode h\xc3\xa9llo \xe2\x9c\x93";
   Event e = Track("u1", "Order Completed", "structs");
   *e.mutable_properties() = Obj({
@@ -395,7 +400,7 @@ TEST_F(CollectorGrpcTest, StructFieldsRoundTripIntoEventJson) {
 }
 
 // Protobuf timestamps are normalised with skew correction; out-of-range ones are rejected.
-TEST_F(CollectorGrpcTest, TimestampsAreNormalisedWithSkewCorrection) {
+TEST_P(CollectorGrpcTest, TimestampsAreNormalisedWithSkewCorrection) {
   const absl::Time ts = absl::FromUnixNanos(1577836800123456789);  // 2020-01-01T00:00:00.123456789Z
   Event skewed = Track("u1", "Skewed", "ts-skew");
   *skewed.mutable_timestamp() = Ts(ts);
@@ -435,7 +440,7 @@ TEST_F(CollectorGrpcTest, TimestampsAreNormalisedWithSkewCorrection) {
 }
 
 // 2,501 events or an event over 32,000 bytes is RESOURCE_EXHAUSTED; 2,500 events are accepted.
-TEST_F(CollectorGrpcTest, LimitsAreResourceExhausted) {
+TEST_P(CollectorGrpcTest, LimitsAreResourceExhausted) {
   IngestRequest too_many;
   for (int i = 0; i < 2501; ++i) *too_many.add_events() = Track("u", "E", absl::StrCat("many-", i));
   IngestResponse response;
@@ -465,7 +470,7 @@ TEST_F(CollectorGrpcTest, LimitsAreResourceExhausted) {
 }
 
 // The standard gRPC health service reports SERVING for the whole server.
-TEST_F(CollectorGrpcTest, HealthCheckReportsServing) {
+TEST_P(CollectorGrpcTest, HealthCheckReportsServing) {
   grpc::GenericStub generic(channel_);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
@@ -489,7 +494,7 @@ TEST_F(CollectorGrpcTest, HealthCheckReportsServing) {
 }
 
 // Server reflection lists the services and serves hookrelay.v1.Collector's descriptor.
-TEST_F(CollectorGrpcTest, ReflectionListsServicesAndDescriptors) {
+TEST_P(CollectorGrpcTest, ReflectionListsServicesAndDescriptors) {
   grpc::GenericStub generic(channel_);
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
@@ -577,7 +582,7 @@ std::vector<std::pair<std::string, std::string>> FieldViolations(const grpc::Sta
 
 // INVALID_ARGUMENT carries a google.rpc.BadRequest naming every invalid events[i].field, with
 // the same reasons as the message text; control characters in identifiers are among them.
-TEST_F(CollectorGrpcTest, InvalidArgumentCarriesBadRequestDetails) {
+TEST_P(CollectorGrpcTest, InvalidArgumentCarriesBadRequestDetails) {
   IngestRequest request;
   *request.add_events() = Track("u1", "");  // no event name
   Event bad_id = Track("u1", "E");
@@ -601,7 +606,7 @@ TEST_F(CollectorGrpcTest, InvalidArgumentCarriesBadRequestDetails) {
 
 // A batch with one event whose messageId has control characters stores its neighbours and lists
 // the bad one, naming messageId.
-TEST_F(CollectorGrpcTest, ControlCharactersInMessageIdAreRejectedPerEvent) {
+TEST_P(CollectorGrpcTest, ControlCharactersInMessageIdAreRejectedPerEvent) {
   IngestRequest request;
   *request.add_events() = Track("u1", "Good");
   Event bad = Track("u1", "Bad");
@@ -619,7 +624,7 @@ TEST_F(CollectorGrpcTest, ControlCharactersInMessageIdAreRejectedPerEvent) {
 
 // Bytes that are not an IngestRequest answer INVALID_ARGUMENT (gRPC's callback API alone would
 // say UNIMPLEMENTED), and size limits carry a BadRequest too.
-TEST_F(CollectorGrpcTest, UnparsableRequestIsInvalidArgument) {
+TEST_P(CollectorGrpcTest, UnparsableRequestIsInvalidArgument) {
   grpc::GenericStub generic(channel_);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
@@ -652,7 +657,7 @@ TEST_F(CollectorGrpcTest, UnparsableRequestIsInvalidArgument) {
 
 // Health is served per service too: the collector's services answer SERVING, an unknown name
 // NOT_FOUND (grpc.health.v1 semantics).
-TEST_F(CollectorGrpcTest, HealthCheckPerService) {
+TEST_P(CollectorGrpcTest, HealthCheckPerService) {
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   for (const char* service : {"", "hookrelay.v1.Collector", "hookrelay.v1.Admin"}) {
     grpc::ClientContext context;
@@ -674,7 +679,7 @@ TEST_F(CollectorGrpcTest, HealthCheckPerService) {
 
 // Reflection can describe every service it lists: each file_containing_symbol answer, with the
 // files it depends on, builds into a descriptor pool that has the service (grpcurl describe).
-TEST_F(CollectorGrpcTest, ReflectionDescribesEveryListedService) {
+TEST_P(CollectorGrpcTest, ReflectionDescribesEveryListedService) {
   grpc::GenericStub generic(channel_);
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
@@ -749,6 +754,8 @@ TEST_F(CollectorGrpcTest, ReflectionDescribesEveryListedService) {
   while (cq.Next(&ignored_tag, &ignored_ok)) {
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, CollectorGrpcTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "hookrelay/v1/job.pb.h"
 #include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 
 namespace hookrelay::test {
 namespace {
@@ -62,30 +63,36 @@ std::string SmallTrack(const std::string& message_id) {
                       R"("})");
 }
 
-class CollectorHttpTest : public ::testing::Test {
+// On both job-store engines (tests/test_engines.h).
+class CollectorHttpTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { ASSERT_TRUE(collector_.Start().ok()); }
+  void SetUp() override {
+    absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    collector_ = std::make_unique<InProcessCollector>("collector_http_test", TestConfigYaml(), *engine);
+    ASSERT_TRUE(collector_->Start().ok());
+  }
 
   // POSTs on a new connection; a transport error fails the test and returns status 0.
   HttpResponse Post(std::string_view target, std::string_view body,
                     std::string_view write_key = kWebKey, HttpHeaders extra = {}) {
     absl::StatusOr<HttpResponse> r =
-        HttpPost(collector_.http_port(), target, body, write_key, std::move(extra));
+        HttpPost(collector_->http_port(), target, body, write_key, std::move(extra));
     EXPECT_TRUE(r.ok()) << target << ": " << r.status();
     return r.ok() ? *std::move(r) : HttpResponse{};
   }
 
   std::vector<Job> StopAndLeaseAll() {
-    absl::StatusOr<std::vector<Job>> jobs = collector_.StopAndLeaseAll();
+    absl::StatusOr<std::vector<Job>> jobs = collector_->StopAndLeaseAll();
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     return jobs.ok() ? *std::move(jobs) : std::vector<Job>{};
   }
 
-  InProcessCollector collector_{"collector_http_test"};
+  std::unique_ptr<InProcessCollector> collector_;
 };
 
 // Every endpoint accepts Basic auth and a body writeKey, storing one job of the right type.
-TEST_F(CollectorHttpTest, EveryEndpointAcceptsBasicAuthAndBodyWriteKey) {
+TEST_P(CollectorHttpTest, EveryEndpointAcceptsBasicAuthAndBodyWriteKey) {
   const std::vector<std::pair<std::string, std::string>> endpoints = {
       {"track", R"("userId":"u1","event":"Signed Up")"},
       {"identify", R"("userId":"u1","traits":{"plan":"pro"})"},
@@ -137,7 +144,7 @@ TEST_F(CollectorHttpTest, EveryEndpointAcceptsBasicAuthAndBodyWriteKey) {
 }
 
 // An unknown or missing write key gets 401 with a JSON error body, and nothing is stored.
-TEST_F(CollectorHttpTest, UnknownOrMissingWriteKeyIs401) {
+TEST_P(CollectorHttpTest, UnknownOrMissingWriteKeyIs401) {
   const std::string event = R"({"userId":"u","event":"E"})";
   struct Case {
     const char* name;
@@ -167,7 +174,7 @@ TEST_F(CollectorHttpTest, UnknownOrMissingWriteKeyIs401) {
 }
 
 // Each single-event validation rule answers 400 naming its field; nothing is stored.
-TEST_F(CollectorHttpTest, SingleEventViolationIs400NamingTheField) {
+TEST_P(CollectorHttpTest, SingleEventViolationIs400NamingTheField) {
   const std::string id101(101, 'm');
   struct Case {
     const char* endpoint;
@@ -236,7 +243,7 @@ TEST_F(CollectorHttpTest, SingleEventViolationIs400NamingTheField) {
 }
 
 // A mixed batch stores valid items normalised (ids, timestamps, context) and lists rejects.
-TEST_F(CollectorHttpTest, BatchStoresValidItemsAndRejectsInvalidOnes) {
+TEST_P(CollectorHttpTest, BatchStoresValidItemsAndRejectsInvalidOnes) {
   const std::string body = R"({"batch":[
       {"type":"track","userId":"u0","event":"E0","messageId":"m0","context":{"ip":"9.9.9.9"},
        "timestamp":"2020-01-01T00:00:00.000Z"},
@@ -311,7 +318,7 @@ TEST_F(CollectorHttpTest, BatchStoresValidItemsAndRejectsInvalidOnes) {
 }
 
 // Single-event timestamps become UTC millis, skew-corrected by sentAt, else server time.
-TEST_F(CollectorHttpTest, TimestampsAreNormalisedToUtcMillis) {
+TEST_P(CollectorHttpTest, TimestampsAreNormalisedToUtcMillis) {
   EXPECT_EQ(Post("/v1/track", R"({"userId":"u","event":"E","messageId":"t-offset",
       "timestamp":"2020-01-01T02:00:00.123456+02:00"})").status, 200);
   EXPECT_EQ(Post("/v1/track", R"({"userId":"u","event":"E","messageId":"t-skew",
@@ -334,7 +341,7 @@ TEST_F(CollectorHttpTest, TimestampsAreNormalisedToUtcMillis) {
 }
 
 // gzip bodies are accepted up to 500,000 inflated bytes; beyond that 413 and nothing stored.
-TEST_F(CollectorHttpTest, GzipBodyIsAccepted) {
+TEST_P(CollectorHttpTest, GzipBodyIsAccepted) {
   const std::string batch = absl::StrCat(R"({"batch":[)", SmallTrack("gz-1"), ",", SmallTrack("gz-2"),
                                          ",", SmallTrack("gz-3"), "]}");
   const HttpResponse ok = Post("/v1/batch", Gzip(batch), kWebKey, {{"Content-Encoding", "gzip"}});
@@ -360,7 +367,7 @@ TEST_F(CollectorHttpTest, GzipBodyIsAccepted) {
 }
 
 // A 500,000-byte body is accepted; 500,001 bytes is 413 with a JSON error, nothing stored.
-TEST_F(CollectorHttpTest, RequestBodyLimitIs500000Bytes) {
+TEST_P(CollectorHttpTest, RequestBodyLimitIs500000Bytes) {
   const std::string exact = BatchBodyOfSize(500000, "size-exact");
   ASSERT_EQ(exact.size(), 500000u);
   const HttpResponse ok = Post("/v1/batch", exact);
@@ -379,7 +386,7 @@ TEST_F(CollectorHttpTest, RequestBodyLimitIs500000Bytes) {
 }
 
 // A 32,000-byte event is accepted; 32,001 bytes is 413 and nothing of that request is stored.
-TEST_F(CollectorHttpTest, EventLimitIs32000Bytes) {
+TEST_P(CollectorHttpTest, EventLimitIs32000Bytes) {
   ASSERT_EQ(TrackEventOfSize(32000, "single-ok").size(), 32000u);
   EXPECT_EQ(Post("/v1/track", TrackEventOfSize(32000, "single-ok")).status, 200);
   const HttpResponse single_big = Post("/v1/track", TrackEventOfSize(32001, "single-big"));
@@ -406,7 +413,7 @@ TEST_F(CollectorHttpTest, EventLimitIs32000Bytes) {
 }
 
 // A batch of 2,500 events is accepted; 2,501 is 413 and stores nothing.
-TEST_F(CollectorHttpTest, BatchLimitIs2500Events) {
+TEST_P(CollectorHttpTest, BatchLimitIs2500Events) {
   auto batch = [](int n, const std::string& prefix) {
     std::vector<std::string> items;
     for (int i = 0; i < n; ++i) items.push_back(SmallTrack(absl::StrCat(prefix, i)));
@@ -425,7 +432,7 @@ TEST_F(CollectorHttpTest, BatchLimitIs2500Events) {
 }
 
 // A repeated messageId from one source is stored once; another source's is separate.
-TEST_F(CollectorHttpTest, DuplicateMessageIdIsStoredOnce) {
+TEST_P(CollectorHttpTest, DuplicateMessageIdIsStoredOnce) {
   EXPECT_EQ(Post("/v1/track", SmallTrack("dup-1")).status, 200);
   EXPECT_EQ(Post("/v1/track", SmallTrack("dup-1")).status, 200);
   EXPECT_EQ(Post("/v1/batch", absl::StrCat(R"({"batch":[)", SmallTrack("dup-2"), ",",
@@ -444,7 +451,7 @@ TEST_F(CollectorHttpTest, DuplicateMessageIdIsStoredOnce) {
 }
 
 // Integrations flags, disabled and multiple destinations decide the jobs per event.
-TEST_F(CollectorHttpTest, IntegrationsAndDestinationsRouteJobs) {
+TEST_P(CollectorHttpTest, IntegrationsAndDestinationsRouteJobs) {
   auto track = [](const std::string& id, const std::string& integrations) {
     return absl::StrCat(R"({"userId":"u","event":"E","messageId":")", id, R"(")",
                         integrations.empty() ? "" : R"(,"integrations":)", integrations, "}");
@@ -489,8 +496,8 @@ TEST_F(CollectorHttpTest, IntegrationsAndDestinationsRouteJobs) {
 }
 
 // One keep-alive connection carries 200 requests without being closed.
-TEST_F(CollectorHttpTest, KeepAliveServesManyRequestsOnOneConnection) {
-  absl::StatusOr<std::unique_ptr<HttpConnection>> conn = HttpConnection::Connect(collector_.http_port());
+TEST_P(CollectorHttpTest, KeepAliveServesManyRequestsOnOneConnection) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> conn = HttpConnection::Connect(collector_->http_port());
   ASSERT_TRUE(conn.ok()) << conn.status();
   constexpr int kRequests = 200;
   for (int i = 0; i < kRequests; ++i) {
@@ -507,8 +514,8 @@ TEST_F(CollectorHttpTest, KeepAliveServesManyRequestsOnOneConnection) {
 }
 
 // GET /healthz answers 200 with JSON; an unknown path is a 404 with a JSON error.
-TEST_F(CollectorHttpTest, HealthzIs200) {
-  absl::StatusOr<std::unique_ptr<HttpConnection>> conn = HttpConnection::Connect(collector_.http_port());
+TEST_P(CollectorHttpTest, HealthzIs200) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> conn = HttpConnection::Connect(collector_->http_port());
   ASSERT_TRUE(conn.ok()) << conn.status();
   absl::StatusOr<HttpResponse> r = (*conn)->Request("GET", "/healthz", "", {});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -522,10 +529,10 @@ TEST_F(CollectorHttpTest, HealthzIs200) {
 
 // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 naming Host, and nothing is stored;
 // HTTP/1.0 has no such rule.
-TEST_F(CollectorHttpTest, Http11WithoutHostIs400) {
+TEST_P(CollectorHttpTest, Http11WithoutHostIs400) {
   const std::string body = SmallTrack("no-host");
   absl::StatusOr<std::unique_ptr<HttpConnection>> conn =
-      HttpConnection::Connect(collector_.http_port());
+      HttpConnection::Connect(collector_->http_port());
   ASSERT_TRUE(conn.ok()) << conn.status();
   ASSERT_TRUE((*conn)
                   ->SendAll(absl::StrCat("POST /v1/track HTTP/1.1\r\nContent-Type: application/json\r\n"
@@ -538,7 +545,7 @@ TEST_F(CollectorHttpTest, Http11WithoutHostIs400) {
   EXPECT_EQ(JsonStr(r->body, "/field"), "Host") << r->body;
 
   absl::StatusOr<std::unique_ptr<HttpConnection>> old =
-      HttpConnection::Connect(collector_.http_port());
+      HttpConnection::Connect(collector_->http_port());
   ASSERT_TRUE(old.ok()) << old.status();
   const std::string body10 = SmallTrack("http10");
   ASSERT_TRUE((*old)
@@ -553,6 +560,8 @@ TEST_F(CollectorHttpTest, Http11WithoutHostIs400) {
   ASSERT_THAT(jobs, SizeIs(1));
   EXPECT_EQ(jobs[0].message_id(), "http10");
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, CollectorHttpTest, EngineParams(), EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::test

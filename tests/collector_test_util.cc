@@ -9,6 +9,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <nats/nats.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "collector/store/jetstream/jetstream_layout.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/strings.h"
 
@@ -333,9 +337,65 @@ absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& 
   return jobs;
 }
 
+absl::StatusOr<natsConnection*> ConnectNats(const std::string& urls) {
+  natsConnection* nc = nullptr;
+  if (natsStatus s = natsConnection_ConnectTo(&nc, urls.c_str()); s != NATS_OK) {
+    return absl::UnavailableError(absl::StrCat("connecting to ", urls, ": ", natsStatus_GetText(s)));
+  }
+  return nc;
+}
+
+namespace {
+
+// Every message of HR_JOBS, read by sequence number through the stream API (the stream's own
+// consumer is the collectors'; a read-only look must not take their jobs).
+absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadJetStreamJobs(natsConnection* nc) {
+  absl::StatusOr<collector::JetStreamApiReply> info =
+      collector::JetStreamApi(nc, "$JS.API.STREAM.INFO.HR_JOBS", "", absl::Seconds(5));
+  if (!info.ok()) return info.status();
+  if (info->error_code != 0) return absl::InternalError(absl::StrCat("HR_JOBS info: ", info->error));
+  int64_t first = 0;
+  int64_t last = 0;
+  if (!absl::SimpleAtoi(JsonAt(info->body, "/state/first_seq"), &first) ||
+      !absl::SimpleAtoi(JsonAt(info->body, "/state/last_seq"), &last)) {
+    return absl::InternalError(absl::StrCat("HR_JOBS info without sequence numbers: ", info->body));
+  }
+  std::vector<hookrelay::v1::Job> jobs;
+  for (int64_t seq = std::max<int64_t>(first, 1); seq <= last; ++seq) {
+    absl::StatusOr<collector::JetStreamApiReply> got = collector::JetStreamApi(
+        nc, "$JS.API.STREAM.MSG.GET.HR_JOBS", absl::StrCat(R"({"seq":)", seq, "}"),
+        absl::Seconds(5));
+    if (!got.ok()) return got.status();
+    constexpr int64_t kNoMessage = 10037;  // deleted (acknowledged) since
+    if (got->error_code == kNoMessage) continue;
+    if (got->error_code != 0) {
+      return absl::InternalError(absl::StrCat("HR_JOBS message ", seq, ": ", got->error));
+    }
+    std::string data;
+    if (!absl::Base64Unescape(JsonStr(got->body, "/message/data"), &data) ||
+        !jobs.emplace_back().ParseFromString(data)) {
+      return absl::InternalError(absl::StrCat("HR_JOBS message ", seq, " is not a job"));
+    }
+  }
+  return jobs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadAllJobs(const EngineSetup& engine,
+                                                          const std::string& data_dir) {
+  if (engine.engine != "jetstream") return LeaseAllJobs(data_dir);
+  absl::StatusOr<natsConnection*> nc = ConnectNats(engine.nats_url);
+  if (!nc.ok()) return nc.status();
+  absl::StatusOr<std::vector<hookrelay::v1::Job>> jobs = ReadJetStreamJobs(*nc);
+  natsConnection_Destroy(*nc);
+  return jobs;
+}
+
+
 InProcessCollector::InProcessCollector(std::string_view name, std::string config_yaml,
                                        EngineSetup engine)
-    : clock_(absl::FromUnixSeconds(kNowUnixSeconds)) {
+    : clock_(absl::FromUnixSeconds(kNowUnixSeconds)), engine_(std::move(engine)) {
   dir_ = MakeTempDir(name);
   config_path_ = dir_ + "/collector.yaml";
   data_dir_ = dir_ + "/data";
@@ -352,9 +412,9 @@ InProcessCollector::InProcessCollector(std::string_view name, std::string config
   options.metrics_address = "127.0.0.1:0";
   options.admin_http_address = "127.0.0.1:0";
   options.clock = &clock_;
-  if (engine.engine == "jetstream") {
+  if (engine_.engine == "jetstream") {
     options.store = "jetstream";
-    options.nats_url = engine.nats_url;
+    options.nats_url = engine_.nats_url;
     options.nats_replicas = 3;
     // The manual clock runs hours of retries in milliseconds; the server's schedules run on
     // real time: retries come back at once and wait in the collector until the clock is there.
@@ -371,7 +431,7 @@ void InProcessCollector::Stop() { server_->Shutdown(); }
 
 absl::StatusOr<std::vector<hookrelay::v1::Job>> InProcessCollector::StopAndLeaseAll() {
   Stop();
-  return LeaseAllJobs(data_dir_);
+  return ReadAllJobs(engine_, data_dir_);
 }
 
 }  // namespace hookrelay::test

@@ -19,6 +19,9 @@
 #include "common/clock.h"
 #include "hookrelay/v1/job.pb.h"
 
+struct __natsConnection;
+typedef struct __natsConnection natsConnection;
+
 namespace hookrelay::test {
 
 // How long one blocking network step may take before the helper gives up with an error.
@@ -110,17 +113,26 @@ std::string JsonStr(std::string_view json, std::string_view pointer);
 // error body).
 bool IsJsonError(std::string_view json);
 
-// Opens the job store in `data_dir` (which no process may hold open) and leases every ready job,
-// in store order.
-absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& data_dir);
-
-// A collector::Server on 127.0.0.1 with port 0 everywhere, a temp data dir, TestConfigYaml()
-// written next to it, and a manual clock at kNowUnixSeconds.
 // The job-store engine a test collector runs on (tests/test_engines.h prepares one).
 struct EngineSetup {
   std::string engine = "embedded";  // or "jetstream"
   std::string nats_url;             // jetstream: the cluster
 };
+
+// Opens the job store in `data_dir` (which no process may hold open) and leases every ready job,
+// in store order.
+absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& data_dir);
+
+// Every job the engine holds, in store order, read without taking any from a collector: the
+// embedded engine's data_dir (LeaseAllJobs), or the JetStream cluster's job stream.
+absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadAllJobs(const EngineSetup& engine,
+                                                          const std::string& data_dir);
+
+// A connection to the NATS servers at `urls` (comma-separated); the caller destroys it.
+absl::StatusOr<natsConnection*> ConnectNats(const std::string& urls);
+
+// A collector::Server on 127.0.0.1 with port 0 everywhere, a temp data dir, TestConfigYaml()
+// written next to it, and a manual clock at kNowUnixSeconds.
 
 class InProcessCollector {
  public:
@@ -131,7 +143,7 @@ class InProcessCollector {
   absl::Status Start();
   // Server::Shutdown (idempotent).
   void Stop();
-  // Stops the server, then LeaseAllJobs on its data dir.
+  // Stops the server, then ReadAllJobs of its engine.
   absl::StatusOr<std::vector<hookrelay::v1::Job>> StopAndLeaseAll();
 
   int http_port() const { return server_->http_port(); }
@@ -143,6 +155,7 @@ class InProcessCollector {
 
  private:
   common::ManualClock clock_;
+  const EngineSetup engine_;
   std::string dir_;
   std::string config_path_;
   std::string data_dir_;

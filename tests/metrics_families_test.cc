@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 
 namespace hookrelay::test {
 namespace {
@@ -27,7 +28,7 @@ std::string Scrape(int port) {
 
 // The collector's series that must exist, with value 0, before anything happened. The test
 // config has sources web, fan and quiet (tests/collector_test_util.h).
-void ExpectCollectorSeriesAtZero(const std::string& metrics) {
+void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& engine) {
   std::vector<std::string> zero;
   for (const char* source : {"web", "fan", "quiet"}) {
     for (const char* type : {"track", "identify", "page", "screen", "group", "alias"}) {
@@ -39,8 +40,13 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics) {
                              "invalid_json", "invalid_userId", "invalid_messageId"}) {
     zero.push_back(absl::StrCat("hookrelay_ingest_rejected_total{reason=\"", reason, "\"} 0"));
   }
-  for (const char* kind : {"no_space", "io_error"}) {
-    zero.push_back(absl::StrCat("hookrelay_store_errors_total{kind=\"", kind, "\"} 0"));
+  // The JetStream engine does not export the store's error and commit-latency series yet
+  // (issue 24, "monitoring that tells the truth"): checked on the embedded engine only.
+  const bool store_series = engine == "embedded";
+  if (store_series) {
+    for (const char* kind : {"no_space", "io_error"}) {
+      zero.push_back(absl::StrCat("hookrelay_store_errors_total{kind=\"", kind, "\"} 0"));
+    }
   }
   for (const char* state : {"ready", "scheduled", "leased", "dead"}) {
     zero.push_back(absl::StrCat("hookrelay_jobs{state=\"", state, "\"} 0"));
@@ -54,31 +60,42 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics) {
   }
   for (const char* family :
        {"hookrelay_ingest_request_duration_seconds_count{api=\"http\"}",
-        "hookrelay_store_commit_duration_seconds_count", "hookrelay_store_writable 1",
+        "hookrelay_store_writable 1",
         "hookrelay_http_connections", "hookrelay_dispatch_streams",
         "hookrelay_dispatch_latency_seconds_count 0", "process_cpu_seconds_total",
         "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"}) {
     EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", family))) << "missing: " << family;
   }
+  if (store_series) {
+    EXPECT_TRUE(absl::StrContains(metrics, "\nhookrelay_store_commit_duration_seconds_count"))
+        << "missing: hookrelay_store_commit_duration_seconds_count";
+  }
 }
 
+// On both job-store engines (tests/test_engines.h).
+class CollectorMetricsFamiliesTest : public ::testing::TestWithParam<std::string> {};
+
 // A collector just started, and one restarted after kill -9, export every family at 0.
-TEST(MetricsFamiliesTest, CollectorExportsEveryFamilyFromStart) {
+TEST_P(CollectorMetricsFamiliesTest, EveryFamilyFromStart) {
+  absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+  ASSERT_TRUE(engine.ok()) << engine.status();
   const std::string dir = MakeTempDir("families");
   const std::string config = dir + "/config.yaml";
   ASSERT_TRUE(WriteFile(config, TestConfigYaml()).ok());
-  auto first = StartCollectorProcess(config, dir + "/data");
+  auto first = StartCollectorProcess(config, dir + "/data", CollectorEngineFlags(*engine));
   ASSERT_TRUE(first.ok()) << first.status();
-  ExpectCollectorSeriesAtZero(Scrape((*first)->IntField("metrics_port")));
+  ExpectCollectorSeriesAtZero(Scrape((*first)->IntField("metrics_port")), engine->engine);
   ASSERT_TRUE((*first)->Signal(SIGKILL));
   (*first)->Wait();
 
-  auto second = StartCollectorProcess(config, dir + "/data");
+  auto second = StartCollectorProcess(config, dir + "/data", CollectorEngineFlags(*engine));
   ASSERT_TRUE(second.ok()) << second.status();
-  ExpectCollectorSeriesAtZero(Scrape((*second)->IntField("metrics_port")));
+  ExpectCollectorSeriesAtZero(Scrape((*second)->IntField("metrics_port")), engine->engine);
   ASSERT_TRUE((*second)->Signal(SIGTERM));
   (*second)->Wait();
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, CollectorMetricsFamiliesTest, EngineParams(), EngineParamName);
 
 int Probe(int port, const std::string& path) {
   absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(port);

@@ -12,7 +12,6 @@
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
-#include "hookrelay/v1/job.pb.h"
 #include "tests/collector_test_util.h"
 
 namespace hookrelay::test {
@@ -27,11 +26,6 @@ inline std::string EngineParamName(const ::testing::TestParamInfo<std::string>& 
 
 // A clean engine for one test.
 absl::StatusOr<EngineSetup> PrepareEngine(std::string_view engine);
-
-// Every job the engine holds, in store order, read without taking any from a collector: the
-// embedded engine's data_dir (no process may hold it open), or the JetStream cluster's job stream.
-absl::StatusOr<std::vector<hookrelay::v1::Job>> ReadAllJobs(const EngineSetup& engine,
-                                                          const std::string& data_dir);
 
 // The collector flags that select `engine` (none for the embedded engine).
 inline std::vector<std::string> CollectorEngineFlags(const EngineSetup& engine) {
