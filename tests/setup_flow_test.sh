@@ -18,6 +18,9 @@ collector="$bin/collector/collector"
 deliverer="$bin/deliverer/deliverer"
 receiver="$bin/tools/receiver/demo_receiver"
 ctl="$bin/tools/hookrelayctl/hookrelayctl"
+# HOOKRELAY_ENGINE=jetstream: the collector runs on a loopback 3-node JetStream cluster
+# (tests/nats_cluster_runner) that outlives the collector's restart.
+engine="${HOOKRELAY_ENGINE:-embedded}"
 
 pids=()
 cleanup() {
@@ -26,7 +29,14 @@ cleanup() {
     wait "${pids[i]}" 2>/dev/null || true
   done
 }
-trap cleanup EXIT
+cluster_pid=""
+stop_cluster() {
+  if [ -n "$cluster_pid" ]; then
+    kill -TERM "$cluster_pid" 2>/dev/null || true
+    wait "$cluster_pid" 2>/dev/null || true
+  fi
+}
+trap 'cleanup; stop_cluster' EXIT
 
 fail() {
   echo "FAIL: $*" >&2
@@ -54,10 +64,26 @@ wait_line() {
   fail "no line matching '$2' in $1"
 }
 
+engine_flags=()
+if [ "$engine" = jetstream ]; then
+  "$bin/tests/nats_cluster_runner" >"$tmp/cluster.log" 2>&1 &
+  cluster_pid=$!
+  for _ in $(seq 1 900); do
+    grep -q '^nats_url=' "$tmp/cluster.log" 2>/dev/null && break
+    kill -0 "$cluster_pid" 2>/dev/null || fail "the NATS cluster did not start"
+    sleep 0.1
+  done
+  nats_url=$(grep -o '^nats_url=.*' "$tmp/cluster.log" | head -1 | cut -d= -f2-)
+  [ -n "$nats_url" ] || fail "no nats_url from the cluster runner in 90 s"
+  engine_flags=(--store=jetstream "--nats_url=$nats_url" --nats_replicas=3)
+elif [ "$engine" != embedded ]; then
+  fail "HOOKRELAY_ENGINE must be embedded or jetstream, not $engine"
+fi
+
 start_collector() {
   "$collector" --data_dir="$tmp/data" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
     --metrics_address=127.0.0.1:0 --admin_http_address=127.0.0.1:0 \
-    --admin_token_file="$tmp/admin-token" >"$tmp/collector.log" 2>&1 &
+    --admin_token_file="$tmp/admin-token" "${engine_flags[@]}" >"$tmp/collector.log" 2>&1 &
   pids+=($!)
   wait_line "$tmp/collector.log" '"collector serving"'
   grpc_port=$(field "$tmp/collector.log" grpc_port)
@@ -79,6 +105,9 @@ pids+=($!)
 wait_line "$tmp/receiver.log" "listening on"
 receiver_url=$(grep -o 'http://127.0.0.1:[0-9]*/' "$tmp/receiver.log" | head -1)
 start_collector
+grep -q "\"job store opened\",\"store\":\"$engine" "$tmp/collector.log" ||
+  fail "the collector did not open the $engine engine: $(grep 'job store' "$tmp/collector.log")"
+pass "collector on the $engine engine"
 
 # --- with hookrelayctl ---
 "$ctl" catalog | grep -q Webhooks || fail "catalog does not list Webhooks"
