@@ -19,230 +19,7 @@
 namespace hookrelay::collector {
 
 using hookrelay::v1::Outcome;
-using hookrelay::v1::SubscribeRequest;
 using hookrelay::v1::SubscribeResponse;
-
-// One Subscribe call. gRPC holds a raw pointer until OnDone; the dispatcher's registry holds a
-// shared_ptr, so a dispatch round that picked the stream keeps it alive past OnDone. Invariant:
-// Finish is called only while no write is reserved or in flight, and nothing is written after
-// it, so the dispatcher never writes to a finished call.
-class Dispatcher::Stream final
-    : public grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse> {
- public:
-  Stream(Dispatcher& dispatcher, grpc::CallbackServerContext* context)
-      : dispatcher_(dispatcher), lifeline_(dispatcher.lifeline_), peer_(context->peer()) {
-    absl::MutexLock lock(&lifeline_->mu);
-    ++lifeline_->open;
-  }
-
-  // The registry's reference; set once before registration, read under the dispatcher's mu_,
-  // dropped in OnDone after unregistration.
-  void SetSelf(std::shared_ptr<Stream> self) { self_ = std::move(self); }
-  std::shared_ptr<Stream> self_ptr() const { return self_; }
-  void StartReading() { StartRead(&request_); }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The deliverer half-closed or the call broke: end our side once writes are done.
-      RequestFinish(grpc::Status::OK);
-      return;
-    }
-    if (absl::Status st = HandleRequest(); !st.ok()) {
-      RequestFinish(grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message())));
-      return;
-    }
-    dispatcher_.Notify();
-    StartRead(&request_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-    }
-    // Before MaybeFinish: once Finish is called, OnDone may run and the dispatcher may go away.
-    dispatcher_.Notify();
-    if (!ok) {
-      RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
-      return;
-    }
-    MaybeFinish();
-  }
-
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&mu_);
-      common::LogInfo("deliverer disconnected",
-                      {{"deliverer", deliverer_id_}, {"peer", peer_}, {"unsettled", held_}});
-    }
-    dispatcher_.Unregister(this);  // the last use of the dispatcher
-    std::shared_ptr<Lifeline> lifeline = lifeline_;
-    {
-      std::shared_ptr<Stream> self = std::move(self_);
-      // `self` may be the last reference: no member is used after this block.
-    }
-    absl::MutexLock lock(&lifeline->mu);
-    --lifeline->open;
-  }
-
-  // Dispatcher thread: reserves the write slot when the stream can take jobs now or has not
-  // been told `routing`'s destinations yet (which are then put in the response). Returns false
-  // when nothing is reserved; otherwise *want is how many jobs it may be sent (maybe 0).
-  bool Reserve(size_t max_batch, const std::shared_ptr<const Routing>& routing, size_t* want) {
-    absl::MutexLock lock(&mu_);
-    const bool announce = announced_ != routing;
-    if (!hello_ || finish_requested_ || writing_ || (credits_ <= 0 && !announce)) return false;
-    writing_ = true;
-    response_.clear_deliveries();
-    response_.clear_destinations();
-    if (announce) {
-      announced_ = routing;
-      auto& ids = *response_.mutable_destinations()->mutable_ids();
-      for (const auto& d : routing->config().destinations()) ids.Add()->assign(d.id());
-    }
-    *want = credits_ <= 0 ? 0
-                          : static_cast<size_t>(
-                                std::min<int64_t>(credits_, static_cast<int64_t>(max_batch)));
-    return true;
-  }
-  // The reserved response, to fill between Reserve and Send.
-  SubscribeResponse& response() { return response_; }
-  // Sends the reserved response (or releases the slot when it is empty).
-  void Send() {
-    const int64_t n = response_.deliveries_size();
-    const bool empty = n == 0 && !response_.has_destinations();
-    {
-      absl::MutexLock lock(&mu_);
-      if (empty) {
-        writing_ = false;
-      } else {
-        credits_ -= n;
-        held_ += n;
-      }
-    }
-    if (empty) {
-      MaybeFinish();
-      return;
-    }
-    StartWrite(&response_);
-  }
-
-  // Credits granted: jobs held plus credits available (0 while draining).
-  int64_t capacity() const {
-    absl::MutexLock lock(&mu_);
-    return draining_ ? 0 : held_ + std::max<int64_t>(0, credits_);
-  }
-
-  // Collectors the deliverer said it subscribes to (at least 1).
-  int collectors() const {
-    absl::MutexLock lock(&mu_);
-    return static_cast<int>(collectors_);
-  }
-
-  // Jobs sent and not yet settled.
-  int64_t held() const {
-    absl::MutexLock lock(&mu_);
-    return held_;
-  }
-
-  void RequestFinish(grpc::Status status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!finish_requested_) {
-        finish_requested_ = true;
-        finish_status_ = std::move(status);
-      }
-    }
-    MaybeFinish();
-  }
-
- private:
-  absl::Status HandleRequest() {
-    switch (request_.kind_case()) {
-      case SubscribeRequest::kHello: {
-        absl::MutexLock lock(&mu_);
-        if (hello_) return absl::InvalidArgumentError("hello sent twice on one stream");
-        hello_ = true;
-        deliverer_id_ = request_.hello().deliverer_id();
-        collectors_ = std::max<uint32_t>(1, request_.hello().collectors());
-        AddCreditsLocked(request_.hello().credits());
-        common::LogInfo("deliverer connected", {{"deliverer", deliverer_id_},
-                                                {"peer", peer_},
-                                                {"credits", credits_}});
-        return absl::OkStatus();
-      }
-      case SubscribeRequest::kCredit: {
-        absl::MutexLock lock(&mu_);
-        if (!hello_) return absl::FailedPreconditionError("the first message must be a hello");
-        if (request_.credit().drain()) {
-          draining_ = true;
-          credits_ = 0;
-          common::LogInfo("deliverer draining", {{"deliverer", deliverer_id_}, {"held", held_}});
-          return absl::OkStatus();
-        }
-        AddCreditsLocked(request_.credit().credits());
-        return absl::OkStatus();
-      }
-      case SubscribeRequest::kOutcomes: {
-        std::string deliverer_id;
-        {
-          absl::MutexLock lock(&mu_);
-          if (!hello_) return absl::FailedPreconditionError("the first message must be a hello");
-          deliverer_id = deliverer_id_;
-        }
-        const auto& outcomes = request_.outcomes().outcomes();
-        for (const Outcome& outcome : outcomes) dispatcher_.ApplyOutcome(outcome, deliverer_id);
-        absl::MutexLock lock(&mu_);
-        const int64_t n = std::min<int64_t>(outcomes.size(), held_);
-        held_ -= n;
-        if (!draining_) credits_ += n;
-        return absl::OkStatus();
-      }
-      case SubscribeRequest::KIND_NOT_SET:
-        break;
-    }
-    return absl::InvalidArgumentError("empty SubscribeRequest: set hello, credit or outcomes");
-  }
-
-  void AddCreditsLocked(uint32_t credits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (draining_) return;
-    const int64_t cap = static_cast<int64_t>(dispatcher_.options_.max_credits);
-    credits_ = std::min<int64_t>(credits_ + credits, std::max<int64_t>(0, cap - held_));
-  }
-
-  void MaybeFinish() {
-    grpc::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!finish_requested_ || writing_ || finish_called_) return;
-      finish_called_ = true;
-      status = finish_status_;
-    }
-    Finish(status);
-  }
-
-  Dispatcher& dispatcher_;
-  const std::shared_ptr<Lifeline> lifeline_;
-  const std::string peer_;
-  std::shared_ptr<Stream> self_;  // dropped in OnDone
-  SubscribeRequest request_;      // read path only (reads are sequential)
-
-  mutable absl::Mutex mu_;
-  bool hello_ ABSL_GUARDED_BY(mu_) = false;
-  std::string deliverer_id_ ABSL_GUARDED_BY(mu_);
-  int64_t credits_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
-  uint32_t collectors_ ABSL_GUARDED_BY(mu_) = 1;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  // A write is reserved by the dispatcher or in flight; response_ belongs to it.
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
-  // The routing whose destination ids this stream was last sent.
-  std::shared_ptr<const Routing> announced_ ABSL_GUARDED_BY(mu_);
-  SubscribeResponse response_;
-};
 
 Dispatcher::Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
                        const common::Clock& clock, prometheus::Registry* registry)
@@ -312,31 +89,19 @@ void Dispatcher::Notify() {
   wake_ = true;
 }
 
-grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse>* Dispatcher::NewStream(
-    grpc::CallbackServerContext* context, grpc::Status refuse) {
-  auto owned = std::make_shared<Stream>(*this, context);
-  Stream* stream = owned.get();
-  stream->SetSelf(std::move(owned));  // the reactor owns itself until OnDone
-  bool stopping;
+bool Dispatcher::Register(std::shared_ptr<DeliveryStream> stream) {
   {
     absl::MutexLock lock(&mu_);
-    stopping = stopping_;
-    if (!stopping && refuse.ok()) streams_.insert(stream);
-  }
-  if (stopping) {
-    stream->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
-    return stream;
-  }
-  if (!refuse.ok()) {
-    stream->RequestFinish(std::move(refuse));
-    return stream;
+    if (stopping_) return false;
+    DeliveryStream* key = stream.get();
+    streams_.emplace(key, std::move(stream));
+    wake_ = true;
   }
   if (metrics_.streams) metrics_.streams->Increment();
-  stream->StartReading();
-  return stream;
+  return true;
 }
 
-void Dispatcher::Unregister(Stream* stream) {
+void Dispatcher::Unregister(DeliveryStream* stream) {
   bool erased;
   {
     absl::MutexLock lock(&mu_);
@@ -362,7 +127,7 @@ void Dispatcher::Run() {
   size_t next = 0;  // round-robin start
   absl::Time pass_start = clock_.Now();
   while (true) {
-    std::vector<std::shared_ptr<Stream>> streams;
+    std::vector<std::shared_ptr<DeliveryStream>> streams;
     {
       // The next scheduled job's due time or lease expiry, or the next poll, in the clock's
       // time: with a manual clock, moving it is what wakes the loop. The poll counts from when
@@ -375,7 +140,7 @@ void Dispatcher::Run() {
       ++passes_;
       if (stopping_) return;
       streams.reserve(streams_.size());
-      for (Stream* s : streams_) streams.push_back(s->self_ptr());
+      for (const auto& [key, s] : streams_) streams.push_back(s);
     }
     if (streams.empty()) continue;
     // Keep filling while some stream takes a full batch (a backlog), one batch per stream per
@@ -394,7 +159,7 @@ void Dispatcher::Run() {
       capacity_.store(capacity, std::memory_order_relaxed);
       rate_share_.store(collectors, std::memory_order_relaxed);
       for (size_t i = 0; i < streams.size(); ++i) {
-        Stream& s = *streams[(next + i) % streams.size()];
+        DeliveryStream& s = *streams[(next + i) % streams.size()];
         if (FillStream(s) == options_.max_batch) more = true;
       }
       next = (next + 1) % streams.size();
@@ -404,7 +169,7 @@ void Dispatcher::Run() {
   }
 }
 
-size_t Dispatcher::FillStream(Stream& stream) {
+size_t Dispatcher::FillStream(DeliveryStream& stream) {
   const std::shared_ptr<const Routing> routing = routing_.Get();
   size_t want = 0;
   if (!stream.Reserve(options_.max_batch, routing, &want)) return 0;
@@ -691,13 +456,13 @@ void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer
 }
 
 void Dispatcher::Shutdown() {
-  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::shared_ptr<DeliveryStream>> streams;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     stopping_ = true;
-    for (Stream* s : streams_) streams.push_back(s->self_ptr());
+    for (const auto& [key, s] : streams_) streams.push_back(s);
   }
   if (thread_.joinable()) thread_.join();
   // Let outcomes of jobs already sent arrive (reads continue; nothing new is sent).
@@ -707,7 +472,7 @@ void Dispatcher::Shutdown() {
     while (s->held() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   }
   for (const auto& s : streams) {
-    s->RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "collector shutting down"));
+    s->RequestFinish(absl::UnavailableError("collector shutting down"));
   }
   streams.clear();
   absl::MutexLock lock(&lifeline_->mu);

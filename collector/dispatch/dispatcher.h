@@ -1,5 +1,6 @@
 // The collector side of Collector.Subscribe: hands leased jobs to connected deliverers and
-// applies the outcomes they send back.
+// applies the outcomes they send back. The core knows no gRPC: each deliverer's stream is a
+// DeliveryStream, implemented by the gRPC reactor of collector/dispatch/subscribe_stream.h.
 //
 // Protocol (proto/hookrelay/v1/collector.proto): the deliverer opens the stream with a Hello
 // granting credits; the dispatcher sends Delivery batches (each job leased for
@@ -31,23 +32,23 @@
 #ifndef HOOKRELAY_COLLECTOR_DISPATCH_DISPATCHER_H_
 #define HOOKRELAY_COLLECTOR_DISPATCH_DISPATCHER_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collector/dispatch/destination_governor.h"
-#include "collector/store/job_store.h"
 #include "collector/routing/routing.h"
+#include "collector/store/job_store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/collector.pb.h"
 
@@ -59,6 +60,31 @@ class Registry;
 }  // namespace prometheus
 
 namespace hookrelay::collector {
+
+// One deliverer's stream as the dispatcher sees it. Thread-safe. At most one response is
+// reserved or being written at a time.
+class DeliveryStream {
+ public:
+  virtual ~DeliveryStream() = default;
+
+  // Dispatcher thread: reserves the write slot when the stream can take jobs now or has not
+  // been told `routing`'s destinations yet (which are then put in the response). Returns false
+  // when nothing is reserved; otherwise *want is how many jobs it may be sent (maybe 0).
+  virtual bool Reserve(size_t max_batch, const std::shared_ptr<const Routing>& routing,
+                       size_t* want) = 0;
+  // The reserved response, to fill between Reserve and Send.
+  virtual hookrelay::v1::SubscribeResponse& response() = 0;
+  // Sends the reserved response (or releases the slot when it is empty).
+  virtual void Send() = 0;
+  // Credits granted: jobs held plus credits available (0 while draining).
+  virtual int64_t capacity() const = 0;
+  // Collectors the deliverer said it subscribes to (at least 1).
+  virtual int collectors() const = 0;
+  // Jobs sent and not yet settled.
+  virtual int64_t held() const = 0;
+  // Ends the stream with `status` once no write is reserved or in flight; nothing is sent after.
+  virtual void RequestFinish(absl::Status status) = 0;
+};
 
 class Dispatcher {
  public:
@@ -118,10 +144,26 @@ class Dispatcher {
   void Start();
   // New jobs may be ready: wake the dispatch thread. Cheap; any thread.
   void Notify();
-  // The reactor for a new Subscribe call (gRPC owns it; it deletes itself when done). With a
-  // `refuse` status other than OK the call ends at once with it (e.g. UNAUTHENTICATED).
-  grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
-  NewStream(grpc::CallbackServerContext* context, grpc::Status refuse = grpc::Status::OK);
+  // Counts streams not yet done. Shared with every stream, so a stream's last step (the
+  // decrement, after its last use of the dispatcher) never touches freed memory, and Shutdown can
+  // wait for it.
+  struct Lifeline {
+    absl::Mutex mu;
+    int open ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  // For stream adapters (subscribe_stream.h). A stream counts itself in lifeline() from its
+  // creation until its last callback.
+  const std::shared_ptr<Lifeline>& lifeline() const { return lifeline_; }
+  // Starts handing jobs to `stream`; false (nothing registered) once Shutdown has begun.
+  bool Register(std::shared_ptr<DeliveryStream> stream);
+  // Stops using `stream`; its adapter calls this in its last callback, its last use of the
+  // dispatcher.
+  void Unregister(DeliveryStream* stream);
+  // A deliverer's outcome for a job it was sent.
+  void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  // Credits one stream may hold at most (Options::max_credits).
+  uint32_t max_credits() const { return options_.max_credits; }
   // Drains and ends every stream, then joins the thread. New streams are refused from then on.
   // Idempotent.
   void Shutdown();
@@ -135,14 +177,6 @@ class Dispatcher {
   int64_t passes() const;
 
  private:
-  class Stream;
-  // Counts streams not yet done. Shared with every stream, so a stream's last step (the
-  // decrement, after its last use of the dispatcher) never touches freed memory, and Shutdown can
-  // wait for it.
-  struct Lifeline {
-    absl::Mutex mu;
-    int open ABSL_GUARDED_BY(mu) = 0;
-  };
   struct Metrics {
     prometheus::Counter* sent = nullptr;
     prometheus::Counter* delivered = nullptr;
@@ -162,15 +196,13 @@ class Dispatcher {
 
   void Run();
   // Leases and sends one batch to `stream` if it can take one. Returns how many jobs were sent.
-  size_t FillStream(Stream& stream);
-  void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  size_t FillStream(DeliveryStream& stream);
   // Protection bookkeeping for a customer job's outcome: the governor, the breaker's log line,
   // 410 Gone.
   void GovernOutcome(const std::string& destination_id, const hookrelay::v1::Outcome& outcome);
   // Adds a customer job's outcome to its destination's stats.
   void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
-  void Unregister(Stream* stream);
   bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -190,7 +222,8 @@ class Dispatcher {
   int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DeliveryStream*, std::shared_ptr<DeliveryStream>> streams_
+      ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<Lifeline> lifeline_ = std::make_shared<Lifeline>();
 
   // Jobs sent and not yet settled: their destination, and whether they are test jobs.

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collector/dispatch/subscribe_stream.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
@@ -45,7 +46,7 @@ class SubscribeService final : public hookrelay::v1::Collector::CallbackService 
   explicit SubscribeService(Dispatcher& dispatcher) : dispatcher_(dispatcher) {}
   grpc::ServerBidiReactor<SubscribeRequest, SubscribeResponse>* Subscribe(
       grpc::CallbackServerContext* context) override {
-    return dispatcher_.NewStream(context);
+    return NewSubscribeStream(dispatcher_, context);
   }
 
  private:

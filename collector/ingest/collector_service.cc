@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "collector/dispatch/subscribe_stream.h"
 #include "collector/ingest/proto_event_parser.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
@@ -42,7 +43,7 @@ grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
 
 grpc::ServerBidiReactor<hookrelay::v1::SubscribeRequest, hookrelay::v1::SubscribeResponse>*
 CollectorService::Subscribe(grpc::CallbackServerContext* context) {
-  if (subscribe_auth_ == nullptr) return dispatcher_.NewStream(context);
+  if (subscribe_auth_ == nullptr) return NewSubscribeStream(dispatcher_, context);
   const auto& metadata = context->client_metadata();
   const auto it = metadata.find("authorization");
   const absl::string_view authorization =
@@ -53,9 +54,9 @@ CollectorService::Subscribe(grpc::CallbackServerContext* context) {
     static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
     common::LogRateLimited(*limiter, common::LogLevel::kWarning, "Subscribe refused",
                            {{"peer", context->peer()}, {"error", who.status().message()}});
-    return dispatcher_.NewStream(context, common::ToGrpcStatus(who.status()));
+    return NewSubscribeStream(dispatcher_, context, who.status());
   }
-  return dispatcher_.NewStream(context);
+  return NewSubscribeStream(dispatcher_, context);
 }
 
 grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* context,
