@@ -1,4 +1,4 @@
-// The JetStream engine's job flow on a real 3-node cluster : appends
+// The JetStream engine's job flow on a real 3-node cluster: appends
 // complete on replicated publish acks and are de-duplicated by Nats-Msg-Id; jobs are leased
 // through the shared consumer, completed, retried through message schedules (not before their
 // time, with the attempt recorded) and dead-lettered; a node lost during appends loses nothing
