@@ -4,6 +4,11 @@
 //
 // States: ready (due now), scheduled (due later), leased (handed to a deliverer until a
 // deadline; not durable: a restart or an expired lease makes the job ready again), dead.
+//
+// A job keeps its id while it is ready, scheduled or leased again after an expired lease; a
+// retried, buried or replayed job may be stored anew under another id (JetStream: ids are stream
+// sequences), so a job is followed across those by its content (message_id, destination_id).
+// tests/store_conformance_test.cc holds both engines to this contract.
 #ifndef HOOKRELAY_COLLECTOR_STORE_JOB_STORE_H_
 #define HOOKRELAY_COLLECTOR_STORE_JOB_STORE_H_
 
@@ -128,8 +133,8 @@ struct JobCounts {
   absl::Time oldest_ready_due = absl::InfiniteFuture();
 };
 
-// Selects dead letters. Empty destination_id = all destinations; the time range applies to the
-// time the job died.
+// Selects dead letters. Empty destination_id = all destinations; the time range [from, to)
+// applies to the time the job died.
 struct DeadFilter {
   std::string destination_id;
   absl::Time from = absl::InfinitePast();
@@ -152,11 +157,18 @@ class JobStore {
   // may share one fsync (group commit). Never blocks on I/O.
   virtual void Append(std::vector<AppendItem> items, AppendCallback done) = 0;
 
-  // Leases up to `max` ready jobs (due <= now), oldest due first, until now + `duration`.
+  // Leases up to `max` ready jobs (due <= now), oldest due first, until now + `duration` (an
+  // engine whose leases are kept by its servers counts its own: JetStream's consumer ack wait,
+  // JobStoreOptions::lease_duration, on real time). Never waits: an engine that fetches jobs from
+  // elsewhere returns what it has at hand, possibly none while more are ready (SetReadyCallback
+  // says when to ask again).
   virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) = 0;
 
-  // Settles a lease. NOT_FOUND when the job is gone; FAILED_PRECONDITION when `lease` is not the
-  // job's current lease (it expired and the job was leased again).
+  // Settles a lease. NOT_FOUND when the job is gone (or, on an engine shared by several
+  // collectors, not leased through this store); FAILED_PRECONDITION when `lease` is not the job's
+  // current lease (it expired and the job was leased again). OK spends the lease; a replicated
+  // engine may store the outcome a moment later (Lease, ListDead and Counts then see it), and an
+  // outcome it fails to store hands the job out again without counting the attempt.
   // Delivered: the job is removed.
   virtual absl::Status Complete(uint64_t job_id, uint64_t lease) = 0;
   // Retry later: records the attempt and makes the job due at `not_before`.
@@ -166,7 +178,8 @@ class JobStore {
   virtual absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
                             const hookrelay::v1::Attempt& attempt) = 0;
 
-  // Dead letters matching `filter`, ordered by job id.
+  // Dead letters matching `filter`, ordered by id (a dead letter's own id where burying stores
+  // the job anew).
   virtual absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) = 0;
   // Makes every dead letter matching `filter` (ignoring after_id/limit) ready again, with a fresh
   // retry window. Returns how many.
@@ -232,6 +245,8 @@ class JobStore {
   // the ingest path, its retries by NextDue: it never calls it. Set before the first Lease.
   virtual void SetReadyCallback(std::function<void()> ready) { (void)ready; }
 
+  // A replicated engine reads them from its servers: they follow appends and outcomes by a
+  // moment.
   virtual JobCounts Counts() = 0;
   // The earliest due time of a scheduled job, or InfiniteFuture.
   virtual absl::Time NextDue() = 0;
