@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/proto_time.h"
 #include "deliverer/delivery_metrics.h"
+#include "deliverer/fake_collector.h"
 #include "deliverer/http_sender.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
@@ -27,101 +28,11 @@ namespace hookrelay::deliverer {
 namespace {
 
 using hookrelay::v1::Outcome;
-using hookrelay::v1::SubscribeRequest;
-using hookrelay::v1::SubscribeResponse;
 using receiver::ReceivedRequest;
 using receiver::Response;
 using receiver::WebhookReceiver;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
-
-// A collector that hands out the jobs a test gives it and records what the deliverer sends back:
-// the Hello, credits, and every outcome. One stream at a time.
-class FakeCollector final : public hookrelay::v1::Collector::Service {
- public:
-  grpc::Status Subscribe(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<SubscribeResponse, SubscribeRequest>* stream) override {
-    {
-      absl::MutexLock lock(&mu_);
-      stream_ = stream;
-    }
-    SubscribeRequest request;
-    while (stream->Read(&request)) {
-      absl::MutexLock lock(&mu_);
-      if (request.has_hello()) hello_credits_ = request.hello().credits();
-      if (request.has_credit() && request.credit().drain()) drained_ = true;
-      for (const Outcome& o : request.outcomes().outcomes()) outcomes_.push_back(o);
-      if (request.has_outcomes()) ++outcome_messages_;
-    }
-    absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
-    ++streams_ended_;
-    return grpc::Status::OK;
-  }
-
-  // Waits until a deliverer has said hello on an open stream.
-  bool WaitHello() {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stream_ != nullptr && hello_credits_ > 0;
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&ready), kWait);
-  }
-  // Waits until a stream has ended (the deliverer closed it).
-  bool WaitStreamEnded() {
-    absl::MutexLock lock(&mu_);
-    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_ended_ > 0; };
-    return mu_.AwaitWithTimeout(absl::Condition(&ended), kWait);
-  }
-  bool stream_open() {
-    absl::MutexLock lock(&mu_);
-    return stream_ != nullptr;
-  }
-
-  // Sends `deliveries` as one response once the deliverer has said hello.
-  bool Send(const std::vector<hookrelay::v1::Delivery>& deliveries) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stream_ != nullptr && hello_credits_ > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kWait)) return false;
-    SubscribeResponse response;
-    for (const auto& d : deliveries) *response.add_deliveries() = d;
-    return stream_->Write(response);
-  }
-
-  // Waits until `n` outcomes arrived and returns them.
-  std::vector<Outcome> WaitOutcomes(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outcomes_.size() >= n; };
-    mu_.AwaitWithTimeout(absl::Condition(&enough), kWait);
-    return outcomes_;
-  }
-
-  uint32_t hello_credits() {
-    absl::MutexLock lock(&mu_);
-    return hello_credits_;
-  }
-  int outcome_messages() {
-    absl::MutexLock lock(&mu_);
-    return outcome_messages_;
-  }
-  bool WaitDrained() {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&drained_), kWait);
-  }
-
- private:
-  absl::Mutex mu_;
-  grpc::ServerReaderWriter<SubscribeResponse, SubscribeRequest>* stream_ ABSL_GUARDED_BY(mu_) =
-      nullptr;
-  uint32_t hello_credits_ ABSL_GUARDED_BY(mu_) = 0;
-  bool drained_ ABSL_GUARDED_BY(mu_) = false;
-  int streams_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  int outcome_messages_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Outcome> outcomes_ ABSL_GUARDED_BY(mu_);
-};
 
 // The deliverer core on a manual clock, against a fake collector over real gRPC and a real
 // receiver over real HTTP on 127.0.0.1.
@@ -319,23 +230,6 @@ TEST_F(DelivererTest, JobsWaitingForAConnectionDoNotTimeOut) {
   EXPECT_EQ(attempts, kJobs);
   EXPECT_LT(attempt_seconds, kJobs * 1.0);
 }
-
-// A collector serving on 127.0.0.1 with its own port, for the resolver tests.
-struct ServedCollector {
-  ServedCollector() {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    server = builder.BuildAndStart();
-  }
-  ~ServedCollector() {
-    if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  }
-  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port); }
-  FakeCollector service;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
-};
 
 // What a test's DNS answers, changed while the deliverer runs.
 class FakeDns {

@@ -1,28 +1,18 @@
-// hookrelay deliverer: flags → HttpSender + Deliverer; SIGTERM/SIGINT drain and exit 0.
+// hookrelay deliverer: flags → Server::Options; SIGTERM/SIGINT drain and exit 0.
 #include <signal.h>
 
-#include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/clock.h"
 #include "common/log.h"
-#include "common/metrics_server.h"
-#include "common/process_metrics.h"
 #include "common/secret_file.h"
-#include "deliverer/deliverer.h"
-#include "deliverer/delivery_metrics.h"
-#include "deliverer/http_sender.h"
 #include "deliverer/sender_sizing.h"
-#include "prometheus/collectable.h"
-#include "prometheus/metric_family.h"
-#include "prometheus/registry.h"
+#include "deliverer/server.h"
 
 ABSL_FLAG(std::string, collector, "127.0.0.1:50051",
           "collector gRPC addresses, comma separated: host:port (one collector) or "
@@ -50,32 +40,8 @@ ABSL_FLAG(std::string, admin_token_file, "",
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(15),
           "on SIGTERM, how long to wait for jobs in flight");
 
-namespace {
-
 using hookrelay::common::LogError;
 using hookrelay::common::LogInfo;
-
-// hookrelay_deliverer_collectors_connected, read from the deliverer at scrape time.
-class ConnectedCollectable : public prometheus::Collectable {
- public:
-  explicit ConnectedCollectable(const hookrelay::deliverer::Deliverer& deliverer)
-      : deliverer_(deliverer) {}
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    prometheus::MetricFamily family;
-    family.name = "hookrelay_deliverer_collectors_connected";
-    family.help = "Collector streams currently open.";
-    family.type = prometheus::MetricType::Gauge;
-    prometheus::ClientMetric metric;
-    metric.gauge.value = deliverer_.connected_streams();
-    family.metric.push_back(std::move(metric));
-    return {std::move(family)};
-  }
-
- private:
-  const hookrelay::deliverer::Deliverer& deliverer_;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -93,7 +59,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  hookrelay::deliverer::Deliverer::Options options;
+  hookrelay::deliverer::Server::Options options;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_collector), ',')) {
     part = absl::StripAsciiWhitespace(part);
     if (!part.empty()) options.collectors.emplace_back(part);
@@ -111,7 +77,7 @@ int main(int argc, char** argv) {
     LogError("bad flag value", {{"error", sizing.status().message()}});
     return 2;
   }
-  options.credits = sizing->credits;
+  options.sizing = *sizing;
   options.deliverer_id = absl::GetFlag(FLAGS_deliverer_id);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   options.resolve_interval = absl::GetFlag(FLAGS_collector_resolve_interval);
@@ -129,61 +95,30 @@ int main(int argc, char** argv) {
     }
     options.admin_token = *std::move(token);
   }
+  options.allow_private_networks = absl::GetFlag(FLAGS_allow_private_networks);
+  options.ca_file = absl::GetFlag(FLAGS_ca_file);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
 
-  auto registry = std::make_shared<prometheus::Registry>();
-  hookrelay::deliverer::DeliveryMetrics metrics(*registry);
-
-  hookrelay::deliverer::HttpSender::Options sender_options;
-  sender_options.allow_private_networks = absl::GetFlag(FLAGS_allow_private_networks);
-  sender_options.ca_file = absl::GetFlag(FLAGS_ca_file);
-  sender_options.threads = sizing->sender_threads;
-  sender_options.max_host_connections = sizing->max_host_connections;
-  auto sender = hookrelay::deliverer::HttpSender::Create(sender_options);
-  if (!sender.ok()) {
-    LogError("cannot start the HTTP sender", {{"error", sender.status().message()}});
-    return 2;
-  }
-
-  hookrelay::deliverer::Deliverer deliverer(options, **sender, hookrelay::common::Clock::Real(),
-                                            &metrics);
-  if (absl::Status st = deliverer.Start(); !st.ok()) {
-    LogError("deliverer failed to start", {{"error", st.message()}});
-    return 2;
-  }
-  // /metrics, /healthz (alive) and /readyz (a collector stream is open) on --metrics_address.
-  hookrelay::common::MetricsServer::Options metrics_options;
-  metrics_options.address = absl::GetFlag(FLAGS_metrics_address);
-  metrics_options.ready = [&deliverer]() -> absl::Status {
-    if (deliverer.connected_streams() > 0) return absl::OkStatus();
-    return absl::UnavailableError("no collector stream open");
-  };
-  hookrelay::common::MetricsServer metrics_server(metrics_options);
-  metrics_server.Add(registry);
-  metrics_server.Add(std::make_shared<hookrelay::common::ProcessMetrics>());
-  metrics_server.Add(std::make_shared<ConnectedCollectable>(deliverer));
-  if (absl::Status st = metrics_server.Start(); !st.ok()) {
-    LogError("cannot listen on the metrics address", {{"error", st.message()}});
-    deliverer.Shutdown();
-    sender->reset();
-    return 1;
+  // Start logs its own failure. A metrics address that cannot be bound (Unavailable) exits 1;
+  // options the sender or the deliverer refuse exit 2.
+  hookrelay::deliverer::Server server(options);
+  if (absl::Status st = server.Start(); !st.ok()) {
+    return st.code() == absl::StatusCode::kUnavailable ? 1 : 2;
   }
   LogInfo("deliverer running",
           {{"collectors", absl::GetFlag(FLAGS_collector)},
-           {"metrics_port", metrics_server.port()},
+           {"metrics_port", server.metrics_port()},
            {"metrics_address", absl::GetFlag(FLAGS_metrics_address)},
-           {"allow_private_networks", sender_options.allow_private_networks},
-           {"credits", sizing->credits},
-           {"sender_threads", sender_options.threads},
-           {"max_host_connections", sender_options.max_host_connections}});
+           {"allow_private_networks", options.allow_private_networks},
+           {"credits", options.sizing.credits},
+           {"sender_threads", options.sizing.sender_threads},
+           {"max_host_connections", options.sizing.max_host_connections}});
 
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
   LogInfo("signal received; draining", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
-                                        {"jobs_in_flight", deliverer.jobs_in_flight()}});
-  deliverer.Shutdown();
-  metrics_server.Shutdown();  // Its collectables read the deliverer.
-  sender->reset();
-  LogInfo("deliverer stopped", {});
+                                        {"jobs_in_flight", server.jobs_in_flight()}});
+  server.Shutdown();  // Logs "deliverer stopped".
   return 0;
 }
