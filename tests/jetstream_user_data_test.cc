@@ -1,10 +1,10 @@
-// Deletions, the per-user index and audiences on the JetStream engine (issue 12; SPEC §6), on a
-// real 3-node cluster at 3 replicas: the same observable behaviour as the embedded engine's tests
-// (collector/store/rocksdb/rocksdb_job_store_test.cc, collector/audiences/audience_syncer_test.cc) — purge by user and
-// source of ready, scheduled, leased and dead jobs, the sources-seen index, idempotent request
-// ids, records listed newest first, first and later audience syncs, window expiry on a manual
-// clock, deleted members, a deletion between evaluation and commit, dropped audiences, one sync
-// at a time across collectors — and the cost the index and profiles add to Append.
+// Deletions, the per-user index and audiences on the JetStream engine (SPEC §6), on a real 3-node
+// cluster at 3 replicas, beyond the store contract that tests/store_conformance_test.cc checks on
+// both engines (the purge of ready, scheduled, leased and dead jobs is there): the sources-seen
+// index across a deletion, records that survive a restart, deletions across collectors and
+// interrupted ones, audience syncs through the AudienceSyncer (first and later syncs, window
+// expiry on a manual clock, deleted members, a deletion between evaluation and commit, dropped
+// audiences, one sync at a time across collectors), and the profiles' roll-ups.
 #include <nats/nats.h>
 
 #include <chrono>
@@ -201,52 +201,6 @@ hookrelay::v1::Attempt MakeAttempt() {
   attempt.set_at_unix_ms(absl::ToUnixMillis(absl::Now()));
   attempt.add_urls()->set_status(500);
   return attempt;
-}
-
-// The user's ready, scheduled, leased and dead jobs of the deleted source go; other sources and
-// users stay; the notification is enqueued; a job leased meanwhile is dropped, not retried.
-TEST_F(JetStreamUserDataTest, DeletionPurgesTheUsersJobsOfItsSources) {
-  using hookrelay::v1::TRACK;
-  Append({Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1"),
-          Item("s1", "u1", TRACK, "e", "", "d1"), Item("s1", "u1", TRACK, "e", "", "d1"),
-          Item("s2", "u1", TRACK, "e", "", "d1"), Item("s1", "u2", TRACK, "e", "", "d1")});
-  std::vector<LeasedJob> leased = LeaseN(3);  // the first three: u1, s1
-  ASSERT_EQ(leased.size(), 3u);
-  ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease,
-                            clock_.Now() + absl::Hours(1), MakeAttempt()).ok());
-  ASSERT_TRUE(store_->Bury(leased[1].job.id(), leased[1].lease, "400", MakeAttempt()).ok());
-  EXPECT_EQ(store_->Counts().dead, 1);
-
-  absl::StatusOr<DeletionOutcome> outcome =
-      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_TRUE(outcome->created);
-  EXPECT_EQ(outcome->record.state(), hookrelay::v1::Deletion::COMPLETED);
-  EXPECT_EQ(outcome->record.notifications(), 1u);
-  // The fourth (ready), the first (scheduled) and the third (leased); the second was dead.
-  EXPECT_EQ(outcome->record.purged_jobs(), 3u);
-  EXPECT_EQ(outcome->record.purged_dead_letters(), 1u);
-  EXPECT_LT(outcome->keys_touched, 20u);
-  EXPECT_EQ(store_->Counts().dead, 0);
-  EXPECT_THAT(store_->ListDead({}).value_or(std::vector<Job>{Job()}), IsEmpty());
-  // The leased job's attempt failed: dropped, not retried (nor buried).
-  EXPECT_EQ(store_->Retry(leased[2].job.id(), leased[2].lease, clock_.Now(), MakeAttempt()).code(),
-            absl::StatusCode::kNotFound);
-
-  std::vector<LeasedJob> rest = LeaseN(3);
-  EXPECT_TRUE(LeaseN(1, absl::Milliseconds(300)).empty());
-  std::vector<std::string> seen;
-  for (const LeasedJob& job : rest) {
-    seen.push_back(absl::StrCat(job.job.user_id(), "/", job.job.source_id(), "/",
-                                job.job.type() == hookrelay::v1::DELETE ? "delete" : "track"));
-  }
-  EXPECT_THAT(seen, UnorderedElementsAre("u1/s2/track", "u2/s1/track", "u1/s1/delete"));
-  // A new event of the user after the deletion is kept, and its retry is not dropped.
-  Append({Item("s1", "u1", TRACK, "e", "", "d1")});
-  std::vector<LeasedJob> fresh = LeaseN(1);
-  ASSERT_EQ(fresh.size(), 1u);
-  EXPECT_TRUE(store_->Retry(fresh[0].job.id(), fresh[0].lease, clock_.Now(), MakeAttempt()).ok());
-  EXPECT_EQ(LeaseN(1).size(), 1u);
 }
 
 // The sources a user was seen in come from the index written with the append (events without
