@@ -48,6 +48,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/store/jetstream/jetstream_layout.h"
+// The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
+#include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 
@@ -60,14 +62,6 @@ class Registry;
 namespace hookrelay::collector {
 
 class JetStreamUserData;
-
-// Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
-std::string JetStreamToken(std::string_view id);
-// "<S>.<U>" of a job's subjects: its source ("~" for delete notifications and test jobs, never
-// purged by a deletion) and user.
-std::string JobSubjectTail(const hookrelay::v1::Job& job);
-// hr.dedup.<32 hex digits of SHA-256(dedup key)>.
-std::string DedupMarkerSubject(std::string_view dedup_key);
 
 class JetStreamJobStore final : public JobStore {
  public:
