@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "collector/audiences/audience_eval.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/jetstream/nats_request.h"
@@ -72,21 +71,21 @@ absl::StatusOr<std::optional<AudienceState>> JetStreamUserData::GetAudienceState
 absl::StatusOr<AudienceSyncInput> JetStreamUserData::BeginAudienceSync(
     std::string_view audience_id, const std::vector<std::string>& sources, absl::Time now) {
   const std::string audience(audience_id);
-  // One collector at a time syncs an audience: a lock with an expiry (real time), taken by
-  // compare-and-set.
+  // One collector at a time syncs an audience: a lock with an expiry on the store's
+  // clock (real time in production), taken by compare-and-set.
   const std::string lock_subject = LockSubject(audience);
   ASSIGN_OR_RETURN(std::optional<Stored> lock, GetLast(kAudiencesStream, lock_subject));
   if (lock.has_value()) {
     std::pair<std::string, std::string> held = absl::StrSplit(lock->data, ' ');
     int64_t until_ms = 0;
     if (held.first != owner_ && absl::SimpleAtoi(held.second, &until_ms) &&
-        absl::FromUnixMillis(until_ms) > absl::Now()) {
+        absl::FromUnixMillis(until_ms) > clock_.Now()) {
       return absl::AbortedError(absl::StrCat("audience ", audience,
                                              " is being synced by another collector"));
     }
   }
   absl::StatusOr<uint64_t> lock_seq = Publish(
-      {lock_subject, absl::StrCat(owner_, " ", absl::ToUnixMillis(absl::Now() + kLockFor)),
+      {lock_subject, absl::StrCat(owner_, " ", absl::ToUnixMillis(clock_.Now() + kLockFor)),
        {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(lock.has_value() ? lock->seq : 0)}}});
   if (absl::IsFailedPrecondition(lock_seq.status())) {
     return absl::AbortedError(absl::StrCat("audience ", audience,
@@ -99,7 +98,7 @@ absl::StatusOr<AudienceSyncInput> JetStreamUserData::BeginAudienceSync(
                    GetLast(kAudiencesStream, StateSubject(audience)));
   SyncSeen seen;
   seen.lock_seq = *lock_seq;
-  seen.lock_refreshed = absl::Now();
+  seen.lock_refreshed = clock_.Now();
   if (stored.has_value()) {
     seen.state_seq = stored->seq;
     AudienceState state;
@@ -209,14 +208,14 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
     {
       absl::MutexLock l(&mu_);
       auto it = syncs_.find(audience);
-      if (it != syncs_.end() && absl::Now() - it->second.lock_refreshed > kLockRefresh) {
+      if (it != syncs_.end() && clock_.Now() - it->second.lock_refreshed > kLockRefresh) {
         seen = it->second;
       }
     }
     if (seen.has_value()) {
       absl::StatusOr<uint64_t> lock_seq = Publish(
           {LockSubject(audience),
-           absl::StrCat(owner_, " ", absl::ToUnixMillis(absl::Now() + kLockFor)),
+           absl::StrCat(owner_, " ", absl::ToUnixMillis(clock_.Now() + kLockFor)),
            {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(seen->lock_seq)}}});
       if (absl::IsFailedPrecondition(lock_seq.status())) {
         return absl::AbortedError(absl::StrCat("audience ", audience,
@@ -225,7 +224,7 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
       if (!lock_seq.ok()) return lock_seq.status();
       absl::MutexLock l(&mu_);
       syncs_[audience].lock_seq = *lock_seq;
-      syncs_[audience].lock_refreshed = absl::Now();
+      syncs_[audience].lock_refreshed = clock_.Now();
     }
   }
   absl::flat_hash_map<std::string, size_t> wanted;  // source token → index in `sources`

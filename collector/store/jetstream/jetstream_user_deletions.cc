@@ -10,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/jetstream/nats_request.h"
 #include "common/log.h"
@@ -46,7 +45,7 @@ void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
   for (size_t i = 0; i < kSeenCacheSlots; ++i) {
     seen_->slots[i].store(0, std::memory_order_relaxed);
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_.Now();
   any_purges_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (purged_.size() > 100'000) {
@@ -64,7 +63,7 @@ bool JetStreamUserData::PurgedByDeletion(const Job& job, uint64_t job_id) {
   if (job.type() == hookrelay::v1::DELETE || job.test() || job.user_id().empty()) return false;
   absl::MutexLock lock(&mu_);
   auto it = purged_.find(UserSourceHash(job.user_id(), job.source_id()));
-  if (it == purged_.end() || absl::Now() - it->second.second > kPurgeMarkFor) return false;
+  if (it == purged_.end() || clock_.Now() - it->second.second > kPurgeMarkFor) return false;
   return job_id <= it->second.first;
 }
 
