@@ -48,6 +48,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/store/jetstream/jetstream_layout.h"
+// The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
+#include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/job_store.h"
 #include "common/clock.h"
 
@@ -61,22 +63,18 @@ namespace hookrelay::collector {
 
 class JetStreamUserData;
 
-// Subject tokens (jetstream_layout.h): an id as unpadded base64url, "_" when empty.
-std::string JetStreamToken(std::string_view id);
-// "<S>.<U>" of a job's subjects: its source ("~" for delete notifications and test jobs, never
-// purged by a deletion) and user.
-std::string JobSubjectTail(const hookrelay::v1::Job& job);
-// hr.dedup.<32 hex digits of SHA-256(dedup key)>.
-std::string DedupMarkerSubject(std::string_view dedup_key);
-
 class JetStreamJobStore final : public JobStore {
  public:
   struct Options {
     // --nats_url: comma-separated nats:// URLs.
     std::string urls;
     JetStreamLayout layout;
-    // Time for attempt stamps and retry due times (the server owns when a schedule fires). Not
-    // owned; nullptr = real time.
+    // Time for attempt stamps, retry due times and held jobs (the server owns when a schedule
+    // fires), and for the user data's purge marks and audience locks. Waits for the cluster
+    // (passing failures retried, request and lookup timeouts, the connection's grace, ack
+    // bursts, fetched jobs handed back within the server's ack wait) stay in real time: they
+    // measure the network and the servers, which do not follow this clock. Not owned;
+    // nullptr = real time.
     const common::Clock* clock = nullptr;
     // How long to wait for the cluster at start (streams created or checked).
     absl::Duration connect_timeout = absl::Seconds(30);

@@ -56,6 +56,10 @@ inline constexpr char kDeletionsStream[] = "HR_DELETIONS";
 inline constexpr char kDeletionsSubjects[] = "hr.del.>";
 inline constexpr char kAudiencesStream[] = "HR_AUDIENCES";
 inline constexpr char kAudiencesSubjects[] = "hr.aud.>";
+// The configuration managed at run time: a KV bucket (created by the job store, replicated like
+// the jobs) and its one key.
+inline constexpr char kConfigBucket[] = "hr_config";
+inline constexpr char kConfigKey[] = "config";
 
 struct JetStreamLayout {
   int DedupReplicas() const { return dedup_replicas == 0 ? replicas : dedup_replicas; }

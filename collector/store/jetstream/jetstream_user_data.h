@@ -112,6 +112,9 @@ class JetStreamUserData {
   };
 
  private:
+  // Messages per direct batch request.
+  static constexpr int kBatch = 256;
+
   JetStreamUserData(natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock);
 
   // A request and its answers. A direct batch get answers several messages and a status.
@@ -189,7 +192,10 @@ class JetStreamUserData {
   // hashes (0 = empty), cleared by every deletion this collector sees.
   // Shared with the append callbacks it wraps, which may run after this object is gone.
   static constexpr size_t kSeenCacheSlots = size_t{1} << 16;
-  struct SeenCache;
+  struct SeenCache {
+    std::unique_ptr<std::atomic<uint64_t>[]> slots;
+    std::atomic<uint64_t> generation{0};
+  };
   std::shared_ptr<SeenCache> seen_;
 
   absl::Mutex compact_mu_;

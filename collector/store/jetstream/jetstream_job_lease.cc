@@ -1,0 +1,306 @@
+// The JetStream engine's job queue, leases: fetching from the shared consumer, handing jobs out,
+// acks in bursts (Complete), and the retries and dead letters that settle a lease.
+#include "collector/store/jetstream/jetstream_job_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "collector/store/jetstream/jetstream_subjects.h"
+#include "collector/store/jetstream/jetstream_user_data.h"
+#include "collector/store/jetstream/nats_request.h"
+#include "common/log.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::Job;
+
+// Acks of delivered jobs wait at most this long, or until this many are waiting (see AckLoop).
+constexpr absl::Duration kAckBurstDelay = absl::Milliseconds(20);
+constexpr size_t kAckBurstSize = 256;
+
+}  // namespace
+
+void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
+  absl::MutexLock lock(&ready_mu_);  // Waits for a call in progress.
+  ready_ = std::move(ready);
+}
+
+void JetStreamJobStore::FetchLoop() {
+  // Each fetch is a pull request the server holds until jobs come or it expires: no polling.
+  // It asks for a full batch whatever the demand of the moment: the dispatcher's demand comes
+  // back a few jobs at a time, and fetches of a few jobs cost the servers more than twice as
+  // much per delivery as fetches of 256 (docs/BENCHMARKS.md, "JetStream engine"). What is not
+  // leased at once waits in fetched_ (at most one batch beyond the demand: the fetcher asks
+  // again only when Lease found the buffer empty) and goes back to the consumer if it waits
+  // longer than a quarter of the ack wait.
+  constexpr int kExpiryMs = 250;
+  constexpr size_t kFetchBatch = 256;
+  for (;;) {
+    size_t want = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && demand_ == 0) fetch_cv_.Wait(&mu_);
+      if (stopping_) return;
+      want = kFetchBatch;
+    }
+    natsMsgList list{};
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s =
+        natsSubscription_Fetch(&list, dispatch_, static_cast<int>(want), kExpiryMs, &code);
+    if (s == NATS_TIMEOUT) continue;  // Nothing yet; the demand stands.
+    if (s != NATS_OK) {
+      // No responders (a node rejoining), a closed or reconnecting connection: passing.
+      natsMsgList_Destroy(&list);
+      absl::SleepFor(absl::Milliseconds(100));
+      continue;
+    }
+    const absl::Time at = absl::Now();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int i = 0; i < list.Count; ++i) {
+        fetched_.emplace_back(at, list.Msgs[i]);
+        list.Msgs[i] = nullptr;
+      }
+      demand_ -= std::min<size_t>(demand_, static_cast<size_t>(list.Count));
+    }
+    natsMsgList_Destroy(&list);
+    absl::MutexLock lock(&ready_mu_);
+    if (ready_) ready_();
+  }
+}
+
+absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl::Duration) {
+  std::vector<LeasedJob> out;
+  if (max == 0) return out;
+  absl::MutexLock fetch_lock(&fetch_mu_);
+  const absl::Time now = clock_.Now();
+  const int64_t now_ms = absl::ToUnixMillis(now);
+  // Held jobs whose time has come first, then what the fetcher brought.
+  std::vector<natsMsg*> msgs;
+  std::vector<natsMsg*> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!held_.empty() && held_.begin()->first <= now_ms && msgs.size() < max) {
+      msgs.push_back(held_.begin()->second);
+      held_.erase(held_.begin());
+    }
+    // A lease is the ack wait counted from the fetch: a job waiting here too long is handed
+    // back rather than given to a deliverer with little of its lease left.
+    const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
+    while (!fetched_.empty() && msgs.size() < max) {
+      auto [at, msg] = fetched_.front();
+      fetched_.pop_front();
+      (at < fresh_after ? stale : msgs).push_back(msg);
+    }
+    demand_ = max - msgs.size();
+  }
+  for (natsMsg* msg : stale) {
+    natsMsg_Nak(msg, nullptr);  // Back to the consumer now, rather than when its lease ends.
+    natsMsg_Destroy(msg);
+  }
+  if (msgs.size() < max) fetch_cv_.Signal();
+  const absl::Time deadline = now + options_.layout.ack_wait;
+  for (natsMsg* msg : msgs) {
+    jsMsgMetaData* meta = nullptr;
+    LeasedJob leased;
+    if (natsMsg_GetMetaData(&meta, msg) != NATS_OK ||
+        !leased.job.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg))) {
+      natsMsg_Term(msg, nullptr);  // Unreadable: never deliverable.
+      natsMsg_Destroy(msg);
+      if (meta != nullptr) jsMsgMetaData_Destroy(meta);
+      continue;
+    }
+    leased.job.set_id(meta->Sequence.Stream);
+    jsMsgMetaData_Destroy(meta);
+    if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
+      natsMsg_Ack(msg, nullptr);
+      natsMsg_Destroy(msg);
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    const int64_t due = leased.job.due_unix_ms();
+    if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
+    if (due > now_ms) {  // Early on this collector's clock: held until it is due.
+      held_.emplace(due, msg);
+      continue;
+    }
+    leased.deadline = deadline;
+    leased.lease = next_lease_++;
+    auto [it, inserted] = leased_.try_emplace(leased.job.id(), Leased{msg, leased.lease});
+    if (!inserted) {  // Redelivered after its lease expired: the new lease wins.
+      natsMsg_Destroy(it->second.msg);
+      it->second = Leased{msg, leased.lease};
+    }
+    out.push_back(std::move(leased));
+  }
+  return out;
+}
+
+absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t lease) {
+  absl::MutexLock lock(&mu_);
+  auto it = leased_.find(job_id);
+  if (it == leased_.end()) return absl::NotFoundError(absl::StrFormat("job %d not leased here", job_id));
+  if (it->second.lease != lease) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("job %d: lease %d is not the job's current lease", job_id, lease));
+  }
+  natsMsg* msg = it->second.msg;
+  leased_.erase(it);
+  return msg;
+}
+
+absl::Status JetStreamJobStore::Complete(uint64_t job_id, uint64_t lease) {
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  if (!msg.ok()) return msg.status();
+  std::vector<natsMsg*> burst;
+  {
+    absl::MutexLock lock(&ack_mu_);
+    acks_.push_back(*msg);
+    if (acks_.size() >= kAckBurstSize) burst.swap(acks_);
+  }
+  SendAcks(burst);
+  return absl::OkStatus();
+}
+
+void JetStreamJobStore::AckLoop() {
+  for (;;) {
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&ack_mu_);
+      ack_mu_.Await(absl::Condition(
+          +[](JetStreamJobStore* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->ack_mu_) {
+            return self->acks_stopping_ || !self->acks_.empty();
+          },
+          this));
+      stopping = acks_stopping_;
+      if (stopping && acks_.empty()) return;
+    }
+    if (!stopping) absl::SleepFor(kAckBurstDelay);  // Let the burst gather.
+    std::vector<natsMsg*> burst;
+    {
+      absl::MutexLock lock(&ack_mu_);
+      burst.swap(acks_);
+    }
+    SendAcks(burst);
+  }
+}
+
+void JetStreamJobStore::SendAcks(std::vector<natsMsg*>& msgs) {
+  natsStatus failed = NATS_OK;
+  size_t failures = 0;
+  for (natsMsg* msg : msgs) {
+    // Without options the ack is a publish (no round trip): it fails only when the connection
+    // is closed or its buffer is full during a reconnect.
+    if (const natsStatus s = natsMsg_Ack(msg, nullptr); s != NATS_OK) {
+      failed = s;
+      ++failures;
+    }
+    natsMsg_Destroy(msg);
+  }
+  msgs.clear();
+  if (failures > 0) {
+    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 5);
+    common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                           "acknowledging delivered jobs failed: they are handed out again when "
+                           "their lease ends (delivered twice)",
+                           {{"jobs", failures}, {"error", natsStatus_GetText(failed)}});
+  }
+}
+
+absl::Status JetStreamJobStore::PublishSettle(
+    const std::string& subject, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& headers, natsMsg* leased) {
+  natsMsg* msg = nullptr;
+  natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, body.data(),
+                                static_cast<int>(body.size()));
+  for (const auto& [k, v] : headers) {
+    if (s == NATS_OK) s = natsMsgHeader_Set(msg, k.c_str(), v.c_str());
+  }
+  if (s == NATS_OK) {
+    absl::MutexLock lock(&mu_);
+    settling_[msg] = Settling{leased};
+  }
+  natsMsg* owned = msg;
+  jsPubOptions publish = AsyncPublishOptions(options_.layout.request_timeout);
+  if (s == NATS_OK) s = js_PublishMsgAsync(js_, &owned, &publish);
+  if (s == NATS_OK) return absl::OkStatus();  // Settled by OnPublishAck.
+  if (msg != nullptr) {
+    absl::MutexLock lock(&mu_);
+    settling_.erase(msg);
+  }
+  if (owned != nullptr) natsMsg_Destroy(owned);
+  natsMsg_Nak(leased, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
+  natsMsg_Destroy(leased);
+  return NatsError(absl::StrCat("publishing to ", subject), s);
+}
+
+absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                                      const hookrelay::v1::Attempt& attempt) {
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  if (!msg.ok()) return msg.status();
+  Job job;
+  job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
+  const absl::Time now = clock_.Now();
+  RecordAttempt(attempt, absl::ToUnixMillis(now), job);
+  job.set_due_unix_ms(absl::ToUnixMillis(not_before));
+  // The server fires schedules on its own (real) time, on whole seconds: the delay on the
+  // store's clock is carried over to real time, rounded up, never early.
+  const absl::Duration delay = std::min(not_before - now, options_.max_schedule_delay);
+  const int64_t fire_s = (absl::ToUnixMillis(absl::Now() + delay) + 999) / 1000;
+  // Deferrals do not count attempts: both numbers keep every put-back's id distinct.
+  const std::string id = absl::StrCat("retry-", job_id, "-", job.attempts(), "-", job.deferrals());
+  absl::Status st;
+  if (delay <= absl::ZeroDuration()) {
+    // Due now (or held here until due, with a manual clock).
+    st = PublishSettle(ReadySubject(job), job.SerializeAsString(), {{"Nats-Msg-Id", id}}, *msg);
+  } else {
+    st = PublishSettle(
+        absl::StrCat("hr.jobs.sched.", JobSubjectTail(job), ".", job_id), job.SerializeAsString(),
+        {{"Nats-Msg-Id", id},
+         {"Nats-Schedule",
+          absl::StrCat("@at ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(fire_s),
+                                                absl::UTCTimeZone()))},
+         {"Nats-Schedule-Target", ReadySubject(job)}},
+        *msg);
+  }
+  if (st.ok() && not_before > now) {
+    absl::MutexLock lock(&mu_);
+    // Bounded: entries of jobs leased by other collectors are forgotten after a while.
+    if (scheduled_due_.size() >= 100'000) scheduled_due_.erase(scheduled_due_.begin());
+    scheduled_due_.insert(job.due_unix_ms());
+  }
+  return st;
+}
+
+absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                                     const hookrelay::v1::Attempt& attempt) {
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  if (!msg.ok()) return msg.status();
+  Job job;
+  job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  job.set_id(job_id);
+  if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
+    natsMsg_Ack(*msg, nullptr);
+    natsMsg_Destroy(*msg);
+    return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
+  }
+  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  RecordAttempt(attempt, now_ms, job);
+  job.set_dead_reason(std::string(reason));
+  job.set_dead_at_unix_ms(now_ms);
+  return PublishSettle(
+      absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()), ".", JobSubjectTail(job)),
+      job.SerializeAsString(), {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}}, *msg);
+}
+
+}  // namespace hookrelay::collector

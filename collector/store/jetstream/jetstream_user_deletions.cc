@@ -1,0 +1,255 @@
+// The JetStream engine's user data, deletions: applying a deletion plan (claim, record, purges,
+// memberships, notifications), resuming one, reading the records, and the purge marks that drop
+// jobs leased while their subject was purged.
+#include "collector/store/jetstream/jetstream_user_data.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "collector/store/jetstream/jetstream_subjects.h"
+#include "collector/store/jetstream/nats_request.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::AudienceState;
+using hookrelay::v1::Deletion;
+using hookrelay::v1::Job;
+
+// How long a purge mark (a deletion's HR_JOBS sequence) is kept for leased jobs: well past a
+// lease (the consumer's ack wait).
+constexpr absl::Duration kPurgeMarkFor = absl::Minutes(10);
+
+}  // namespace
+
+void JetStreamUserData::OnRecord(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
+  auto* data = static_cast<JetStreamUserData*>(self);
+  Deletion record;
+  uint64_t upto = 0;
+  if (record.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg)) &&
+      absl::SimpleAtoi(NatsHeader(msg, "Hr-Jobs-Upto"), &upto)) {
+    data->NotePurge(record, upto);
+  }
+  natsMsg_Destroy(msg);
+}
+
+void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
+  // Index entries may be purged: the cache forgets every pair (deletions are rare; it refills).
+  seen_->generation.fetch_add(1);
+  for (size_t i = 0; i < kSeenCacheSlots; ++i) {
+    seen_->slots[i].store(0, std::memory_order_relaxed);
+  }
+  const absl::Time now = clock_.Now();
+  any_purges_.store(true, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  if (purged_.size() > 100'000) {
+    absl::erase_if(purged_, [&](const auto& e) { return now - e.second.second > kPurgeMarkFor; });
+  }
+  for (const std::string& source : record.source_ids()) {
+    auto& mark = purged_[UserSourceHash(record.user_id(), source)];
+    mark.first = std::max(mark.first, jobs_upto);
+    mark.second = now;
+  }
+}
+
+bool JetStreamUserData::PurgedByDeletion(const Job& job, uint64_t job_id) {
+  if (!any_purges_.load(std::memory_order_relaxed)) return false;  // The dispatch path's case.
+  if (job.type() == hookrelay::v1::DELETE || job.test() || job.user_id().empty()) return false;
+  absl::MutexLock lock(&mu_);
+  auto it = purged_.find(UserSourceHash(job.user_id(), job.source_id()));
+  if (it == purged_.end() || clock_.Now() - it->second.second > kPurgeMarkFor) return false;
+  return job_id <= it->second.first;
+}
+
+absl::StatusOr<DeletionOutcome> JetStreamUserData::ApplyDeletion(DeletionPlan plan) {
+  if (plan.record.id().empty() || plan.record.user_id().empty()) {
+    return absl::InvalidArgumentError("job store: a deletion needs an id and a user id");
+  }
+  plan.record.clear_state();
+  const std::string& request_id = plan.record.request_id();
+  if (request_id.empty()) return Apply(plan);
+  // The request id is claimed once, by its first deletion (the claim holds that record).
+  Request claim;
+  claim.subject = ClaimSubject(request_id);
+  claim.body = plan.record.SerializeAsString();
+  claim.headers = {{"Nats-Expected-Last-Subject-Sequence", "0"}};
+  absl::StatusOr<uint64_t> claimed = Publish(claim);
+  if (claimed.ok()) return Apply(plan);
+  if (!absl::IsFailedPrecondition(claimed.status())) return claimed.status();
+  ASSIGN_OR_RETURN(std::optional<Stored> earlier, GetLast(kDeletionsStream, claim.subject));
+  Deletion first;
+  if (!earlier.has_value() || !first.ParseFromString(earlier->data)) {
+    return absl::DataLossError("JetStream: an unreadable deletion claim");
+  }
+  return Resume(plan, first.id() == plan.record.id() ? plan.record.id() : first.id());
+}
+
+absl::StatusOr<DeletionOutcome> JetStreamUserData::Resume(DeletionPlan& plan,
+                                                          const std::string& earlier_id) {
+  DeletionOutcome outcome;
+  ASSIGN_OR_RETURN(std::optional<Stored> stored,
+                   GetLast(kDeletionsStream, RecordSubject(earlier_id)));
+  Deletion earlier;
+  if (stored.has_value() && !earlier.ParseFromString(stored->data)) {
+    return absl::DataLossError("JetStream: an unreadable deletion record");
+  }
+  if (stored.has_value() && earlier.state() == Deletion::COMPLETED) {
+    outcome.record = std::move(earlier);
+    outcome.keys_touched = 3;
+    return outcome;
+  }
+  if (!stored.has_value()) {
+    // Claimed, then interrupted before its record: the claim holds it.
+    ASSIGN_OR_RETURN(std::optional<Stored> claim,
+                     GetLast(kDeletionsStream, ClaimSubject(plan.record.request_id())));
+    if (!claim.has_value() || !earlier.ParseFromString(claim->data)) {
+      return absl::DataLossError("JetStream: an unreadable deletion claim");
+    }
+  }
+  if (earlier.user_id() != plan.record.user_id()) {
+    outcome.record = std::move(earlier);
+    return outcome;
+  }
+  // Interrupted: finished now under its own id (its notifications keep their message ids).
+  const std::string new_id = plan.record.id();
+  if (new_id != earlier.id()) {
+    for (Job& job : plan.notifications) {
+      if (absl::StartsWith(job.message_id(), new_id)) {
+        job.set_message_id(absl::StrCat(earlier.id(), job.message_id().substr(new_id.size())));
+      }
+    }
+    plan.record.set_id(earlier.id());
+    *plan.record.mutable_create_time() = earlier.create_time();
+  }
+  return Apply(plan);
+}
+
+absl::Status JetStreamUserData::RemoveMembership(const std::string& audience,
+                                                 const std::string& user, bool* removed) {
+  ASSIGN_OR_RETURN(uint64_t purged, Purge(kAudiencesStream, MemberSubject(audience, user)));
+  *removed = purged > 0;
+  if (purged == 0) return absl::OkStatus();
+  return UpdateState(audience, [](std::optional<AudienceState>& state) -> absl::StatusOr<bool> {
+           if (!state.has_value() || !state->computed() || state->members() == 0) return false;
+           state->set_members(state->members() - 1);
+           return true;
+         }).status();
+}
+
+absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
+  DeletionOutcome outcome;
+  size_t& touched = outcome.keys_touched;
+  Deletion& record = plan.record;
+  const std::string user = Tok(record.user_id());
+
+  // Jobs stored up to L are purged; L travels with the record so that every collector drops the
+  // outcome of a purged job it has leased (PurgedByDeletion).
+  ASSIGN_OR_RETURN(const uint64_t jobs_upto, LastSeq(kJobsStream));
+  const std::string upto = absl::StrCat(jobs_upto);
+  ++touched;
+  RETURN_IF_ERROR(Publish({RecordSubject(record.id()), record.SerializeAsString(),
+                           {{"Hr-Jobs-Upto", upto}}})
+                      .status());
+  NotePurge(record, jobs_upto);
+  ++touched;
+
+  uint64_t jobs = 0;
+  uint64_t dead = 0;
+  bool profile = false;
+  for (const std::string& source_id : record.source_ids()) {
+    const std::string source = Tok(source_id);
+    const std::string tail = absl::StrCat(source, ".", user);
+    ASSIGN_OR_RETURN(uint64_t n, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail),
+                                       jobs_upto + 1));
+    jobs += n;
+    ASSIGN_OR_RETURN(n, Purge(kJobsStream, absl::StrCat("hr.jobs.sched.", tail, ".*"),
+                              jobs_upto + 1));
+    jobs += n;
+    ASSIGN_OR_RETURN(n, Purge(kDeadStream, absl::StrCat("hr.dead.*.", tail)));
+    dead += n;
+    ASSIGN_OR_RETURN(n, Purge(kUsersStream, absl::StrCat("hr.users.", user, ".", source)));
+    ASSIGN_OR_RETURN(n, Purge(kProfilesStream, absl::StrCat("hr.prof.", tail)));
+    profile = profile || n > 0;
+    touched += 5;
+  }
+  for (const std::string& audience : plan.audience_ids) {
+    bool removed = false;
+    RETURN_IF_ERROR(RemoveMembership(audience, record.user_id(), &removed));
+    touched += removed ? 3 : 1;
+  }
+
+  // The notifications, due now; their message ids make a resumed deletion store them once
+  // (within the stream's duplicate window).
+  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  std::vector<Request> notifications;
+  for (size_t n = 0; n < plan.notifications.size(); ++n) {
+    Job& job = plan.notifications[n];
+    job.set_id(0);
+    job.set_due_unix_ms(now_ms);
+    notifications.push_back({absl::StrCat("hr.jobs.ready.", JobSubjectTail(job)),
+                             job.SerializeAsString(),
+                             {{"Nats-Msg-Id", absl::StrCat("del-", record.id(), "-", n)}}});
+  }
+  RETURN_IF_ERROR(PublishAll(notifications));
+  touched += notifications.size();
+
+  record.set_state(Deletion::COMPLETED);
+  record.set_notifications(notifications.size());
+  record.set_purged_jobs(jobs);
+  record.set_purged_dead_letters(dead);
+  record.set_purged_profile(profile);
+  RETURN_IF_ERROR(
+      Publish({RecordSubject(record.id()), record.SerializeAsString(), {{"Hr-Jobs-Upto", upto}}})
+          .status());
+  ++touched;
+  // Appends that hit the cache between the purge and here wrote no index entry: forget again.
+  NotePurge(record, jobs_upto);
+  outcome.record = record;
+  outcome.created = true;
+  return outcome;
+}
+
+absl::StatusOr<std::optional<Deletion>> JetStreamUserData::GetDeletion(std::string_view id) {
+  ASSIGN_OR_RETURN(std::optional<Stored> stored, GetLast(kDeletionsStream, RecordSubject(id)));
+  if (!stored.has_value()) return std::optional<Deletion>();
+  Deletion record;
+  if (!record.ParseFromString(stored->data)) {
+    return absl::DataLossError("JetStream: an unreadable deletion record");
+  }
+  // Only completed deletions exist for callers (as on the embedded engine).
+  if (record.state() != Deletion::COMPLETED) return std::optional<Deletion>();
+  return std::optional<Deletion>(std::move(record));
+}
+
+absl::StatusOr<std::vector<Deletion>> JetStreamUserData::ListDeletions(std::string_view before_id,
+                                                                       size_t limit) {
+  std::vector<Deletion> out;
+  if (limit == 0) return out;
+  // Every record's subject (one per deletion), sorted by id here: ids sort by creation time.
+  ASSIGN_OR_RETURN(std::vector<std::string> subjects, Subjects(kDeletionsStream, "hr.del.rec.*"));
+  std::vector<std::string> ids;
+  constexpr std::string_view kPrefix = "hr.del.rec.";
+  for (const std::string& subject : subjects) {
+    std::optional<std::string> id = Untok(std::string_view(subject).substr(kPrefix.size()));
+    if (!id.has_value()) continue;
+    if (!before_id.empty() && *id >= before_id) continue;
+    ids.push_back(*std::move(id));
+  }
+  std::sort(ids.begin(), ids.end(), std::greater<>());
+  for (const std::string& id : ids) {
+    ASSIGN_OR_RETURN(std::optional<Deletion> record, GetDeletion(id));
+    if (!record.has_value()) continue;
+    out.push_back(*std::move(record));
+    if (out.size() >= limit) break;
+  }
+  return out;
+}
+
+
+}  // namespace hookrelay::collector
