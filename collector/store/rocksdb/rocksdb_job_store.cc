@@ -4,14 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
-#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,355 +20,83 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "rocksdb/cache.h"
-#include "rocksdb/compaction_filter.h"
-#include "rocksdb/env.h"
-#include "rocksdb/filter_policy.h"
 #include "rocksdb/iterator.h"
-#include "rocksdb/memtablerep.h"
-#include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
-#include "rocksdb/slice_transform.h"
-#include "rocksdb/table.h"
-#include "rocksdb/utilities/table_properties_collectors.h"
-#include "rocksdb/write_buffer_manager.h"
-#include "collector/audiences/audience_eval.h"
+#include "collector/store/rocksdb/rocksdb_layout.h"
+#include "collector/store/rocksdb/rocksdb_options.h"
+#include "collector/store/rocksdb/rocksdb_status.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "common/strings.h"
-
-// On-disk layout (column families):
-//   default  meta: "next_id" -> u64 BE (every id below it may have been used),
-//                  "lease_epoch" -> u64 BE (bumped on every Open),
-//                  "layout" -> u64 BE 2 once the `due` family and the counters exist (a data dir
-//                  without it is converted by one scan at Open),
-//                  "count_jobs", "count_dead" -> i64 BE, the numbers of job records and dead
-//                  letters: merge operands (Int64Add) in the batch of every change.
-//                  "h" ++ u64 BE unix second -> i64 BE: how many job records are due in that
-//                  second (same merge operands; deleted when back to zero).
-//   default  also "fresh_due" -> u64 BE: the due time of the newest fresh record written, and
-//            "fresh_floor" -> u64 BE: no fresh record has a lower id (Open's pager starts there).
-//   jobs     u64 BE job id -> header ++ serialized v1::Job. Header: u64 BE due_unix_ms with bit 63
-//            set, then u64 BE UserHash(user_id); records written before the user index have
-//            only the due time (bit 63 clear). Bit 62 (with bit 63) marks a *fresh* record: a job
-//            as appended, with no `due` key; fresh records are in (due, id) order by id, so this
-//            family is their order. A retry or a replay rewrites the record without the bit.
-//   dedup    dedup key -> u64 BE unix ms the key was stored. Expired entries are dropped by a
-//            compaction filter; until then the window is also checked on lookup.
-//   dead     u64 BE job id -> serialized v1::Job (dead_reason, dead_at, history set).
-//   users    the per-user index. "s" ++ lp(user) ++ lp(source) -> "" (the user was seen in the
-//            source); "d" ++ lp(user) ++ lp(source) ++ u64 BE job id -> "" (a dead letter of the
-//            user). lp(x) = u32 BE length ++ x, so any byte may appear in ids.
-//   deletions "d" ++ deletion id -> serialized v1::Deletion; "r" ++ request id -> deletion id.
-//   profiles  lp(user) ++ lp(source) -> serialized v1::Profile, written as v1::ProfileDelta merge
-//            operands (ProfileMerge) at ingest.
-//   audiences "c" ++ u64 BE position -> user: the profile change log.
-//            "a" ++ lp(audience) -> serialized v1::AudienceState.
-//            "m" ++ lp(audience) ++ lp(user) -> "": the user's membership as last sent (true).
-//            "x" ++ lp(audience) ++ u64 BE unix ms ++ lp(user) -> "": evaluate the user again then.
-//   due      u64 BE due_unix_ms ++ u64 BE job id -> "": every job with a record that is not
-//            fresh (retried, replayed, notifications, or appended after the clock went back), in
-//            the order Lease takes them. Written and deleted with the record. The pager merges
-//            it with the fresh records.
-//   users    also "p" ++ u64 BE user hash ++ u64 BE job id -> "": the user's pending jobs.
-// Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
-// are in id order (ListDead's pagination).
 
 namespace hookrelay::collector {
 namespace {
 
 using hookrelay::v1::Job;
-
-constexpr char kJobsCf[] = "jobs";
-constexpr char kDedupCf[] = "dedup";
-constexpr char kDeadCf[] = "dead";
-constexpr char kUsersCf[] = "users";
-constexpr char kDeletionsCf[] = "deletions";
-constexpr char kProfilesCf[] = "profiles";
-constexpr char kAudiencesCf[] = "audiences";
-constexpr char kDueCf[] = "due";
-constexpr char kLayoutKey[] = "layout";
-constexpr uint64_t kLayoutVersion = 2;
-constexpr char kJobCountKey[] = "count_jobs";
-constexpr char kDeadCountKey[] = "count_dead";
-constexpr char kNextIdKey[] = "next_id";
-constexpr char kFreshDueKey[] = "fresh_due";
-constexpr char kFreshFloorKey[] = "fresh_floor";
-constexpr char kLeaseEpochKey[] = "lease_epoch";
-constexpr char kConfigKey[] = "config";
-// Written (synced) by the recovery thread to prove the store can write again.
-constexpr char kProbeKey[] = "write_probe";
+using rocksdb_internal::AudienceKey;
+using rocksdb_internal::DeadIndexKey;
+using rocksdb_internal::DeadIndexPrefix;
+using rocksdb_internal::DecodeU64;
+using rocksdb_internal::DeletionKey;
+using rocksdb_internal::DueCountKey;
+using rocksdb_internal::DueKeyBytes;
+using rocksdb_internal::DueOf;
+using rocksdb_internal::EncodeJobValue;
+using rocksdb_internal::ErrorKind;
+using rocksdb_internal::FromRocks;
+using rocksdb_internal::HeaderSize;
+using rocksdb_internal::Int64Add;
+using rocksdb_internal::IsFresh;
+using rocksdb_internal::LogKey;
+using rocksdb_internal::MakeDbOptions;
+using rocksdb_internal::MakeDedupOptions;
+using rocksdb_internal::MakeDueOptions;
+using rocksdb_internal::MakeJobsOptions;
+using rocksdb_internal::MakeProfileOptions;
+using rocksdb_internal::MakeSmallOptions;
+using rocksdb_internal::MakeUsersOptions;
+using rocksdb_internal::Malformed;
+using rocksdb_internal::MemberKey;
+using rocksdb_internal::ParseJobValue;
+using rocksdb_internal::PendingKeyBytes;
+using rocksdb_internal::PrefixEnd;
+using rocksdb_internal::ProfileKey;
+using rocksdb_internal::ReadLengthPrefixed;
+using rocksdb_internal::RecheckKey;
+using rocksdb_internal::RequestKey;
+using rocksdb_internal::SecondOf;
+using rocksdb_internal::SeenHash;
+using rocksdb_internal::SeenKey;
+using rocksdb_internal::SeenPrefix;
+using rocksdb_internal::ToMillis;
+using rocksdb_internal::U64Bytes;
+using rocksdb_internal::Unshared;
+using rocksdb_internal::UserHash;
+using rocksdb_internal::UserHashOf;
+using rocksdb_internal::kAdminChunk;
+using rocksdb_internal::kAudiencesCf;
+using rocksdb_internal::kConfigKey;
+using rocksdb_internal::kDeadCf;
+using rocksdb_internal::kDeadCountKey;
+using rocksdb_internal::kDedupCf;
+using rocksdb_internal::kDeletionsCf;
+using rocksdb_internal::kDueCf;
+using rocksdb_internal::kFreshDueKey;
+using rocksdb_internal::kFreshFloorKey;
+using rocksdb_internal::kJobCountKey;
+using rocksdb_internal::kJobsCf;
+using rocksdb_internal::kLayoutKey;
+using rocksdb_internal::kLayoutVersion;
+using rocksdb_internal::kLeaseEpochKey;
+using rocksdb_internal::kNextIdKey;
+using rocksdb_internal::kProbeKey;
+using rocksdb_internal::kProfilesCf;
+using rocksdb_internal::kUserHeaderSize;
+using rocksdb_internal::kUsersCf;
 
 // 2^40 leases per epoch: over 60 days at 200k leases/s before the epoch has to move on.
 constexpr int kLeaseEpochShift = 40;
 constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
-constexpr size_t kDueHeaderSize = 8;
-// Bit 63 of the due field: a user hash follows it (due times are positive, so it is free).
-constexpr uint64_t kUserHashFlag = uint64_t{1} << 63;
-// Bit 62 (with bit 63): a fresh record, as appended, with no `due` key: its place in the due
-// order is its id's (fresh records are in (due, id) order by id).
-constexpr uint64_t kFreshFlag = uint64_t{1} << 62;
-constexpr size_t kUserHeaderSize = 16;
-// Replay writes (and publishes) in chunks of this many jobs.
-constexpr size_t kAdminChunk = 1024;
-
-void EncodeU64(uint64_t v, char* out) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-}
-
-uint64_t DecodeU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-
-// An 8-byte big-endian key or value, kept on the stack.
-class U64Bytes {
- public:
-  explicit U64Bytes(uint64_t v) { EncodeU64(v, data_); }
-  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
-
- private:
-  char data_[8];
-};
-
-int64_t ToMillis(absl::Time t) { return absl::ToUnixMillis(t); }
-
-void AppendLengthPrefixed(std::string_view s, std::string* out) {
-  char length[4];
-  const auto n = static_cast<uint32_t>(s.size());
-  length[0] = static_cast<char>(n >> 24);
-  length[1] = static_cast<char>((n >> 16) & 0xff);
-  length[2] = static_cast<char>((n >> 8) & 0xff);
-  length[3] = static_cast<char>(n & 0xff);
-  out->append(length, 4);
-  out->append(s);
-}
-
-// Keys of the users family (see the layout above).
-void SeenPrefix(std::string_view user, std::string* out) {
-  out->assign("s");
-  AppendLengthPrefixed(user, out);
-}
-void SeenKey(std::string_view user, std::string_view source, std::string* out) {
-  SeenPrefix(user, out);
-  AppendLengthPrefixed(source, out);
-}
-void DeadIndexPrefix(std::string_view user, std::string_view source, std::string* out) {
-  out->assign("d");
-  AppendLengthPrefixed(user, out);
-  AppendLengthPrefixed(source, out);
-}
-std::string DeadIndexKey(std::string_view user, std::string_view source, uint64_t id) {
-  std::string key;
-  DeadIndexPrefix(user, source, &key);
-  const size_t at = key.size();
-  key.resize(at + 8);
-  EncodeU64(id, key.data() + at);
-  return key;
-}
-
-// The user hash of the per-user index, stored in job headers: FNV-1a, stable across builds and
-// processes; 0 means "no user".
-uint64_t UserHash(std::string_view user) {
-  return user.empty() ? 0 : common::Fnv1a64(user) | 1;
-}
-uint64_t SeenHash(std::string_view user, std::string_view source) {
-  const uint64_t h = std::hash<std::string_view>()(user) * 0x9e3779b97f4a7c15ULL;
-  return (h ^ std::hash<std::string_view>()(source)) | 1;
-}
-
-// The `due` key of a job, and the pending-index key ("p" ++ user hash ++ id).
-class DueKeyBytes {
- public:
-  DueKeyBytes(int64_t due_ms, uint64_t id) {
-    EncodeU64(static_cast<uint64_t>(std::max<int64_t>(due_ms, 0)), data_);
-    EncodeU64(id, data_ + 8);
-  }
-  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
-
- private:
-  char data_[16];
-};
-class PendingKeyBytes {
- public:
-  PendingKeyBytes(uint64_t user_hash, uint64_t id) {
-    data_[0] = 'p';
-    EncodeU64(user_hash, data_ + 1);
-    EncodeU64(id, data_ + 9);
-  }
-  rocksdb::Slice slice() const { return rocksdb::Slice(data_, sizeof(data_)); }
-
- private:
-  char data_[17];
-};
-
-int64_t SecondOf(int64_t due_ms) {
-  return due_ms >= 0 ? due_ms / 1000 : (due_ms - 999) / 1000;
-}
-std::string DueCountKey(int64_t second) {
-  std::string key("h");
-  key.resize(9);
-  EncodeU64(static_cast<uint64_t>(std::max<int64_t>(second, 0)), key.data() + 1);
-  return key;
-}
-
-// The persisted counters: signed 64-bit sums (absent = 0).
-class Int64Add : public rocksdb::AssociativeMergeOperator {
- public:
-  bool Merge(const rocksdb::Slice& key, const rocksdb::Slice* existing,
-             const rocksdb::Slice& value, std::string* new_value,
-             rocksdb::Logger* logger) const override {
-    uint64_t sum = existing != nullptr && existing->size() == 8 ? DecodeU64(existing->data()) : 0;
-    if (value.size() == 8) sum += DecodeU64(value.data());
-    new_value->resize(8);
-    EncodeU64(sum, new_value->data());
-    return true;
-  }
-  const char* Name() const override { return "hookrelay.Int64Add.v1"; }
-};
-
-std::string ProfileKey(std::string_view user, std::string_view source) {
-  std::string key;
-  AppendLengthPrefixed(user, &key);
-  AppendLengthPrefixed(source, &key);
-  return key;
-}
-std::string AudienceKey(char kind, std::string_view audience) {
-  std::string key(1, kind);
-  AppendLengthPrefixed(audience, &key);
-  return key;
-}
-std::string MemberKey(std::string_view audience, std::string_view user) {
-  std::string key = AudienceKey('m', audience);
-  AppendLengthPrefixed(user, &key);
-  return key;
-}
-std::string RecheckKey(std::string_view audience, int64_t at_ms, std::string_view user) {
-  std::string key = AudienceKey('x', audience);
-  const size_t at = key.size();
-  key.resize(at + 8);
-  EncodeU64(static_cast<uint64_t>(std::max<int64_t>(at_ms, 0)), key.data() + at);
-  AppendLengthPrefixed(user, &key);
-  return key;
-}
-std::string LogKey(uint64_t position) {
-  std::string key("c");
-  key.resize(9);
-  EncodeU64(position, key.data() + 1);
-  return key;
-}
-// The smallest key above every key starting with `prefix` (prefix is never all 0xff here).
-std::string PrefixEnd(std::string prefix) {
-  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
-  if (!prefix.empty()) prefix.back() = static_cast<char>(prefix.back() + 1);
-  return prefix;
-}
-// Reads one length-prefixed string at `*pos`; false when malformed.
-bool ReadLengthPrefixed(rocksdb::Slice s, size_t* pos, std::string* out) {
-  if (s.size() < *pos + 4) return false;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data() + *pos);
-  const size_t n = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
-  if (s.size() < *pos + 4 + n) return false;
-  out->assign(s.data() + *pos + 4, n);
-  *pos += 4 + n;
-  return true;
-}
-
-// Profiles are written as ProfileDelta operands and folded into a Profile on reads and
-// compactions, so ingest never reads a profile.
-class ProfileMerge : public rocksdb::MergeOperator {
- public:
-  bool FullMergeV2(const MergeOperationInput& in, MergeOperationOutput* out) const override {
-    hookrelay::v1::Profile profile;
-    if (in.existing_value != nullptr &&
-        !profile.ParseFromArray(in.existing_value->data(),
-                                static_cast<int>(in.existing_value->size()))) {
-      profile.Clear();  // Unreadable: rebuilt from what follows rather than failing every read.
-    }
-    hookrelay::v1::ProfileDelta delta;
-    for (const rocksdb::Slice& operand : in.operand_list) {
-      if (delta.ParseFromArray(operand.data(), static_cast<int>(operand.size()))) {
-        ApplyProfileDelta(delta, profile);
-      }
-    }
-    return profile.SerializeToString(&out->new_value);
-  }
-  const char* Name() const override { return "hookrelay.ProfileMerge.v1"; }
-};
-
-std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
-std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
-
-void EncodeJobValue(const Job& job, std::string* out, bool fresh = false) {
-  out->resize(kUserHeaderSize);
-  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag | (fresh ? kFreshFlag : 0),
-            out->data());
-  EncodeU64(UserHash(job.user_id()), out->data() + 8);
-  job.AppendToString(out);
-}
-
-size_t HeaderSize(rocksdb::Slice value) {
-  if (value.size() < kDueHeaderSize) return 0;
-  if ((DecodeU64(value.data()) & kUserHashFlag) == 0) return kDueHeaderSize;
-  return value.size() >= kUserHeaderSize ? kUserHeaderSize : 0;
-}
-
-// The due time of a record (0 when malformed).
-int64_t DueOf(rocksdb::Slice value) {
-  if (HeaderSize(value) == 0) return 0;
-  return static_cast<int64_t>(DecodeU64(value.data()) & ~(kUserHashFlag | kFreshFlag));
-}
-
-// Whether a record is fresh (no `due` key).
-bool IsFresh(rocksdb::Slice value) {
-  return HeaderSize(value) == kUserHeaderSize && (DecodeU64(value.data()) & kFreshFlag) != 0;
-}
-
-bool ParseJobValue(rocksdb::Slice value, Job* job) {
-  const size_t header = HeaderSize(value);
-  return header != 0 && job->ParseFromArray(value.data() + header,
-                                            static_cast<int>(value.size() - header));
-}
-
-// The user hash of a record: from the header, or by parsing an old record. False when malformed.
-bool UserHashOf(rocksdb::Slice value, Job* scratch, uint64_t* hash) {
-  const size_t header = HeaderSize(value);
-  if (header == kUserHeaderSize) {
-    *hash = DecodeU64(value.data() + 8);
-    return true;
-  }
-  if (!ParseJobValue(value, scratch)) return false;
-  *hash = UserHash(scratch->user_id());
-  return true;
-}
-
-absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  std::string message = absl::StrCat("job store: ", std::string(what), ": ", s.ToString());
-  if (s.IsNotFound()) return absl::NotFoundError(message);
-  if (s.IsCorruption()) return absl::DataLossError(message);
-  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
-  return absl::InternalError(message);
-}
-
-// A copy of `s` that shares no heap state with it. An error Status is refcounted inside Debian's
-// uninstrumented Abseil, so TSan cannot see the ordering when copies of one are dropped on
-// different threads (the store's and the callers'); each thread gets its own instead.
-absl::Status Unshared(const absl::Status& s) {
-  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
-}
-
-// The label of hookrelay_store_errors_total{kind} for a failed write.
-std::string_view ErrorKind(const rocksdb::Status& s) {
-  if (s.IsNoSpace()) return "no_space";
-  if (s.IsCorruption()) return "corruption";
-  if (s.IsIOError()) return "io_error";
-  return "other";
-}
 
 // What callers are told when the store cannot write: the kind, never a file path.
 const char* ErrorText(std::string_view kind) {
@@ -381,232 +106,12 @@ const char* ErrorText(std::string_view kind) {
   return "the collector's store cannot write";
 }
 
-// RocksDB's info log, through the project's logger (so nothing is written to the data volume,
-// which may be the very thing that is full). Warnings and errors only, unless debug logging is
-// on; at most a few lines per second, since a failing disk makes RocksDB repeat itself.
-class RocksDbLogBridge : public rocksdb::Logger {
- public:
-  RocksDbLogBridge()
-      : rocksdb::Logger(common::LogEnabled(common::LogLevel::kDebug)
-                            ? rocksdb::InfoLogLevel::DEBUG_LEVEL
-                            : rocksdb::InfoLogLevel::WARN_LEVEL) {}
-
-  using rocksdb::Logger::Logv;
-  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
-    if (level < GetInfoLogLevel()) return;
-    common::LogLevel ours = common::LogLevel::kDebug;
-    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL && level != rocksdb::InfoLogLevel::HEADER_LEVEL) {
-      ours = common::LogLevel::kError;
-    } else if (level == rocksdb::InfoLogLevel::WARN_LEVEL) {
-      ours = common::LogLevel::kWarning;
-    }
-    if (!common::LogEnabled(ours)) return;
-    char buffer[1024];
-    const int n = std::vsnprintf(buffer, sizeof(buffer), format, ap);
-    if (n < 0) return;
-    const std::string_view text(buffer, std::min<size_t>(static_cast<size_t>(n), sizeof(buffer) - 1));
-    common::LogRateLimited(limiter_, ours, "rocksdb", {{"text", text}});
-  }
-
- private:
-  common::LogRateLimiter limiter_{5.0, 20};
-};
-
-absl::Status Malformed(std::string_view cf, uint64_t id) {
-  return absl::DataLossError(
-      absl::StrFormat("job store: malformed record in column family %s (job %d)", cf, id));
-}
-
 bool MatchesDead(const Job& job, const DeadFilter& filter) {
   if (!filter.destination_id.empty() && job.destination_id() != filter.destination_id) {
     return false;
   }
   const absl::Time dead_at = absl::FromUnixMillis(job.dead_at_unix_ms());
   return dead_at >= filter.from && dead_at < filter.to;
-}
-
-// Drops dedup keys stored at or before now - window. One filter per compaction, so the cutoff
-// (and the clock read) is per compaction, not per key.
-class DedupExpiryFilter : public rocksdb::CompactionFilter {
- public:
-  explicit DedupExpiryFilter(int64_t cutoff_ms) : cutoff_ms_(cutoff_ms) {}
-
-  bool Filter(int level, const rocksdb::Slice& key, const rocksdb::Slice& value,
-              std::string* new_value, bool* value_changed) const override {
-    return value.size() == 8 && static_cast<int64_t>(DecodeU64(value.data())) <= cutoff_ms_;
-  }
-  const char* Name() const override { return "hookrelay.DedupExpiryFilter"; }
-
- private:
-  const int64_t cutoff_ms_;
-};
-
-class DedupExpiryFilterFactory : public rocksdb::CompactionFilterFactory {
- public:
-  DedupExpiryFilterFactory(common::Clock& clock, absl::Duration window)
-      : clock_(clock), window_(window) {}
-
-  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
-      const rocksdb::CompactionFilter::Context& context) override {
-    return std::make_unique<DedupExpiryFilter>(ToMillis(clock_.Now() - window_));
-  }
-  const char* Name() const override { return "hookrelay.DedupExpiryFilterFactory"; }
-
- private:
-  common::Clock& clock_;
-  const absl::Duration window_;
-};
-
-rocksdb::DBOptions MakeDbOptions() {
-  rocksdb::DBOptions options;
-  options.create_if_missing = true;
-  options.create_missing_column_families = true;
-  // Sized for the 2-core target: one flush thread and two compaction threads. Writes never run
-  // on these threads (the store's writer thread does), they compete for CPU only while flushing
-  // and compacting.
-  options.IncreaseParallelism(2);
-  // `dead` and the meta family get few writes; without a cap their small memtables would keep
-  // every WAL file alive until they filled up. Past this size, RocksDB flushes the families
-  // holding the oldest WAL so it can be deleted. Also bounds what a restart replays (issue 14:
-  // start-up time and memory must not grow with the backlog).
-  options.max_total_wal_size = uint64_t{128} << 20;
-  // Memtables of all families together: flushed early past this, so the process's memory stays
-  // bounded under a backlog (each family's own limits would allow several times as much). Not
-  // a hard cap: with one flush thread behind, memtables still pile up to the families' limits
-  // (250-280 MB RSS during a 10M-job ingest). allow_stall would make it one, but it deadlocks:
-  // `jobs` merges two memtables per flush, so memory never drops while writes wait.
-  options.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(size_t{128} << 20);
-  // Write SST data back in 1 MB steps instead of one large burst at each file's end, so the
-  // WAL fsyncs of the group commit do not queue behind it.
-  options.bytes_per_sync = uint64_t{1} << 20;
-  options.keep_log_file_num = 4;
-  // No LOG file on the data volume (it is what fills up first, and RocksDB used to abort on it).
-  options.info_log = std::make_shared<RocksDbLogBridge>();
-  // Opening after a crash replays the WAL into memtables without writing new SST files, so a
-  // restart on a nearly full volume still succeeds.
-  options.avoid_flush_during_recovery = true;
-  // The profiles family's memtable is a vector (below), which takes no concurrent writes; the
-  // store has one writer thread anyway.
-  options.allow_concurrent_memtable_write = false;
-  return options;
-}
-
-rocksdb::BlockBasedTableOptions TableOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = cache;
-  return table;
-}
-
-// `jobs`: sequential keys, ~0.5 KB values, most of them deleted within seconds (delivered).
-rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options;
-  // Level-style compaction sized for a 256 MB budget: L0 compacted early, no compression on
-  // L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4 below, where a
-  // long-lived backlog ends up.
-  options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
-  // Small memtables, each flushed alone (~16k jobs; a job appended and completed within one
-  // leaves only a small tombstone in the SST file, not its ~0.5 KB record). Not the 2 x 64 MB
-  // flushes that OptimizeLevelStyleCompaction picks: while a flush writes and syncs a large
-  // file, the group commit's WAL fdatasync on the same disk stalls for 50-100 ms, and every
-  // request in that commit waits. With 8 MB flushes the acknowledgement p99 at 40k events/s
-  // fell from 80-140 ms to 15 ms (docs/BENCHMARKS.md, "Acknowledgement latency"). Up to 16
-  // memtables (128 MB) before a write stall, which is back-pressure.
-  options.write_buffer_size = 8 << 20;
-  options.min_write_buffer_number_to_merge = 1;
-  options.max_write_buffer_number = 16;
-  options.level_compaction_dynamic_level_bytes = true;
-  rocksdb::BlockBasedTableOptions table = TableOptions(cache);
-  // No bloom filter: lookups are for jobs known to exist, and with sequential keys each lookup
-  // hits one file's key range anyway. Larger blocks suit the ~0.5 KB values.
-  table.block_size = 16 * 1024;
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  return options;
-}
-
-// `dedup`: random keys (source id + message id, tens of bytes) with 8-byte values, looked up once
-// per ingested event and almost never found.
-rocksdb::ColumnFamilyOptions MakeDedupOptions(const std::shared_ptr<rocksdb::Cache>& cache,
-                                              common::Clock& clock, absl::Duration window) {
-  rocksdb::ColumnFamilyOptions options;
-  // 8 MB memtables (about 120k keys) flushed alone, for the same reason as `jobs`; no
-  // compression on L0/L1, LZ4 below (keys share their source-id prefix, but most of a message
-  // id is random).
-  options.OptimizeLevelStyleCompaction(uint64_t{128} << 20);
-  options.write_buffer_size = 8 << 20;
-  options.min_write_buffer_number_to_merge = 1;
-  options.max_write_buffer_number = 8;
-  options.level_compaction_dynamic_level_bytes = true;
-  // Misses are the common case: a whole-key bloom filter in the memtable and in every SST file
-  // answers most lookups without touching a data block.
-  options.memtable_prefix_bloom_size_ratio = 0.05;
-  options.memtable_whole_key_filtering = true;
-  rocksdb::BlockBasedTableOptions table = TableOptions(cache);
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.whole_key_filtering = true;
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  options.compaction_filter_factory = std::make_shared<DedupExpiryFilterFactory>(clock, window);
-  // Make sure every file meets the expiry filter at least once per window (at least hourly),
-  // even when no new writes push compactions down to it.
-  options.periodic_compaction_seconds = static_cast<uint64_t>(
-      std::max<int64_t>(absl::ToInt64Seconds(window), 3600));
-  return options;
-}
-
-// `due`: 16-byte keys, appended in near-sequential order, read by the pager in order.
-rocksdb::ColumnFamilyOptions MakeDueOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options;
-  options.write_buffer_size = 16 << 20;
-  options.max_write_buffer_number = 3;
-  options.level_compaction_dynamic_level_bytes = true;
-  // No compression where keys are young (most are deleted within seconds); LZ4 below, where a
-  // backlog's keys end up. Inserts are mostly in key order: each starts where the previous one
-  // with the same first byte ended (one hint per prefix).
-  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
-                                   rocksdb::kLZ4Compression};
-  options.memtable_insert_with_hint_prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(1));
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(TableOptions(cache)));
-  // Every key is deleted once its job ends, behind the pager's cursor: files dense with
-  // tombstones are compacted early, so that a seek after a restart does not step over them.
-  options.table_properties_collector_factories.emplace_back(
-      rocksdb::NewCompactOnDeletionCollectorFactory(16384, 8192));
-  return options;
-}
-
-// `dead` and meta: small and rarely written.
-rocksdb::ColumnFamilyOptions MakeSmallOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options;
-  options.write_buffer_size = 8 << 20;
-  options.compression = rocksdb::kLZ4Compression;
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(TableOptions(cache)));
-  return options;
-}
-
-// For families that ingest only appends to, in random key order, and that are read after a
-// flush (syncs, deletions): a vector memtable makes each insert O(1) instead of a skip-list
-// search per key (a read of an unflushed vector sorts it).
-rocksdb::ColumnFamilyOptions MakeAppendOnlyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options = MakeSmallOptions(cache);
-  options.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
-  return options;
-}
-
-// `users`: also the pending index, a key per job written at append and deleted when it ends:
-// young keys are not compressed (most are gone within seconds), LZ4 below.
-rocksdb::ColumnFamilyOptions MakeUsersOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
-  options.compression_per_level = {rocksdb::kNoCompression, rocksdb::kNoCompression,
-                                   rocksdb::kLZ4Compression};
-  // A key per job: with two 8 MB memtables, ingest stopped while one was flushed.
-  options.write_buffer_size = 16 << 20;
-  options.max_write_buffer_number = 4;
-  return options;
-}
-
-rocksdb::ColumnFamilyOptions MakeProfileOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::ColumnFamilyOptions options = MakeAppendOnlyOptions(cache);
-  options.merge_operator = std::make_shared<ProfileMerge>();
-  options.write_buffer_size = 32 << 20;
-  return options;
 }
 
 }  // namespace
