@@ -203,6 +203,17 @@ class RocksDbJobStore final : public JobStore {
   absl::StatusOr<bool> HasDedupKeyForTesting(std::string_view dedup_key);
 
  private:
+  // The members are defined in one file per part of the engine (as LevelDB splits its DBImpl):
+  //   rocksdb_job_store.cc     Open, the state rebuilt at start-up, configuration, test hooks
+  //   rocksdb_group_commit.cc  the write path: queue, preparer and writer threads, exclusive ops
+  //   rocksdb_pending.cc       the order of pending jobs: keys, counts, the window and its pager
+  //   rocksdb_leases.cc        Lease, Complete, Retry, Bury
+  //   rocksdb_dead_letters.cc  ListDead, Replay
+  //   rocksdb_deletions.cc     the per-user index and deletions
+  //   rocksdb_audiences.cc     audience data and syncs
+  //   rocksdb_write_health.cc  failed writes and the recovery thread
+  // The on-disk format is in rocksdb_layout.h, the RocksDB tuning in rocksdb_options.h.
+
   // One entry of the preparer's queue.
   struct WriteOp {
     enum class Kind { kAppend, kPutJob, kDeleteJob, kBury, kBarrier, kPause, kExclusive };
@@ -237,7 +248,7 @@ class RocksDbJobStore final : public JobStore {
     absl::Notification* notify = nullptr;
     std::shared_ptr<absl::Notification> resume;
   };
-  // One group commit, handed from the preparer to the writer. Defined in the .cc.
+  // One group commit, handed from the preparer to the writer. Defined in rocksdb_group_commit.h.
   struct Group;
 
   // A ready or scheduled job, ordered by (due, id): also its key in the `due` family, or, for a

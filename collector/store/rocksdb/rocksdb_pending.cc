@@ -1,0 +1,339 @@
+// RocksDbJobStore, the order of pending jobs (see the header's "Memory and start-up"): the `due`
+// and pending-index keys, the job and due-time counts (persisted and in memory), the window of
+// queued jobs with its cursor and the pager that reads the next chunk from disk, and what is
+// answered from them: Counts, NextDue, NextWake.
+
+#include "collector/store/rocksdb/rocksdb_job_store.h"
+
+#include <algorithm>
+
+#include "rocksdb/iterator.h"
+#include "collector/store/rocksdb/rocksdb_layout.h"
+#include "collector/store/rocksdb/rocksdb_status.h"
+#include "common/status_macros.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using rocksdb_internal::DecodeU64;
+using rocksdb_internal::DueCountKey;
+using rocksdb_internal::DueKeyBytes;
+using rocksdb_internal::DueOf;
+using rocksdb_internal::FromRocks;
+using rocksdb_internal::IsFresh;
+using rocksdb_internal::Malformed;
+using rocksdb_internal::PendingKeyBytes;
+using rocksdb_internal::SecondOf;
+using rocksdb_internal::ToMillis;
+using rocksdb_internal::U64Bytes;
+using rocksdb_internal::kDeadCountKey;
+using rocksdb_internal::kDueCf;
+using rocksdb_internal::kJobCountKey;
+using rocksdb_internal::kJobsCf;
+
+}  // namespace
+
+void RocksDbJobStore::PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash,
+                                 rocksdb::WriteBatch& batch) {
+  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(), rocksdb::Slice());
+  if (user_hash != 0) batch.Put(users_cf_, PendingKeyBytes(user_hash, id).slice(), rocksdb::Slice());
+}
+
+void RocksDbJobStore::DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
+                                    rocksdb::WriteBatch& batch) {
+  if (!fresh) batch.Delete(due_cf_, DueKeyBytes(due_ms, id).slice());
+  if (user_hash != 0) batch.Delete(users_cf_, PendingKeyBytes(user_hash, id).slice());
+}
+
+void RocksDbJobStore::DueCountsInBatchLocked(const DueCountDeltas& deltas,
+                                             rocksdb::WriteBatch& batch) {
+  for (const auto& [second, delta] : deltas) {
+    if (delta == 0) continue;
+    auto [it, inserted] = disk_due_counts_.try_emplace(second, 0);
+    it->second += delta;
+    if (it->second == 0) {
+      disk_due_counts_.erase(it);
+      batch.Delete(meta_cf_, DueCountKey(second));
+    } else {
+      batch.Merge(meta_cf_, DueCountKey(second), U64Bytes(static_cast<uint64_t>(delta)).slice());
+    }
+  }
+}
+
+void RocksDbJobStore::RevertDueCountsLocked(const DueCountDeltas& deltas) {
+  for (const auto& [second, delta] : deltas) {
+    auto [it, inserted] = disk_due_counts_.try_emplace(second, 0);
+    it->second -= delta;
+    if (it->second == 0) disk_due_counts_.erase(it);
+  }
+}
+
+void RocksDbJobStore::CountJobLocked(int64_t due_ms, int64_t delta) {
+  live_jobs_ += delta;
+  const int64_t second = SecondOf(due_ms);
+  auto [it, inserted] = due_counts_.try_emplace(second, 0);
+  it->second += delta;
+  if (it->second == 0) due_counts_.erase(it);
+  if (due_after_second_ != INT64_MIN && second > due_after_second_) due_after_ += delta;
+}
+
+int64_t RocksDbJobStore::DueAfterLocked(int64_t second) {
+  if (due_after_second_ != INT64_MIN && second >= due_after_second_) {
+    // Time moved on: the seconds it passed leave the sum.
+    for (auto it = due_counts_.upper_bound(due_after_second_);
+         it != due_counts_.end() && it->first <= second; ++it) {
+      due_after_ -= it->second;
+    }
+  } else {
+    due_after_ = 0;
+    for (auto it = due_counts_.upper_bound(second); it != due_counts_.end(); ++it) {
+      due_after_ += it->second;
+    }
+  }
+  due_after_second_ = second;
+  return due_after_;
+}
+
+void RocksDbJobStore::CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBatch& batch) {
+  if (jobs != 0) batch.Merge(meta_cf_, kJobCountKey, U64Bytes(static_cast<uint64_t>(jobs)).slice());
+  if (dead != 0) batch.Merge(meta_cf_, kDeadCountKey, U64Bytes(static_cast<uint64_t>(dead)).slice());
+}
+
+void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
+  std::vector<QueuedJob>& heap = job.due_ms <= now_ms ? ready_ : scheduled_;
+  heap.push_back(job);
+  std::push_heap(heap.begin(), heap.end(), LaterFirst());
+}
+
+void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty,
+                                  bool fresh) {
+  const QueuedJob job{due_ms, id, fresh};
+  if (job < cursor_) {
+    // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
+    // (publications come in id order, and no fresh record between is on disk only: its key
+    // would be below this one's, hence below the cursor).
+    if (fresh) fresh_cursor_id_ = std::max(fresh_cursor_id_, id + 1);
+    PushQueuedLocked(job, now_ms);
+    if (WindowSizeLocked() > std::max<size_t>(options_.window_size, 2)) ShrinkWindowLocked();
+  } else if (dirty) {
+    parked_.insert(job);
+  }
+  // Else its `due` key is written and at or above the cursor: the pager reads it in its turn.
+}
+
+void RocksDbJobStore::ShrinkWindowLocked() {
+  const size_t window = std::max<size_t>(options_.window_size, 2);
+  std::vector<QueuedJob> all;
+  all.reserve(WindowSizeLocked());
+  all.insert(all.end(), ready_.begin(), ready_.end());
+  all.insert(all.end(), scheduled_.begin(), scheduled_.end());
+  const size_t keep = window / 2;
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
+  // Keys below the lease floor stay: the cursor never goes below it.
+  QueuedJob cut = std::max(all[keep], lease_floor_);
+  cut.fresh = false;
+  if (!(cut < cursor_)) return;
+  // The lowest fresh record evicted is where the pager reads fresh records again.
+  uint64_t fresh_from = fresh_cursor_id_;
+  auto evict = [&](std::vector<QueuedJob>& heap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    heap.erase(std::remove_if(heap.begin(), heap.end(),
+                              [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                if (job < cut) return false;
+                                if (job.fresh) fresh_from = std::min(fresh_from, job.id);
+                                // A retry not yet written has no `due` key to page it back in.
+                                if (overlay_.contains(job.id)) parked_.insert(job);
+                                return true;
+                              }),
+               heap.end());
+    std::make_heap(heap.begin(), heap.end(), LaterFirst());
+  };
+  evict(ready_);
+  evict(scheduled_);
+  cursor_ = cut;
+  fresh_cursor_id_ = fresh_from;
+}
+
+absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
+  constexpr QueuedJob kEnd{INT64_MAX, UINT64_MAX};
+  if (!(cursor_ < kEnd)) return absl::OkStatus();
+  const size_t window = std::max<size_t>(options_.window_size, 2);
+  if (WindowSizeLocked() + page_chunk_ > window) return absl::OkStatus();
+  // Two ordered streams are merged: the `due` keys (retried, replayed and other keyed jobs) from
+  // the cursor, and the fresh records (in (due, id) order by id) from fresh_cursor_id_.
+  // Under mu_: every write published before this point is in the iterators' snapshot, and every
+  // one published after it is queued by its publication (appends, replays) or waits in parked_
+  // (retries) until its key is written.
+  std::vector<QueuedJob> got;
+  got.reserve(page_chunk_);
+  QueuedJob next_due = kEnd;
+  rocksdb::ReadOptions read;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, due_cf_));
+    size_t n = 0;
+    for (it->Seek(DueKeyBytes(cursor_.due_ms, cursor_.id).slice()); it->Valid(); it->Next()) {
+      if (it->key().size() != 16) return Malformed(kDueCf, 0);
+      const QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
+                          DecodeU64(it->key().data() + 8)};
+      if (n == page_chunk_) {
+        next_due = job;
+        break;
+      }
+      ++n;
+      if (job.id > published_id_ || (!unpublished_.empty() && unpublished_.contains(job.id))) {
+        continue;  // Queued by its publication.
+      }
+      got.push_back(job);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "paging in due jobs"));
+  }
+  // Fresh records below next_due, at most a chunk. Records rewritten by a retry (no longer
+  // fresh) are stepped over; unpublished ones end the stream (their publication queues them).
+  QueuedJob next_fresh = kEnd;
+  uint64_t fresh_end = fresh_cursor_id_;  // Where the fresh stream stopped.
+  const size_t keyed = got.size();
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, jobs_cf_));
+    size_t n = 0;
+    for (it->Seek(U64Bytes(fresh_cursor_id_).slice()); it->Valid(); it->Next()) {
+      if (it->key().size() != 8) return Malformed(kJobsCf, 0);
+      const uint64_t id = DecodeU64(it->key().data());
+      fresh_end = id;
+      if (id > published_id_) break;
+      fresh_end = id + 1;
+      if (!IsFresh(it->value())) continue;
+      const QueuedJob job{DueOf(it->value()), id, true};
+      if (n == page_chunk_ || !(job < next_due)) {
+        next_fresh = job;
+        fresh_end = id;
+        break;
+      }
+      ++n;
+      got.push_back(job);
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
+  }
+  // Merge; what is beyond a chunk stays on disk, and the cursor moves to the first key not taken.
+  std::inplace_merge(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(keyed), got.end());
+  QueuedJob next = std::min(next_due, next_fresh);
+  if (got.size() > page_chunk_) {
+    next = std::min(next, got[page_chunk_]);
+    for (size_t i = page_chunk_; i < got.size(); ++i) {
+      if (got[i].fresh) {
+        fresh_end = got[i].id;  // The lowest fresh record left on disk.
+        break;
+      }
+    }
+    got.resize(page_chunk_);
+  }
+  while (!parked_.empty() && *parked_.begin() < next) {
+    got.push_back(*parked_.begin());
+    parked_.erase(parked_.begin());
+  }
+  std::sort(got.begin(), got.end());
+  got.erase(std::unique(got.begin(), got.end(),
+                        [](const QueuedJob& a, const QueuedJob& b) {
+                          return a.due_ms == b.due_ms && a.id == b.id;
+                        }),
+            got.end());
+  cursor_ = next;
+  fresh_cursor_id_ = fresh_end;
+  for (const QueuedJob& job : got) PushQueuedLocked(job, now_ms);
+  return absl::OkStatus();
+}
+
+void RocksDbJobStore::EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>& ids) {
+  if (ids.empty()) return;
+  for (std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
+    heap->erase(std::remove_if(heap->begin(), heap->end(),
+                               [&](const QueuedJob& job) { return ids.contains(job.id); }),
+                heap->end());
+    std::make_heap(heap->begin(), heap->end(), LaterFirst());
+  }
+}
+
+void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
+  while (!scheduled_.empty() && scheduled_.front().due_ms <= now_ms) {
+    std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
+    const QueuedJob job = scheduled_.back();
+    scheduled_.pop_back();
+    ready_.push_back(job);
+    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+  }
+}
+
+JobCounts RocksDbJobStore::Counts() {
+  const absl::Time now = clock_.Now();
+  const int64_t now_ms = ToMillis(now);
+  absl::MutexLock lock(&mu_);
+  ExpireLeasesLocked(now);
+  PromoteDueLocked(now_ms);
+  JobCounts counts;
+  counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
+  counts.dead = dead_count_;
+  // Scheduled: the jobs due in later seconds (from the due-time counts), plus those due later
+  // in this second that memory knows of (a job beyond the window due later in this very second
+  // counts as ready: the one approximation).
+  const int64_t second = SecondOf(now_ms);
+  int64_t scheduled = DueAfterLocked(second);
+  const int64_t second_end_ms = (second + 1) * 1000;
+  std::vector<size_t> stack;
+  if (!scheduled_.empty()) stack.push_back(0);
+  while (!stack.empty()) {  // The heap's entries due before second_end_ms: a top subtree.
+    const size_t i = stack.back();
+    stack.pop_back();
+    if (scheduled_[i].due_ms >= second_end_ms) continue;
+    ++scheduled;
+    for (size_t child : {2 * i + 1, 2 * i + 2}) {
+      if (child < scheduled_.size()) stack.push_back(child);
+    }
+  }
+  for (auto it = parked_.lower_bound(QueuedJob{now_ms + 1, 0});
+       it != parked_.end() && it->due_ms < second_end_ms; ++it) {
+    ++scheduled;
+  }
+  const int64_t queued = std::max<int64_t>(live_jobs_ - counts.leased, 0);
+  counts.scheduled = std::min(scheduled, queued);
+  counts.ready = queued - counts.scheduled;
+  if (!ready_.empty()) {
+    counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
+  } else if (!parked_.empty() && parked_.begin()->due_ms <= now_ms) {
+    counts.oldest_ready_due = absl::FromUnixMillis(parked_.begin()->due_ms);
+  } else if (counts.ready > 0 && cursor_.due_ms <= now_ms) {
+    counts.oldest_ready_due = absl::FromUnixMillis(cursor_.due_ms);
+  }
+  return counts;
+}
+
+RocksDbJobStore::MemoryStats RocksDbJobStore::MemoryStatsForTesting() {
+  absl::MutexLock lock(&mu_);
+  MemoryStats stats;
+  stats.window = WindowSizeLocked();
+  stats.parked = parked_.size();
+  stats.leased = leased_.size();
+  stats.overlay = overlay_.size();
+  stats.caught_up = cursor_.due_ms == INT64_MAX && cursor_.id == UINT64_MAX;
+  stats.fresh_floor = fresh_floor_;
+  return stats;
+}
+
+absl::Time RocksDbJobStore::NextWake() {
+  const absl::Time due = NextDue();
+  absl::MutexLock lock(&mu_);
+  if (lease_deadlines_.empty()) return due;
+  return std::min(due, lease_deadlines_.begin()->first);
+}
+
+absl::Time RocksDbJobStore::NextDue() {
+  const int64_t now_ms = ToMillis(clock_.Now());
+  absl::MutexLock lock(&mu_);
+  // Everything beyond the window (parked or on disk) comes after every job in it.
+  if (!scheduled_.empty()) return absl::FromUnixMillis(scheduled_.front().due_ms);
+  int64_t due = INT64_MAX;
+  if (auto it = parked_.lower_bound(QueuedJob{now_ms + 1, 0}); it != parked_.end()) due = it->due_ms;
+  // Jobs on disk only are due at the cursor's time at the earliest (a time already past means
+  // ready jobs, which the dispatcher leases without waiting for a due time).
+  if (cursor_.due_ms > now_ms) due = std::min(due, cursor_.due_ms);
+  return due == INT64_MAX ? absl::InfiniteFuture() : absl::FromUnixMillis(due);
+}
+
+}  // namespace hookrelay::collector
