@@ -7,8 +7,9 @@
 //
 // The console is several classic scripts that index.html loads in order (defer) and that share
 // one global scope: core.js (this file: constants, DOM helpers, the status line, the API client,
-// the session, form helpers), then one file per page (setup.js, sources.js, destinations.js,
-// dead_letters.js, deletions.js, audiences.js), then main.js (login, routing, start).
+// the session, form helpers), then one file per page (setup.js with setup_urls.js, sources.js,
+// destinations.js, dead_letters.js, deletions.js, audiences.js), then main.js (login, routing,
+// start).
 //
 // Routes (hash): #/login, #/setup (new destination), #/setup/<id> (edit), #/sources,
 // #/destinations, #/dead-letters, #/deletions, #/audiences. The admin token lives in
