@@ -185,14 +185,14 @@ def png_size(path):
 def static_checks():
     """The console's files: no innerHTML, no inline handlers or scripts, nothing from elsewhere."""
     names = sorted(os.listdir(CONSOLE_DIR))
-    check(set(names) >= {"index.html", "app.js", "style.css"},
-          f"collector/admin/console has index.html, app.js, style.css ({names})")
+    check(set(names) >= {"index.html", "core.js", "main.js", "style.css"},
+          f"collector/admin/console has index.html, core.js, main.js, style.css ({names})")
     text = {n: open(os.path.join(CONSOLE_DIR, n), encoding="utf-8").read() for n in names
             if n.endswith((".html", ".js", ".css"))}
-    js = text.get("app.js", "")
+    js = "\n".join(t for n, t in sorted(text.items()) if n.endswith(".js"))
     html = text.get("index.html", "")
     check(not re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", js),
-          "app.js never writes HTML from strings (no innerHTML / insertAdjacentHTML)")
+          "the scripts never write HTML from strings (no innerHTML / insertAdjacentHTML)")
     check(not re.search(r"\son[a-z]+\s*=", html), "index.html has no inline event handler")
     check(not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html) and "<style" not in html
           and not re.search(r"\sstyle\s*=", html),
@@ -206,7 +206,7 @@ def static_checks():
     check(not foreign and fetches == ["API + path"],
           f"the console loads nothing from elsewhere: one fetch, to /admin/v1 "
           f"({foreign or 'no foreign URL'}, fetch({', '.join(fetches)}))")
-    check("localStorage" not in js, "app.js does not use localStorage (the token is per tab)")
+    check("localStorage" not in js, "the scripts do not use localStorage (the token is per tab)")
 
 
 class Browser:
@@ -955,14 +955,14 @@ def main():
         # What the server must do for the console: serve it at / with a strict CSP, and the API.
         status, page, headers = http("GET", admin + "/")
         lower = {k.lower(): v for k, v in headers.items()}
-        check(status == 200 and isinstance(page, str) and "app.js" in page,
+        check(status == 200 and isinstance(page, str) and "core.js" in page,
               f"GET / serves the console's index.html ({status})")
         csp = lower.get("content-security-policy", "")
         check("default-src 'self'" in csp and "frame-ancestors 'none'" in csp,
               f"the console is served with a strict Content-Security-Policy ({csp!r})")
         check(lower.get("content-type", "").startswith("text/html"),
               f"index.html is text/html ({lower.get('content-type')})")
-        for name, ctype in (("app.js", "javascript"), ("style.css", "text/css")):
+        for name, ctype in (("core.js", "javascript"), ("main.js", "javascript"), ("style.css", "text/css")):
             status, _, headers = http("GET", f"{admin}/{name}")
             got = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
             check(status == 200 and ctype in got, f"GET /{name}: {status} {got}")
