@@ -1,11 +1,7 @@
-// Audience profiles and rule evaluation (SPEC §6.2), pure functions over the stored records.
-//
-// Event counts are kept in time buckets whose width follows the window that reads them: minute
-// buckets for windows up to 1 h, hour buckets up to 2 d, day buckets beyond (up to the 90 d
-// limit). A profile keeps at most window/width + 1 buckets of each width (61, 49, 91), so a
-// profile's size is bounded by the events the audiences name, never by the user's activity. A
-// count over a window includes every bucket that overlaps it: the window's edge is as precise as
-// its bucket (a minute for 15m, an hour for 1d, a day for 30d).
+// Audience rule evaluation (SPEC §6.2), pure functions over the stored profiles (their buckets:
+// collector/store/profile_delta.h). A count over a window includes every bucket that overlaps it:
+// the window's edge is as precise as its bucket (a minute for 15m, an hour for 1d, a day for
+// 30d).
 #ifndef HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_EVAL_H_
 #define HOOKRELAY_COLLECTOR_AUDIENCES_AUDIENCE_EVAL_H_
 
@@ -16,18 +12,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "hookrelay/v1/config.pb.h"
+#include "collector/store/profile_delta.h"
 #include "hookrelay/v1/job.pb.h"
 
 namespace hookrelay::collector {
-
-// The bucket width (seconds) for a window.
-int64_t BucketSecondsFor(absl::Duration window);
-// How long buckets of a width are kept.
-int64_t RetentionSeconds(int64_t bucket_seconds);
-
-// Applies one event to a profile: merges traits, counts the event in each width, drops buckets
-// past their retention (relative to the event's time).
-void ApplyProfileDelta(const hookrelay::v1::ProfileDelta& delta, hookrelay::v1::Profile& profile);
 
 struct Evaluation {
   bool member = false;

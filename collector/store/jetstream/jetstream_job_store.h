@@ -70,10 +70,11 @@ class JetStreamJobStore final : public JobStore {
     std::string urls;
     JetStreamLayout layout;
     // Time for attempt stamps, retry due times and held jobs (the server owns when a schedule
-    // fires), and for the user data's purge marks and audience locks. Waits for the cluster
-    // (passing failures retried, request and lookup timeouts, the connection's grace, ack
-    // bursts, fetched jobs handed back within the server's ack wait) stay in real time: they
-    // measure the network and the servers, which do not follow this clock. Not owned;
+    // fires), and for the user data's audience locks. Waits for the cluster (passing failures
+    // retried, request and lookup timeouts, the connection's grace, ack bursts, fetched jobs
+    // handed back within the server's ack wait) and the purge marks that outlast its
+    // redeliveries stay in real time: they measure the network and the servers, which do not
+    // follow this clock. Not owned;
     // nullptr = real time.
     const common::Clock* clock = nullptr;
     // How long to wait for the cluster at start (streams created or checked).

@@ -9,9 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "collector/audiences/audience_eval.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/jetstream/nats_request.h"
+#include "collector/store/profile_delta.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 

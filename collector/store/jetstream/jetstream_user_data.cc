@@ -10,9 +10,9 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "collector/audiences/audience_eval.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/jetstream/nats_request.h"
+#include "collector/store/profile_delta.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/jetstream/nats_request.h"
 #include "common/log.h"
@@ -23,7 +24,9 @@ using hookrelay::v1::Deletion;
 using hookrelay::v1::Job;
 
 // How long a purge mark (a deletion's HR_JOBS sequence) is kept for leased jobs: well past a
-// lease (the consumer's ack wait).
+// lease (the consumer's ack wait). Real time, not the store's clock: what a mark covers is the
+// server redelivering jobs fetched before the deletion, which runs on the servers' time (a test's
+// manual clock moved hours ahead must not let a purged job through).
 constexpr absl::Duration kPurgeMarkFor = absl::Minutes(10);
 
 }  // namespace
@@ -45,7 +48,7 @@ void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
   for (size_t i = 0; i < kSeenCacheSlots; ++i) {
     seen_->slots[i].store(0, std::memory_order_relaxed);
   }
-  const absl::Time now = clock_.Now();
+  const absl::Time now = absl::Now();
   any_purges_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (purged_.size() > 100'000) {
@@ -63,7 +66,7 @@ bool JetStreamUserData::PurgedByDeletion(const Job& job, uint64_t job_id) {
   if (job.type() == hookrelay::v1::DELETE || job.test() || job.user_id().empty()) return false;
   absl::MutexLock lock(&mu_);
   auto it = purged_.find(UserSourceHash(job.user_id(), job.source_id()));
-  if (it == purged_.end() || clock_.Now() - it->second.second > kPurgeMarkFor) return false;
+  if (it == purged_.end() || absl::Now() - it->second.second > kPurgeMarkFor) return false;
   return job_id <= it->second.first;
 }
 

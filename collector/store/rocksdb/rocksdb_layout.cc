@@ -2,7 +2,7 @@
 
 #include <functional>
 
-#include "collector/audiences/audience_eval.h"
+#include "collector/store/profile_delta.h"
 
 namespace hookrelay::collector::rocksdb_internal {
 
