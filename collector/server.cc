@@ -23,7 +23,7 @@
 #include "collector/ingest/http_server.h"
 #include "collector/ingest/ingest_metrics.h"
 #include "collector/ingest/ingestor.h"
-#include "collector/store/job_store_factory.h"
+#include "collector/store/factory/job_store_factory.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/routing/routing.h"
 #include "common/config.h"

@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collector/store/job_store.h"
-#include "collector/store/job_store_factory.h"
+#include "collector/store/factory/job_store_factory.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -4,8 +4,8 @@
 //   embedded    RocksDB under data_dir; one collector per directory.
 //   jetstream   a NATS JetStream cluster at nats_url, shared by any number of collectors
 //               (docs/DESIGN.md, "The JetStream engine").
-#ifndef HOOKRELAY_COLLECTOR_STORE_JOB_STORE_FACTORY_H_
-#define HOOKRELAY_COLLECTOR_STORE_JOB_STORE_FACTORY_H_
+#ifndef HOOKRELAY_COLLECTOR_STORE_FACTORY_JOB_STORE_FACTORY_H_
+#define HOOKRELAY_COLLECTOR_STORE_FACTORY_JOB_STORE_FACTORY_H_
 
 #include <functional>
 #include <memory>
@@ -56,4 +56,4 @@ std::string DescribeJobStore(const JobStoreOptions& options);
 
 }  // namespace hookrelay::collector
 
-#endif  // HOOKRELAY_COLLECTOR_STORE_JOB_STORE_FACTORY_H_
+#endif  // HOOKRELAY_COLLECTOR_STORE_FACTORY_JOB_STORE_FACTORY_H_

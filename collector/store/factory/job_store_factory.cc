@@ -1,4 +1,4 @@
-#include "collector/store/job_store_factory.h"
+#include "collector/store/factory/job_store_factory.h"
 
 #include <utility>
 
