@@ -20,7 +20,8 @@ void AppendLengthPrefixed(std::string_view s, std::string* out) {
 }
 
 void SeenPrefix(std::string_view user, std::string* out) {
-  out->assign("s");
+  out->clear();  // not assign("s"): GCC 12 -O2 warns falsely (-Wrestrict) on that inlined copy
+  out->push_back('s');
   AppendLengthPrefixed(user, out);
 }
 void SeenKey(std::string_view user, std::string_view source, std::string* out) {
@@ -28,7 +29,8 @@ void SeenKey(std::string_view user, std::string_view source, std::string* out) {
   AppendLengthPrefixed(source, out);
 }
 void DeadIndexPrefix(std::string_view user, std::string_view source, std::string* out) {
-  out->assign("d");
+  out->clear();  // as in SeenPrefix
+  out->push_back('d');
   AppendLengthPrefixed(user, out);
   AppendLengthPrefixed(source, out);
 }
