@@ -103,8 +103,8 @@ class JetStreamJobStore final : public JobStore {
                     const hookrelay::v1::Attempt& attempt) override;
   absl::Status WriteHealth() const override;
   // The configuration managed at run time, in the KV bucket hr_config (key "config"), replicated
-  // like the jobs: every collector of the cluster reads the same one. (Watching it for changes
-  // made through another collector is still to come.)
+  // like the jobs: every collector of the cluster reads the same one; WatchConfig below follows
+  // saves made through another collector.
   absl::StatusOr<std::optional<std::string>> LoadConfig() override;
   // ABORTED when another collector saved since this one last loaded, saved or watched it.
   absl::Status SaveConfig(std::string_view bytes) override;
