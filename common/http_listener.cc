@@ -1,6 +1,7 @@
 #include "common/http_listener.h"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -9,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -228,6 +230,10 @@ struct HttpListener::Impl {
   // the state.
   ListenerState state;
   net::io_context ioc;
+  // Keeps the I/O threads running while nothing is pending on the sockets: after StopAccepting,
+  // a connection waiting for its handler's answer has no operation in flight, and without the
+  // guard ioc.run() would return and the answer, posted later, would never be written.
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
   int port = 0;
@@ -255,6 +261,7 @@ absl::Status HttpListener::Start() {
                                                options.address, ": ", ec.message()));
   }
   impl_->port = impl_->acceptor.local_endpoint().port();
+  impl_->work.emplace(impl_->ioc.get_executor());
   impl_->Accept();
   impl_->started = true;
   for (int i = 0; i < std::max(1, options.threads); ++i) {
@@ -285,6 +292,7 @@ void HttpListener::Shutdown() {
   while (impl_->state.in_flight.load() > 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));  // Real time: answers being written to sockets.
   }
+  impl_->work.reset();
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
   impl_->threads.clear();
