@@ -170,9 +170,9 @@ void HttpServer::Impl::Handle(HttpRequest req, HttpResponder responder) {
   const bool single = call.single;
   // The answer is written on the connection's strand, whatever thread completes the call.
   ingestor.Ingest(call.write_key, std::move(call.events),
-                  [this, responder = std::make_shared<HttpResponder>(std::move(responder)), started,
-                   keep_alive, version, single](absl::StatusOr<IngestOutcome> r) mutable {
-                    Send(std::move(*responder), started,
+                  [this, responder = std::move(responder), started, keep_alive, version,
+                   single](absl::StatusOr<IngestOutcome> r) mutable {
+                    Send(std::move(responder), started,
                          IngestAnswer(std::move(r), keep_alive, version, single));
                   });
 }
