@@ -221,12 +221,18 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
   plan.rechecks_done = std::move(input.rechecks_due);
   uint64_t entered = 0;
   uint64_t exited = 0;
+  // Users with a profile in the audience's sources or a membership to end. An engine may list
+  // users whose change was in another source only (AudienceSyncInput::users): they are read and
+  // not counted, so `evaluated` means the same on every engine.
+  uint64_t evaluated = 0;
   for (size_t from = 0; from < input.users.size(); from += options_.chunk) {
     const size_t to = std::min(input.users.size(), from + options_.chunk);
     const std::vector<std::string> chunk(input.users.begin() + from, input.users.begin() + to);
     ASSIGN_OR_RETURN(std::vector<AudienceUser> users,
                      store_.ReadAudienceUsers(a.id(), chunk, sources));
     for (const AudienceUser& user : users) {
+      if (user.profiles.empty() && !user.member) continue;
+      ++evaluated;
       const Evaluation e = EvaluateAudience(a, user.profiles, now);
       if (e.recheck_at != absl::InfiniteFuture()) plan.rechecks.emplace_back(user.user_id, e.recheck_at);
       if (e.member == user.member) continue;
@@ -260,7 +266,7 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
 
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
   plan.stats.set_last_sync_ms(absl::ToUnixMillis(now));
-  plan.stats.set_last_evaluated(input.users.size());
+  plan.stats.set_last_evaluated(evaluated);
   plan.stats.set_last_entered(entered);
   plan.stats.set_last_exited(exited);
   plan.stats.set_last_duration_ms(static_cast<int64_t>(elapsed.count() * 1000));
@@ -281,7 +287,7 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
   if (enqueued && options_.on_enqueued) options_.on_enqueued();
   common::LogInfo("audience synced", {{"audience", a.id()},
                                       {"first", first},
-                                      {"evaluated", input.users.size()},
+                                      {"evaluated", evaluated},
                                       {"entered", entered},
                                       {"exited", exited},
                                       {"members", state.members()},

@@ -82,7 +82,10 @@ struct AudienceSyncInput {
   std::optional<hookrelay::v1::AudienceState> state;
   // The profile change log position this sync covers (its new cursor).
   uint64_t log_position = 0;
-  // Users to evaluate, each once: profile changed since the cursor, or a recheck due by `now`.
+  // Users to evaluate, each once: profile in one of the audience's sources changed since the
+  // cursor, or a recheck due by `now`. An engine may also list users whose change was in another
+  // source only (the embedded engine's change log holds user ids, not sources); the caller reads
+  // them and finds no profile of the audience's sources.
   std::vector<std::string> users;
   // The due rechecks read (opaque keys), removed by the commit.
   std::vector<std::string> rechecks_due;

@@ -83,7 +83,7 @@ absl::StatusOr<std::optional<JetStreamJobStore::DeadLetter>> JetStreamJobStore::
 namespace {
 bool DeadInRange(const Job& job, const DeadFilter& filter) {
   const absl::Time at = absl::FromUnixMillis(job.dead_at_unix_ms());
-  return at >= filter.from && at <= filter.to;
+  return at >= filter.from && at < filter.to;
 }
 }  // namespace
 

@@ -101,12 +101,6 @@ std::vector<uint64_t> Ids(const std::vector<LeasedJob>& jobs) {
   return ids;
 }
 
-std::vector<uint64_t> Ids(const std::vector<Job>& jobs) {
-  std::vector<uint64_t> ids;
-  for (const Job& job : jobs) ids.push_back(job.id());
-  return ids;
-}
-
 void ExpectCounts(JobStore& store, int64_t ready, int64_t scheduled, int64_t leased,
                   int64_t dead) {
   const JobCounts counts = store.Counts();
@@ -166,32 +160,6 @@ class RocksDbJobStoreTest : public ::testing::Test {
   size_t window_size_ = 65536;
   std::unique_ptr<RocksDbJobStore> store_;
 };
-
-// The basic life of a job: appended, leased with an id and a deadline, completed and gone.
-TEST_F(RocksDbJobStoreTest, AppendLeaseComplete) {
-  Open();
-  AppendAll(Items({OneJob(1)}));
-  ExpectCounts(*store_, 1, 0, 0, 0);
-
-  std::vector<LeasedJob> leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(1));
-  const Job& job = leased[0].job;
-  EXPECT_GT(job.id(), 0u);
-  EXPECT_EQ(job.source_id(), "s1");
-  EXPECT_EQ(job.destination_id(), "d1");
-  EXPECT_EQ(job.message_id(), "msg-1");
-  EXPECT_EQ(job.event_json(), R"({"type":"track","event":"Order Completed"})");
-  EXPECT_EQ(job.due_unix_ms(), absl::ToUnixMillis(clock_.Now()));
-  EXPECT_EQ(job.attempts(), 0);
-  EXPECT_EQ(leased[0].deadline, clock_.Now() + kLease);
-  ExpectCounts(*store_, 0, 0, 1, 0);
-  EXPECT_THAT(LeaseAll(), IsEmpty());
-
-  EXPECT_TRUE(store_->Complete(job.id(), leased[0].lease).ok());
-  ExpectCounts(*store_, 0, 0, 0, 0);
-  EXPECT_THAT(LeaseAll(), IsEmpty());
-  EXPECT_EQ(store_->Complete(987654321, 1).code(), absl::StatusCode::kNotFound);
-}
 
 // One item fans out to several jobs; leases come oldest due first, then by id.
 TEST_F(RocksDbJobStoreTest, FanOutAndOrder) {
@@ -276,86 +244,6 @@ TEST_F(RocksDbJobStoreTest, DuplicatesInsideOneAppend) {
   EXPECT_THAT(LeaseAll(), SizeIs(4));
 }
 
-// An expired lease puts the job back in line, under a new lease.
-TEST_F(RocksDbJobStoreTest, ExpiredLeaseReturnsTheJob) {
-  Open();
-  AppendAll(Items({OneJob(1)}));
-  std::vector<LeasedJob> first = LeaseAll();
-  ASSERT_THAT(first, SizeIs(1));
-
-  clock_.Advance(kLease - absl::Milliseconds(1));
-  EXPECT_THAT(LeaseAll(), IsEmpty());
-  ExpectCounts(*store_, 0, 0, 1, 0);
-
-  clock_.Advance(absl::Milliseconds(1));
-  ExpectCounts(*store_, 1, 0, 0, 0);
-  std::vector<LeasedJob> second = LeaseAll();
-  ASSERT_THAT(second, SizeIs(1));
-  EXPECT_EQ(second[0].job.id(), first[0].job.id());
-  EXPECT_NE(second[0].lease, first[0].lease);
-}
-
-// An outcome carrying a lease that expired and was replaced is refused; the current one works.
-TEST_F(RocksDbJobStoreTest, StaleLeaseIsRefused) {
-  Open();
-  AppendAll(Items({OneJob(1)}));
-  std::vector<LeasedJob> first = LeaseAll();
-  ASSERT_THAT(first, SizeIs(1));
-  const uint64_t id = first[0].job.id();
-  clock_.Advance(kLease);
-  std::vector<LeasedJob> second = LeaseAll();
-  ASSERT_THAT(second, SizeIs(1));
-
-  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
-  EXPECT_EQ(store_->Complete(id, first[0].lease).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->Retry(id, first[0].lease, clock_.Now(), attempt).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->Bury(id, first[0].lease, "gone", attempt).code(),
-            absl::StatusCode::kFailedPrecondition);
-  ExpectCounts(*store_, 0, 0, 1, 0);
-
-  // Expired again, and back in the ready set: still refused.
-  clock_.Advance(kLease);
-  ExpectCounts(*store_, 1, 0, 0, 0);
-  EXPECT_EQ(store_->Complete(id, second[0].lease).code(), absl::StatusCode::kFailedPrecondition);
-
-  std::vector<LeasedJob> third = LeaseAll();
-  ASSERT_THAT(third, SizeIs(1));
-  EXPECT_TRUE(store_->Complete(id, third[0].lease).ok());
-  EXPECT_FALSE(store_->Complete(id, third[0].lease).ok());  // Settled once only.
-  ExpectCounts(*store_, 0, 0, 0, 0);
-}
-
-// Retry records the attempt and hides the job until not_before.
-TEST_F(RocksDbJobStoreTest, RetrySchedulesAtNotBefore) {
-  Open();
-  AppendAll(Items({OneJob(1)}));
-  std::vector<LeasedJob> leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(1));
-  const absl::Time first_at = clock_.Now();
-  const absl::Time not_before = clock_.Now() + absl::Minutes(1);
-  ASSERT_TRUE(
-      store_->Retry(leased[0].job.id(), leased[0].lease, not_before, MakeAttempt(first_at, 503))
-          .ok());
-  ExpectCounts(*store_, 0, 1, 0, 0);
-  EXPECT_EQ(store_->NextDue(), not_before);
-  // The lease is spent.
-  EXPECT_FALSE(store_->Complete(leased[0].job.id(), leased[0].lease).ok());
-
-  clock_.Advance(absl::Minutes(1) - absl::Milliseconds(1));
-  EXPECT_THAT(LeaseAll(), IsEmpty());
-  clock_.Advance(absl::Milliseconds(1));
-  leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(1));
-  const Job& job = leased[0].job;
-  EXPECT_EQ(job.attempts(), 1);
-  EXPECT_EQ(job.first_attempt_unix_ms(), absl::ToUnixMillis(first_at));
-  EXPECT_EQ(job.due_unix_ms(), absl::ToUnixMillis(not_before));
-  ASSERT_THAT(job.history(), SizeIs(1));
-  EXPECT_EQ(job.history(0).urls(0).status(), 503);
-  EXPECT_EQ(store_->NextDue(), absl::InfiniteFuture());
-}
-
 // Repeated retries keep counting attempts, keep the first attempt's time and the last 10
 // attempts; each retried record is what the next lease sees, even before it is written.
 TEST_F(RocksDbJobStoreTest, RetryHistoryIsBounded) {
@@ -379,77 +267,6 @@ TEST_F(RocksDbJobStoreTest, RetryHistoryIsBounded) {
   ASSERT_THAT(job.history(), SizeIs(10));
   EXPECT_EQ(job.history(0).urls(0).status(), 502);
   EXPECT_EQ(job.history(9).urls(0).status(), 511);
-}
-
-// Bury → ListDead with destination, time range and pagination → Replay makes jobs ready again
-// with their history and a fresh retry window.
-TEST_F(RocksDbJobStoreTest, BuryListDeadReplay) {
-  Open();
-  AppendAll(Items({OneJob(0, "d1"), OneJob(1, "d2"), OneJob(2, "d1"), OneJob(3, "d2"),
-                   OneJob(4, "d1")}));
-  std::vector<LeasedJob> leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(5));
-  const absl::Time t0 = clock_.Now();
-  for (const LeasedJob& job : leased) {
-    ASSERT_TRUE(store_->Bury(job.job.id(), job.lease, "HTTP 410 from https://hooks.example.com/x",
-                             MakeAttempt(clock_.Now(), 410))
-                    .ok());
-    clock_.Advance(absl::Minutes(1));
-  }
-  ExpectCounts(*store_, 0, 0, 0, 5);
-  const std::vector<uint64_t> ids = Ids(leased);
-
-  absl::StatusOr<std::vector<Job>> dead = store_->ListDead(DeadFilter());
-  ASSERT_TRUE(dead.ok()) << dead.status();
-  EXPECT_EQ(Ids(*dead), ids);
-  EXPECT_EQ((*dead)[0].dead_reason(), "HTTP 410 from https://hooks.example.com/x");
-  EXPECT_EQ((*dead)[0].dead_at_unix_ms(), absl::ToUnixMillis(t0));
-  EXPECT_EQ((*dead)[0].attempts(), 1);
-  EXPECT_EQ((*dead)[0].first_attempt_unix_ms(), absl::ToUnixMillis(t0));
-  EXPECT_THAT((*dead)[0].history(), SizeIs(1));
-
-  DeadFilter by_destination;
-  by_destination.destination_id = "d1";
-  EXPECT_EQ(Ids(store_->ListDead(by_destination).value()),
-            (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
-
-  DeadFilter by_time;
-  by_time.from = t0 + absl::Minutes(1);
-  by_time.to = t0 + absl::Minutes(3);
-  EXPECT_EQ(Ids(store_->ListDead(by_time).value()), (std::vector<uint64_t>{ids[1], ids[2]}));
-
-  DeadFilter page;
-  page.limit = 2;
-  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[0], ids[1]}));
-  page.after_id = ids[1];
-  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[2], ids[3]}));
-  page.after_id = ids[3];
-  EXPECT_EQ(Ids(store_->ListDead(page).value()), (std::vector<uint64_t>{ids[4]}));
-  page.after_id = ids[4];
-  EXPECT_THAT(store_->ListDead(page).value(), IsEmpty());
-
-  DeadFilter replay;
-  replay.destination_id = "d2";
-  replay.after_id = ids[4];  // Ignored by Replay.
-  replay.limit = 1;          // Ignored by Replay.
-  absl::StatusOr<size_t> replayed = store_->Replay(replay);
-  ASSERT_TRUE(replayed.ok()) << replayed.status();
-  EXPECT_EQ(*replayed, 2u);
-  ExpectCounts(*store_, 2, 0, 0, 3);
-  EXPECT_EQ(Ids(store_->ListDead(DeadFilter()).value()),
-            (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
-
-  leased = LeaseAll();
-  ASSERT_EQ(Ids(leased), (std::vector<uint64_t>{ids[1], ids[3]}));
-  for (const LeasedJob& job : leased) {
-    EXPECT_EQ(job.job.destination_id(), "d2");
-    EXPECT_EQ(job.job.attempts(), 1);
-    EXPECT_THAT(job.job.history(), SizeIs(1));
-    EXPECT_EQ(job.job.first_attempt_unix_ms(), 0);
-    EXPECT_EQ(job.job.dead_reason(), "");
-    EXPECT_EQ(job.job.dead_at_unix_ms(), 0);
-    EXPECT_EQ(job.job.due_unix_ms(), absl::ToUnixMillis(clock_.Now()));
-  }
 }
 
 // A deletion plan for `user` over `sources`, with one notification per source (destination
@@ -522,77 +339,6 @@ TEST_F(RocksDbJobStoreTest, DeletionPurgesTheUsersJobsOfItsSources) {
   }
   EXPECT_THAT(seen, ::testing::UnorderedElementsAre("u1/s2/track", "u2/s1/track", "u1/s3/track",
                                                     "u1/s1/delete"));
-}
-
-// The sources a user was seen in come from the index written with the append; a deletion
-// forgets the pairs it covered, and a later event is indexed again.
-TEST_F(RocksDbJobStoreTest, SourcesSeenIndex) {
-  Open();
-  auto event = [](int n, std::string user, std::string source, bool with_job) {
-    AppendItem item = OneJob(n, "d1", user, source);
-    if (!with_job) item.jobs.clear();  // No destination enabled: still indexed.
-    item.user_id = std::move(user);
-    item.source_id = std::move(source);
-    return item;
-  };
-  AppendAll(Items({event(0, "u1", "web", true), event(1, "u1", "ios", false),
-                   event(2, "u1", "web", true), event(3, "u2", "web", true),
-                   event(4, std::string("u\0x", 3), "web", true)}));
-  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
-              ElementsAre("ios", "web"));
-  EXPECT_THAT(store_->SourcesSeen("u").value_or(std::vector<std::string>{"x"}), IsEmpty());
-  EXPECT_THAT(store_->SourcesSeen(std::string("u\0x", 3)).value_or(std::vector<std::string>{}),
-              ElementsAre("web"));
-  EXPECT_THAT(store_->SourcesSeen("nobody").value_or(std::vector<std::string>{"x"}), IsEmpty());
-
-  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"web"})).ok());
-  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}), ElementsAre("ios"));
-  AppendAll(Items({event(5, "u1", "web", false)}));  // Seen again after the deletion.
-  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
-              ElementsAre("ios", "web"));
-  store_.reset();
-  Open();
-  EXPECT_THAT(store_->SourcesSeen("u1").value_or(std::vector<std::string>{}),
-              ElementsAre("ios", "web"));
-}
-
-// A request id applies once: the repeat answers the first record and changes nothing. Records
-// survive a restart and list newest first, a page at a time.
-TEST_F(RocksDbJobStoreTest, DeletionIsIdempotentAndRecorded) {
-  Open();
-  AppendAll(Items({OneJob(0, "d1", "u1", "s1"), OneJob(1, "d1", "u1", "s1")}));
-  absl::StatusOr<DeletionOutcome> first =
-      store_->ApplyDeletion(MakeDeletion("del_a", "u1", {"s1"}, "req-1"));
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->record.purged_jobs(), 2u);
-  AppendAll(Items({OneJob(2, "d1", "u1", "s1")}));
-  absl::StatusOr<DeletionOutcome> again =
-      store_->ApplyDeletion(MakeDeletion("del_b", "u1", {"s1"}, "req-1"));
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_FALSE(again->created);
-  EXPECT_EQ(again->record.id(), "del_a");
-  EXPECT_EQ(again->record.purged_jobs(), 2u);
-  ExpectCounts(*store_, 2, 0, 0, 0);  // msg-2 and one notification: nothing twice.
-  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_c", "u2", {})).ok());
-
-  store_.reset();
-  Open();
-  ExpectCounts(*store_, 2, 0, 0, 0);
-  absl::StatusOr<std::optional<hookrelay::v1::Deletion>> got = store_->GetDeletion("del_a");
-  ASSERT_TRUE(got.ok() && got->has_value());
-  EXPECT_EQ((*got)->user_id(), "u1");
-  EXPECT_EQ((*got)->request_id(), "req-1");
-  EXPECT_FALSE(store_->GetDeletion("del_b").value_or(hookrelay::v1::Deletion()).has_value());
-  std::vector<std::string> ids;
-  for (const auto& d : store_->ListDeletions("", 10).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
-  EXPECT_THAT(ids, ElementsAre("del_c", "del_a"));
-  ids.clear();
-  for (const auto& d : store_->ListDeletions("", 1).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
-  EXPECT_THAT(ids, ElementsAre("del_c"));
-  ids.clear();
-  for (const auto& d : store_->ListDeletions("del_c", 10).value_or(std::vector<hookrelay::v1::Deletion>{})) ids.push_back(d.id());
-  EXPECT_THAT(ids, ElementsAre("del_a"));
-  EXPECT_THAT(store_->ListDeletions("del_a", 10).value_or(std::vector<hookrelay::v1::Deletion>{hookrelay::v1::Deletion()}), IsEmpty());
 }
 
 // A replayed dead letter is pending again and indexed: a deletion finds it.
@@ -783,53 +529,6 @@ TEST_F(RocksDbJobStoreTest, CountsEachState) {
   ExpectCounts(*store_, 1, 1, 1, 1);
   clock_.Advance(absl::Minutes(5));
   ExpectCounts(*store_, 3, 0, 0, 1);  // The retry is due, the lease expired.
-}
-
-// A reopened store has the ready, scheduled and dead jobs and dedup keys it had, leased jobs are
-// ready again, old leases are refused, and new ids are above every id used before.
-TEST_F(RocksDbJobStoreTest, ReopenRestoresState) {
-  Open();
-  AppendAll(Items({OneJob(0), OneJob(1), OneJob(2), OneJob(3), OneJob(4)}));
-  std::vector<LeasedJob> leased = LeaseAll();
-  ASSERT_THAT(leased, SizeIs(5));
-  const Attempt attempt = MakeAttempt(clock_.Now(), 500);
-  const uint64_t retried = leased[0].job.id();
-  const uint64_t buried = leased[1].job.id();
-  const uint64_t still_leased = leased[2].job.id();
-  const uint64_t highest = leased[4].job.id();
-  ASSERT_TRUE(store_->Retry(retried, leased[0].lease, clock_.Now() + absl::Hours(1), attempt).ok());
-  ASSERT_TRUE(store_->Bury(buried, leased[1].lease, "400", attempt).ok());
-  ASSERT_TRUE(store_->Retry(leased[3].job.id(), leased[3].lease, clock_.Now(), attempt).ok());
-  ASSERT_TRUE(store_->Complete(highest, leased[4].lease).ok());
-
-  store_.reset();
-  Open();
-  ExpectCounts(*store_, 2, 1, 0, 1);
-  EXPECT_EQ(store_->NextDue(), clock_.Now() + absl::Hours(1));
-  EXPECT_EQ(store_->Complete(still_leased, leased[2].lease).code(),
-            absl::StatusCode::kFailedPrecondition);
-
-  absl::StatusOr<AppendResult> again = AppendAndWait(*store_, Items({OneJob(0), OneJob(9)}));
-  ASSERT_TRUE(again.ok());
-  EXPECT_THAT(again->stored, ElementsAre(false, true));
-
-  std::vector<LeasedJob> after = LeaseAll();
-  ASSERT_THAT(after, SizeIs(3));
-  EXPECT_EQ(after[0].job.id(), still_leased);
-  EXPECT_EQ(after[1].job.id(), leased[3].job.id());
-  EXPECT_EQ(after[1].job.attempts(), 1);
-  EXPECT_GT(after[2].job.id(), highest);
-  for (const LeasedJob& job : after) {
-    for (const LeasedJob& old : leased) EXPECT_NE(job.lease, old.lease);
-    EXPECT_TRUE(store_->Complete(job.job.id(), job.lease).ok());
-  }
-
-  clock_.Advance(absl::Hours(1));
-  after = LeaseAll();
-  ASSERT_THAT(after, SizeIs(1));
-  EXPECT_EQ(after[0].job.id(), retried);
-  EXPECT_EQ(after[0].job.attempts(), 1);
-  EXPECT_EQ(Ids(store_->ListDead(DeadFilter()).value()), (std::vector<uint64_t>{buried}));
 }
 
 // Appends from several threads all get their callback, and every job is leased exactly once.

@@ -1,34 +1,39 @@
-// Audience syncs over a real RocksDbJobStore on a manual clock (SPEC §6.2): entering and leaving
-// by trait and by event count, window expiry (30 days in milliseconds), first computation vs
-// later syncs, an audience over two sources, a restart between syncs, deleting a member, and
-// dropping an audience.
-#include "collector/audiences/audience_syncer.h"
-
-#include <stdlib.h>
-
-#include <filesystem>
+// Audience syncs through the AudienceSyncer on both engines (SPEC §6.2), each opened through
+// OpenJobStore on a manual clock: entering and leaving by trait and by event count, window expiry
+// (30 days in milliseconds), first computation vs later syncs, an audience over two sources, a
+// restart between syncs, deleting a member, a deletion between evaluation and commit, dropping an
+// audience, and profiles rolled up. What only one engine does stays beside it
+// (tests/jetstream_user_data_test.cc: one sync at a time across collectors, background roll-ups).
+//
+// The identify calls a sync enqueued are read up to a barrier job appended after it, so "nothing
+// was sent" is shown by the barrier arriving first, never by a wait.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collector/audiences/audience_eval.h"
+#include "collector/audiences/audience_syncer.h"
+#include "collector/store/factory/job_store_factory.h"
+#include "collector/store/job_store.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "collector/audiences/audience_eval.h"
-#include "collector/store/job_store.h"
-#include "collector/store/rocksdb/rocksdb_job_store.h"
-#include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"
+#include "tests/collector_test_util.h"
+#include "tests/test_engines.h"
 
 namespace hookrelay::collector {
 namespace {
 
 using hookrelay::v1::AudienceState;
 using hookrelay::v1::Config;
-using ::testing::HasSubstr;
+using hookrelay::v1::Job;
 using ::testing::UnorderedElementsAre;
 
 constexpr char kConfig[] = R"({
@@ -46,14 +51,13 @@ constexpr char kConfig[] = R"({
       {"event":"Order Completed","count_gte":3,"within":"30d"}]}}]
 })";
 
-class AudienceSyncerTest : public ::testing::Test {
+class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    std::string pattern = testing::TempDir();
-    if (!pattern.empty() && pattern.back() != '/') pattern.push_back('/');
-    pattern += "audience_syncer_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    absl::StatusOr<test::EngineSetup> engine = test::PrepareEngine(GetParam());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *engine;
+    data_dir_ = test::MakeTempDir("audience_syncer") + "/data";
     config_ = std::make_shared<Config>();
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(kConfig, config_.get()).ok());
     Open();
@@ -61,14 +65,17 @@ class AudienceSyncerTest : public ::testing::Test {
   void TearDown() override {
     syncer_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   void Open() {
-    RocksDbJobStore::Options options;
-    options.path = dir_;
+    JobStoreOptions options;
+    options.engine = engine_.engine;
+    options.data_dir = data_dir_;
+    options.nats_url = engine_.nats_url;
+    options.nats_replicas = 3;
     options.clock = &clock_;
-    absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(options);
+    if (engine_.engine == "jetstream") options.max_schedule_delay = absl::ZeroDuration();
+    absl::StatusOr<std::unique_ptr<JobStore>> store = OpenJobStore(options);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     AudienceSyncer::Options syncer_options;
@@ -84,6 +91,15 @@ class AudienceSyncerTest : public ::testing::Test {
     Open();
   }
 
+  void Append(std::vector<AppendItem> items) {
+    absl::Notification done;
+    store_->Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  }
+
   // An event of `user` in `source`, recorded as ingest would (profile delta included).
   void Event(const std::string& source, const std::string& user, hookrelay::v1::EventType type,
              const std::string& event, const std::string& traits = "") {
@@ -97,12 +113,7 @@ class AudienceSyncerTest : public ::testing::Test {
       delta.SerializeToString(&item.profile_delta);
       item.log_profile_change = true;
     }
-    absl::Notification done;
-    store_->Append({std::move(item)}, [&](absl::StatusOr<AppendResult> r) {
-      EXPECT_TRUE(r.ok()) << r.status();
-      done.Notify();
-    });
-    done.WaitForNotification();
+    Append({std::move(item)});
   }
   void Identify(const std::string& source, const std::string& user, const std::string& traits) {
     Event(source, user, hookrelay::v1::IDENTIFY, "", traits);
@@ -117,32 +128,59 @@ class AudienceSyncerTest : public ::testing::Test {
     return state.value_or(AudienceState());
   }
 
-  // The identify calls enqueued since the last call: "user:destination:true|false".
+  // The identify calls enqueued since the last call: "user:destination:true|false". A barrier
+  // job appended now is leased after every job enqueued before it (both engines hand out ready
+  // jobs in the order they were stored); everything leased before it is the answer.
   std::vector<std::string> Sent() {
+    const std::string barrier = absl::StrCat("barrier-", ++barriers_);
+    AppendItem item;
+    item.dedup_key = DedupKey("web", barrier);
+    Job& job = item.jobs.emplace_back();
+    job.set_source_id("web");
+    job.set_destination_id("hook");
+    job.set_type(hookrelay::v1::TRACK);
+    job.set_message_id(barrier);
+    job.set_event_json("{}");
+    Append({std::move(item)});
     std::vector<std::string> out;
-    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(10000, absl::Seconds(30));
-    EXPECT_TRUE(leased.ok()) << leased.status();
-    for (const LeasedJob& j : leased.value_or(std::vector<LeasedJob>{})) {
-      const std::string& body = j.job.event_json();
-      EXPECT_EQ(j.job.type(), hookrelay::v1::IDENTIFY);
-      const bool member = body.find(R"("power_users":true)") != std::string::npos;
-      EXPECT_TRUE(member || body.find(R"("power_users":false)") != std::string::npos) << body;
-      out.push_back(absl::StrCat(j.job.user_id(), ":", j.job.destination_id(), ":",
-                                 member ? "true" : "false"));
-      EXPECT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+    bool barrier_seen = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!barrier_seen && absl::Now() < deadline) {
+      absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(1000, absl::Seconds(90));
+      if (!leased.ok()) {
+        ADD_FAILURE() << leased.status();
+        return out;
+      }
+      for (const LeasedJob& j : *leased) {
+        EXPECT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+        if (j.job.message_id() == barrier) {
+          barrier_seen = true;
+          continue;
+        }
+        const std::string& body = j.job.event_json();
+        EXPECT_EQ(j.job.type(), hookrelay::v1::IDENTIFY);
+        const bool member = body.find(R"("power_users":true)") != std::string::npos;
+        EXPECT_TRUE(member || body.find(R"("power_users":false)") != std::string::npos) << body;
+        out.push_back(absl::StrCat(j.job.user_id(), ":", j.job.destination_id(), ":",
+                                   member ? "true" : "false"));
+      }
+      if (!barrier_seen && leased->empty()) absl::SleepFor(absl::Milliseconds(5));
     }
+    EXPECT_TRUE(barrier_seen) << "the barrier job " << barrier << " was not leased within 30 s";
     return out;
   }
 
   common::ManualClock clock_{absl::FromUnixSeconds(20834LL * 86400)};
-  std::string dir_;
+  test::EngineSetup engine_;
+  std::string data_dir_;
   std::shared_ptr<Config> config_;
-  std::unique_ptr<RocksDbJobStore> store_;
+  std::unique_ptr<JobStore> store_;
   std::unique_ptr<AudienceSyncer> syncer_;
   int messages_ = 0;
+  int barriers_ = 0;
 };
 
-TEST_F(AudienceSyncerTest, FirstComputationThenOnlyChanges) {
+TEST_P(AudienceSyncerTest, FirstComputationThenOnlyChanges) {
   Identify("web", "u1", R"({"plan":"pro"})");           // member by trait
   for (int i = 0; i < 3; ++i) Order("ios", "u2");        // member by count
   for (int i = 0; i < 2; ++i) Order("web", "u3");        // not yet
@@ -166,6 +204,7 @@ TEST_F(AudienceSyncerTest, FirstComputationThenOnlyChanges) {
   Order("ios", "u3");  // u3's third order, across two sources
   Identify("web", "u1", R"({"plan":"free"})");
   Identify("web", "u5", R"({"plan":"free","age":3})");  // changed, still out
+  Identify("srv", "u4", R"({"plan":"free"})");          // not a source of the audience
   state = Sync();
   EXPECT_EQ(state.last_evaluated(), 3u);
   EXPECT_EQ(state.last_entered(), 1u);
@@ -173,11 +212,12 @@ TEST_F(AudienceSyncerTest, FirstComputationThenOnlyChanges) {
   EXPECT_EQ(state.members(), 2u);
   EXPECT_THAT(Sent(), UnorderedElementsAre("u3:hook:true", "u3:hook-ios:true", "u1:hook:false",
                                            "u1:hook-ios:false"));
+  EXPECT_EQ(store_->GetAudienceState("aud_power").value()->members(), 2u);
 }
 
 // Windows expire on the clock: the orders of u2 (days 0..2) and u3 (day 10) leave the 30-day
 // window on days 31 and 41; each exit is sent once, at the first sync after it.
-TEST_F(AudienceSyncerTest, WindowExpiry) {
+TEST_P(AudienceSyncerTest, WindowExpiry) {
   for (int i = 0; i < 3; ++i) {
     Order("web", "u2");
     clock_.Advance(absl::Hours(24));
@@ -198,7 +238,7 @@ TEST_F(AudienceSyncerTest, WindowExpiry) {
 }
 
 // Memberships sent are durable: a restart between syncs neither re-sends nor skips.
-TEST_F(AudienceSyncerTest, RestartBetweenSyncs) {
+TEST_P(AudienceSyncerTest, RestartBetweenSyncs) {
   Identify("web", "u1", R"({"plan":"pro"})");
   Sync();
   EXPECT_EQ(Sent().size(), 2u);
@@ -215,7 +255,7 @@ TEST_F(AudienceSyncerTest, RestartBetweenSyncs) {
 
 // Deleting a member removes the profile and the membership: no identify follows, the count
 // drops; a later event makes the user new again.
-TEST_F(AudienceSyncerTest, DeletingAMember) {
+TEST_P(AudienceSyncerTest, DeletingAMember) {
   Identify("web", "u1", R"({"plan":"pro"})");
   Identify("web", "u2", R"({"plan":"pro"})");
   Sync();
@@ -239,7 +279,7 @@ TEST_F(AudienceSyncerTest, DeletingAMember) {
 
 // A user deleted between a sync's evaluation and its commit gets no identify, in either
 // direction, and the member count stays right.
-TEST_F(AudienceSyncerTest, DeletionBetweenEvaluationAndCommit) {
+TEST_P(AudienceSyncerTest, DeletionBetweenEvaluationAndCommit) {
   Identify("web", "u1", R"({"plan":"pro"})");
   Sync();
   EXPECT_EQ(Sent().size(), 2u);
@@ -255,7 +295,7 @@ TEST_F(AudienceSyncerTest, DeletionBetweenEvaluationAndCommit) {
   plan.log_position = input->log_position;
   for (const auto& [user, member] : {std::pair<std::string, bool>{"u1", false}, {"u2", true}}) {
     plan.changes.emplace_back(user, member);
-    hookrelay::v1::Job& job = plan.jobs.emplace_back();
+    Job& job = plan.jobs.emplace_back();
     job.set_user_id(user);
     job.set_destination_id("hook");
     job.set_source_id("web");
@@ -277,7 +317,7 @@ TEST_F(AudienceSyncerTest, DeletionBetweenEvaluationAndCommit) {
 
 // An audience removed from the configuration is dropped (nothing sent); defined again, it is
 // computed afresh.
-TEST_F(AudienceSyncerTest, DroppedAudienceStartsOver) {
+TEST_P(AudienceSyncerTest, DroppedAudienceStartsOver) {
   Identify("web", "u1", R"({"plan":"pro"})");
   Sync();
   EXPECT_EQ(Sent().size(), 2u);
@@ -292,21 +332,27 @@ TEST_F(AudienceSyncerTest, DroppedAudienceStartsOver) {
   EXPECT_EQ(Sent().size(), 2u);
 }
 
-// The body receivers get (SPEC §6.2).
-TEST(AudienceIdentifyJsonTest, Body) {
-  hookrelay::v1::Audience a;
-  a.set_id("aud_1");
-  a.set_name("Power Users!");
-  EXPECT_EQ(AudienceIdentifyJson(a, "u\"1", true, "m-1", absl::FromUnixMillis(1700000000123)),
-            R"({"type":"identify","messageId":"m-1","userId":"u\"1","traits":{"power_users":true},)"
-            R"("context":{"personas":{"computation_class":"audience","computation_key":"power_users",)"
-            R"("computation_id":"aud_1"}},"timestamp":"2023-11-14T22:13:20.123Z",)"
-            R"("originalTimestamp":"2023-11-14T22:13:20.123Z","sentAt":"2023-11-14T22:13:20.123Z",)"
-            R"("receivedAt":"2023-11-14T22:13:20.123Z"})");
-  a.set_name("2024 Kunden – Ü");
-  EXPECT_THAT(AudienceIdentifyJson(a, "u", false, "m", absl::UnixEpoch()),
-              HasSubstr(R"("traits":{"2024_kunden_ü":false})"));
+// Many deltas of one profile are rolled up; the folded profile is the same.
+TEST_P(AudienceSyncerTest, ProfilesAreRolledUp) {
+  for (int i = 0; i < 20; ++i) Identify("web", "u1", absl::StrCat(R"({"n":)", i, "}"));
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Sync();
+  EXPECT_THAT(Sent(), UnorderedElementsAre("u1:hook:true", "u1:hook-ios:true"));
+  Identify("web", "u1", R"({"n":99})");  // After the rollup: still pro.
+  AudienceState state = Sync();
+  EXPECT_EQ(state.last_exited(), 0u);
+  EXPECT_EQ(state.members(), 1u);
+  absl::StatusOr<std::vector<AudienceUser>> users =
+      store_->ReadAudienceUsers("aud_power", {"u1"}, {"web", "ios"});
+  ASSERT_TRUE(users.ok()) << users.status();
+  ASSERT_EQ((*users)[0].profiles.size(), 1u);
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("plan").string_value(), "pro");
+  EXPECT_EQ((*users)[0].profiles[0].traits().fields().at("n").number_value(), 99);
+  EXPECT_TRUE((*users)[0].member);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, AudienceSyncerTest, test::EngineParams(),
+                         test::EngineParamName);
 
 }  // namespace
 }  // namespace hookrelay::collector
