@@ -307,6 +307,27 @@ TEST_P(AdminApiTest, AudiencesAndDeletionsEndToEnd) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_TRUE(absl::StrContains(r.body, R"(unknown source \"nope\")")) << r.body;
 
+  // validate_only: the audience as it would be, its trait included; the same errors; nothing saved.
+  r = admin_->Call("POST", "/admin/v1/audiences?validate_only=true",
+                   R"({"name":"Pro Customers!","sources":["shop"],"rule":{"match":"all",)"
+                   R"("conditions":[{"trait":"plan","op":"eq","value":"pro"}]}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/trait"), "pro_customers");
+  EXPECT_EQ(JsonStr(r.body, "/id"), "") << r.body;  // None chosen: the create picks one.
+  EXPECT_EQ(JsonAt(r.body, "/lastSync"), "<missing>") << r.body;
+  r = admin_->Call("POST", "/admin/v1/audiences?validate_only=true",
+                   R"({"name":"!!","sources":["shop"],"rule":{"match":"all",)"
+                   R"("conditions":[{"trait":"plan","op":"eq","value":"pro"}]}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, R"("field":"name")")) << r.body;
+  r = admin_->Call("POST", "/admin/v1/audiences?validate_only=maybe", "{}");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, "validateOnly")) << r.body;
+  r = admin_->Call("GET", "/admin/v1/audiences");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string listed = JsonAt(r.body, "/audiences");
+  EXPECT_TRUE(listed == "<missing>" || listed == "[]") << r.body;  // Nothing saved.
+
   r = admin_->Call("POST", "/admin/v1/audiences",
                    R"({"id":"pro","name":"Pro Customers!","sources":["shop"],"rule":{"match":"all",)"
                    R"("conditions":[{"trait":"plan","op":"eq","value":"pro"}]}})");

@@ -111,6 +111,20 @@ absl::Status AdminCore::CreateAudience(const std::string& who,
     return absl::AlreadyExistsError(
         absl::StrCat("audience \"", absl::CHexEscape(a.id()), "\" already exists"));
   }
+  if (request.validate_only()) {
+    absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> checked = (*config)->Check(
+        {ConfigManager::Focus::Kind::kAudience, a.id()}, [&](Config& api) {
+          *api.add_audiences() = a;
+          return absl::OkStatus();
+        });
+    if (!checked.ok()) return checked.status();
+    absl::StatusOr<hookrelay::v1::AudienceResource> view =
+        AudienceView(**checked, *(*checked)->FindAudience(a.id()));
+    if (!view.ok()) return view.status();
+    *response = *std::move(view);
+    if (in.id().empty()) response->clear_id();  // Not chosen yet: the create picks one.
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
       {who, "audience.create", absl::StrCat("audience ", a.id()), {"name", "sources", "rule"}},
       {ConfigManager::Focus::Kind::kAudience, a.id()}, [&](Config& api) {

@@ -170,6 +170,21 @@ absl::Status QueryInt(const Query& q, const std::string& name, int32_t* out) {
   return absl::OkStatus();
 }
 
+// `name=true` / `name=false` (also 1 / 0); absent or empty leaves *out as it is.
+absl::Status QueryBool(const Query& q, const std::string& name, const std::string& field,
+                       bool* out) {
+  auto it = q.find(name);
+  if (it == q.end() || it->second.empty()) return absl::OkStatus();
+  if (it->second == "true" || it->second == "1") {
+    *out = true;
+  } else if (it->second == "false" || it->second == "0") {
+    *out = false;
+  } else {
+    return InvalidField(field, "must be true or false");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status QueryTime(const Query& q, const std::string& name,
                        google::protobuf::Timestamp* out, bool* set) {
   auto it = q.find(name);
@@ -372,6 +387,11 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
       }
       if (method == http::verb::post) {
         hookrelay::v1::CreateAudienceRequest req;
+        bool validate_only = false;
+        if (!(st = QueryBool(query, "validate_only", "validateOnly", &validate_only)).ok()) {
+          return ErrorReply(st);
+        }
+        req.set_validate_only(validate_only);
         if (!(st = ParseBody(body, req.mutable_audience())).ok()) return ErrorReply(st);
         return Call(core, who, req, &AdminCore::CreateAudience);
       }

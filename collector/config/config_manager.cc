@@ -292,6 +292,17 @@ absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Ap
   return current_;
 }
 
+absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> ConfigManager::Check(
+    const Focus& focus, absl::FunctionRef<absl::Status(Config& api)> mutate) const {
+  absl::ReaderMutexLock lock(&mu_);
+  Config api = current_->api;
+  if (absl::Status st = mutate(api); !st.ok()) return st;
+  absl::StatusOr<std::shared_ptr<Snapshot>> snapshot =
+      Build(std::move(api), current_->version + 1, &focus);
+  if (!snapshot.ok()) return snapshot.status();
+  return std::shared_ptr<const Snapshot>(*std::move(snapshot));
+}
+
 absl::Status ConfigManager::ReloadStoredLocked() {
   absl::StatusOr<std::optional<std::string>> bytes = store_.LoadConfig();
   if (!bytes.ok()) return bytes.status();

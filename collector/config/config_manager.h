@@ -85,6 +85,11 @@ class ConfigManager {
       const Audit& audit, const Focus& focus,
       absl::FunctionRef<absl::Status(hookrelay::v1::Config& api)> mutate);
 
+  // What Apply would publish, without storing or publishing it: `mutate` on a copy of the API
+  // objects, then the same validation (validate-only requests).
+  absl::StatusOr<std::shared_ptr<const Snapshot>> Check(
+      const Focus& focus, absl::FunctionRef<absl::Status(hookrelay::v1::Config& api)> mutate) const;
+
   // A configuration saved by another collector sharing the engine (JobStore::WatchConfig):
   // published when newer than the running one. An error (it does not validate with this
   // collector's file objects) is logged and the running config stays.

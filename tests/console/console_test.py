@@ -756,12 +756,19 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     empty = wait_for(lambda: b.css("#audiences-empty"), 10)
     check(empty is not None and "No audiences" in empty.text and audiences() == [],
           f"the list shows its empty state ({empty.text if empty else None!r})")
+    # The trait is the collector's answer to a validate_only create (nothing is saved: the list
+    # stays empty).
     b.type("#audience-name", "Über Fans – 2025!")
-    trait = b.css("#audience-trait").text
-    check(trait == "über_fans_2025", f"the trait name is shown as it is typed ({trait!r})")
+    trait = wait_for(lambda: (lambda t: t if t == "über_fans_2025" else None)(
+        b.css("#audience-trait").text), 10)
+    check(trait == "über_fans_2025",
+          f"the trait name is shown as it is typed ({b.css('#audience-trait').text!r})")
     b.type("#audience-name", "Console  Power-Users!")
-    trait = b.css("#audience-trait").text
-    check(trait == "console_power_users", f"... and follows every change ({trait!r})")
+    trait = wait_for(lambda: (lambda t: t if t == "console_power_users" else None)(
+        b.css("#audience-trait").text), 10)
+    check(trait == "console_power_users",
+          f"... and follows every change ({b.css('#audience-trait').text!r})")
+    check(audiences() == [], "asking for the trait saved no audience")
     aud_source = wait_for(lambda: b.css(f"#audience-source-{source_id}"), 10)
     check(aud_source is not None and not aud_source.is_selected(),
           "the form offers the sources as checkboxes, none ticked")

@@ -5,48 +5,6 @@
 // Audiences (SPEC §6.2): the list (membership, last sync, Sync now, Delete after an in-row
 // confirmation) and a create form whose rule's conditions are JSON.
 
-// The trait an audience sets, as the collector derives it from the name
-// (common::AudienceTraitName): letters and digits of any script are kept, capitals of ASCII,
-// Latin-1, Greek and Cyrillic lower-cased; every run of anything else (spaces, punctuation,
-// symbols, emoji of any script) becomes one "_", none at either end.
-function traitSeparator(cp) {
-  return (cp >= 0x80 && cp <= 0xBF) || cp === 0xD7 || cp === 0xF7 ||
-    (cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) ||
-    (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF0F) ||
-    (cp >= 0xFF1A && cp <= 0xFF20) || (cp >= 0xFF3B && cp <= 0xFF40) ||
-    (cp >= 0xFF5B && cp <= 0xFF65) || (cp >= 0x1F000 && cp <= 0x1FAFF);
-}
-
-function traitLower(cp) {
-  if ((cp >= 0xC0 && cp <= 0xDE && cp !== 0xD7) || (cp >= 0x391 && cp <= 0x3A9 &&
-      cp !== 0x3A2) || (cp >= 0x410 && cp <= 0x42F)) return cp + 0x20;
-  if (cp >= 0x400 && cp <= 0x40F) return cp + 0x50;
-  return cp;
-}
-
-function traitName(name) {
-  var out = '';
-  var sep = false;
-  Array.from(String(name || '')).forEach(function (ch) {
-    var cp = ch.codePointAt(0);
-    var keep = cp < 0x80 ? /[A-Za-z0-9]/.test(ch) : !traitSeparator(cp);
-    if (!keep) {
-      sep = out !== '';
-      return;
-    }
-    if (sep) out += '_';
-    sep = false;
-    if (cp < 0x80) {
-      out += ch.toLowerCase();
-    } else if (cp < 0x800) {
-      out += String.fromCodePoint(traitLower(cp));
-    } else {
-      out += ch;
-    }
-  });
-  return out;
-}
-
 // One condition for people: `plan eq "pro"`, `"Order Completed" ≥ 3 times within 30d`.
 function conditionText(c) {
   if (c.trait) {
@@ -151,10 +109,42 @@ function viewAudiences(view) {
   matchFieldset, rulesF.wrap, h('div', {class: 'actions'}, createBtn));
   append(view, form);
 
-  function showTrait() {
-    var t = traitName(nameIn.value);
+  // The trait comes from the collector, which derives it from the name
+  // (common::AudienceTraitName) and refuses one another audience already sets: a validate_only
+  // create, asked 150 ms after the name last changed. Only the name decides the trait, so the
+  // probe carries it with a stand-in rule and the first source; the form's own sources and
+  // conditions are judged when it is sent. A later answer replaces an earlier one only if it
+  // is for the latest name.
+  var traitAsked = 0;
+  var traitTimer = null;
+  function setTrait(t) {
     traitOut.textContent = t || '—';
     traitOut.classList.toggle('muted', !t);
+  }
+  function showTrait() {
+    clearTimeout(traitTimer);
+    var seq = ++traitAsked;
+    var name = nameIn.value.trim();
+    if (nameF.source() === 'preview') nameF.setError('');
+    if (!name || !sourceBoxes.length) {
+      setTrait('');
+      return;
+    }
+    traitTimer = setTimeout(function () {
+      var probe = {name: name, sources: [sourceBoxes[0].value],
+        rule: {match: 'all', conditions: [{trait: 'plan', op: 'exists'}]}};
+      api('POST', '/audiences?validate_only=true', probe).then(function (a) {
+        if (seq !== traitAsked) return;
+        setTrait(a.trait);
+      }, function (e) {
+        if (seq !== traitAsked || e.authFailure) return;
+        setTrait('');
+        (e.violations || []).forEach(function (v) {
+          var f = String(v.field || '').replace(/^audience\./, '');
+          if (f === 'name' || f === 'trait') nameF.setError(v.description || '', 'preview');
+        });
+      });
+    }, 150);
   }
   nameIn.addEventListener('input', showTrait);
   showTrait();
@@ -177,6 +167,7 @@ function viewAudiences(view) {
         h('label', {for: id}, h('span', {text: src.name || src.id}),
           h('span', {class: 'muted', text: ' ' + src.id}))));
     });
+    showTrait();  // A name typed before the sources came.
   }, function (e) {
     if (e.authFailure) return;
     append(sourceList, h('p', {class: 'muted', text: 'Could not list the sources (' +
