@@ -40,7 +40,7 @@ namespace {
 // hookrelay_jobs{state}, read from the store at scrape time.
 class JobCountsCollectable : public prometheus::Collectable {
  public:
-  JobCountsCollectable(JobStore& store, const common::Clock& clock)
+  JobCountsCollectable(JobQueue& store, const common::Clock& clock)
       : store_(store), clock_(clock) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
@@ -75,7 +75,7 @@ class JobCountsCollectable : public prometheus::Collectable {
   }
 
  private:
-  JobStore& store_;
+  JobQueue& store_;
   const common::Clock& clock_;
 };
 
@@ -107,7 +107,7 @@ struct Server::Impl {
   std::shared_ptr<JobCountsCollectable> job_counts;
   std::unique_ptr<IngestMetrics> metrics;
   std::unique_ptr<RoutingHolder> routing;
-  std::unique_ptr<JobStore> store;
+  std::unique_ptr<Store> store;
   std::unique_ptr<Ingestor> ingestor;
   std::unique_ptr<Dispatcher> dispatcher;
   std::unique_ptr<CollectorService> service;
@@ -185,7 +185,7 @@ absl::Status Server::Start() {
     }
     s.PublishHealth();
   };
-  absl::StatusOr<std::unique_ptr<JobStore>> store = OpenJobStore(store_options);
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_options);
   if (!store.ok()) return store.status();
   s.store = *std::move(store);
   s.job_counts = std::make_shared<JobCountsCollectable>(*s.store, *s.options.clock);
@@ -392,7 +392,7 @@ void Server::Shutdown() {
   common::LogInfo("collector stopped", {});
 }
 
-JobStore* Server::job_store() { return impl_->store.get(); }
+Store* Server::job_store() { return impl_->store.get(); }
 
 void Server::WakeDispatcher() {
   if (impl_->dispatcher) impl_->dispatcher->Notify();

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {
@@ -65,7 +65,7 @@ class Server {
   void Shutdown();
 
   // The job store (after Start, until Shutdown): for tests and tools in the same process.
-  JobStore* job_store();
+  Store* job_store();
   // Dispatch passes so far (Dispatcher::passes), for tests that move a manual clock.
   // Wakes the dispatcher for a pass now (tests: a pass that surely began after a clock move).
   void WakeDispatcher();

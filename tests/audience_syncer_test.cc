@@ -1,5 +1,5 @@
 // Audience syncs through the AudienceSyncer on both engines (SPEC §6.2), each opened through
-// OpenJobStore on a manual clock: entering and leaving by trait and by event count, window expiry
+// OpenStore on a manual clock: entering and leaving by trait and by event count, window expiry
 // (30 days in milliseconds), first computation vs later syncs, an audience over two sources, a
 // restart between syncs, deleting a member, a deletion between evaluation and commit, dropping an
 // audience, and profiles rolled up. What only one engine does stays beside it
@@ -19,7 +19,7 @@
 #include "collector/audiences/audience_eval.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/store/factory/job_store_factory.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -75,7 +75,7 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
     options.nats_replicas = 3;
     options.clock = &clock_;
     if (engine_.engine == "jetstream") options.max_schedule_delay = absl::ZeroDuration();
-    absl::StatusOr<std::unique_ptr<JobStore>> store = OpenJobStore(options);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(options);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     AudienceSyncer::Options syncer_options;
@@ -174,7 +174,7 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
   test::EngineSetup engine_;
   std::string data_dir_;
   std::shared_ptr<Config> config_;
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Store> store_;
   std::unique_ptr<AudienceSyncer> syncer_;
   int messages_ = 0;
   int barriers_ = 0;

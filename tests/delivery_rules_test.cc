@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/job.pb.h"

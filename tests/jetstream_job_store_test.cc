@@ -41,7 +41,7 @@ AppendItem Event(int n) {
   return item;
 }
 
-absl::StatusOr<AppendResult> AppendAndWait(JobStore& store, std::vector<AppendItem> items) {
+absl::StatusOr<AppendResult> AppendAndWait(Store& store, std::vector<AppendItem> items) {
   absl::Notification done;
   absl::StatusOr<AppendResult> result;
   store.Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
@@ -64,7 +64,7 @@ double Metric(prometheus::Registry& registry, const std::string& name) {
 
 // Whether the ready count reaches `n` within a few seconds (the consumer's counts follow the
 // stream's acks by a moment).
-bool ReadyReaches(JobStore& store, int64_t n) {
+bool ReadyReaches(Store& store, int64_t n) {
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (store.Counts().ready != n) {
     if (absl::Now() >= deadline) return false;
@@ -74,7 +74,7 @@ bool ReadyReaches(JobStore& store, int64_t n) {
 }
 
 // Leases until `n` jobs came or `wait` passed.
-std::vector<LeasedJob> LeaseN(JobStore& store, size_t n, absl::Duration wait) {
+std::vector<LeasedJob> LeaseN(Store& store, size_t n, absl::Duration wait) {
   std::vector<LeasedJob> out;
   const absl::Time deadline = absl::Now() + wait;
   while (out.size() < n && absl::Now() < deadline) {

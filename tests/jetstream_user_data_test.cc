@@ -18,7 +18,7 @@
 #include "collector/audiences/audience_eval.h"
 #include "collector/audiences/audience_syncer.h"
 #include "collector/store/jetstream/jetstream_job_store.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"

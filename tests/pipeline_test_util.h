@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 #include "deliverer/deliverer.h"
 #include "deliverer/delivery_metrics.h"
@@ -49,7 +49,7 @@ class InProcessPipeline {
 
   InProcessCollector& collector() { return collector_; }
   common::ManualClock& clock() { return collector_.clock(); }
-  collector::JobStore& store() { return *collector_.server().job_store(); }
+  collector::Store& store() { return *collector_.server().job_store(); }
   prometheus::Registry& deliverer_registry() { return *registry_; }
   deliverer::Deliverer& deliverer() { return *deliverer_; }
 

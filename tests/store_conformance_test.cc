@@ -1,7 +1,7 @@
-// The job store's contract (collector/store/job_store.h), one parameterised suite run on both
+// The job store's contract (collector/store/store.h), one parameterised suite run on both
 // engines (issue 22 §3; LevelDB's env_test, Envoy's extension conformance tests): the embedded
 // engine in a temp directory and the JetStream engine on a loopback 3-node cluster at 3
-// replicas (tests/test_engines.h), each opened through OpenJobStore with a manual clock.
+// replicas (tests/test_engines.h), each opened through OpenStore with a manual clock.
 //
 // Only engine-neutral behaviour is asserted. The JetStream engine's Lease returns what a
 // background fetcher brought, its settlements and counts follow acks by a moment: results are
@@ -25,7 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "collector/store/factory/job_store_factory.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -105,7 +105,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
     // Retries due later on the manual clock come back at once and are held by the store until
     // the clock reaches them (the servers' schedules run on real time).
     if (engine_.engine == "jetstream") options.max_schedule_delay = absl::ZeroDuration();
-    absl::StatusOr<std::unique_ptr<JobStore>> store = OpenJobStore(options);
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(options);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -219,7 +219,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
   test::EngineSetup engine_;
   std::string data_dir_;
   absl::Duration lease_ = kLease;
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Store> store_;
   int barriers_ = 0;
 };
 

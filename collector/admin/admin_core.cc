@@ -14,7 +14,7 @@ constexpr const char* kReservedHeaders[] = {"Content-Type",   "User-Agent", "X-S
 
 }  // namespace
 
-AdminCore::AdminCore(JobStore& store, ConfigManager* config, const common::Clock& clock)
+AdminCore::AdminCore(Store& store, ConfigManager* config, const common::Clock& clock)
     : store_(store), config_(config), clock_(clock) {}
 
 absl::StatusOr<ConfigManager*> AdminCore::Manager() {

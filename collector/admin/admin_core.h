@@ -24,7 +24,7 @@
 #include "collector/audiences/audience_syncer.h"
 #include "collector/config/config_manager.h"
 #include "collector/dispatch/dispatcher.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/admin.pb.h"
 
@@ -43,7 +43,7 @@ class AdminCore {
 
   // `config` may be null (a store-only admin: dead letters; the configuration calls answer
   // FAILED_PRECONDITION). References must outlive the core.
-  AdminCore(JobStore& store, ConfigManager* config, const common::Clock& clock);
+  AdminCore(Store& store, ConfigManager* config, const common::Clock& clock);
 
   // The dispatcher whose stats the destination reads show and which TestDestination wakes.
   // Wire its Options::on_test_outcome to OnTestOutcome.
@@ -138,7 +138,7 @@ class AdminCore {
   hookrelay::v1::DestinationResource DestinationView(const ConfigManager::Snapshot& snapshot,
                                                      const hookrelay::v1::Destination& d) const;
 
-  JobStore& store_;
+  Store& store_;
   ConfigManager* const config_;
   const common::Clock& clock_;
   std::atomic<Dispatcher*> dispatcher_{nullptr};

@@ -22,7 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/time_format.h"
 #include "collector/admin/admin_test_util.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "hookrelay/v1/admin.grpc.pb.h"
 #include "hookrelay/v1/job.pb.h"
 

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/status_macros.h"
 #include "hookrelay/v1/job.pb.h"
 

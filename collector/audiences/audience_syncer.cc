@@ -70,7 +70,7 @@ std::string AudienceIdentifyJson(const Audience& audience, const std::string& us
   return json;
 }
 
-AudienceSyncer::AudienceSyncer(Options options, JobStore& store)
+AudienceSyncer::AudienceSyncer(Options options, UserDataStore& store)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : common::Clock::Real()),
       store_(store),

@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/user_data.h"
 #include "common/clock.h"
 #include "hookrelay/v1/config.pb.h"
 #include "hookrelay/v1/job.pb.h"
@@ -51,7 +51,7 @@ class AudienceSyncer {
     std::function<void()> on_enqueued;
   };
 
-  AudienceSyncer(Options options, JobStore& store);
+  AudienceSyncer(Options options, UserDataStore& store);
   ~AudienceSyncer();  // Stops the loop.
 
   // The configuration in effect (valid). Audiences gone from it are dropped from the store
@@ -74,7 +74,7 @@ class AudienceSyncer {
 
   const Options options_;
   const common::Clock& clock_;
-  JobStore& store_;
+  UserDataStore& store_;
 
   prometheus::Family<prometheus::Gauge>* members_ = nullptr;
   prometheus::Family<prometheus::Counter>* changes_ = nullptr;

@@ -133,7 +133,7 @@ std::string ConfigManager::Snapshot::AudienceManagedBy(const std::string& id) co
   return file_audiences.contains(id) ? absl::StrCat("file:", file_path) : "api";
 }
 
-ConfigManager::ConfigManager(JobStore& store, std::string file_path, Publish publish)
+ConfigManager::ConfigManager(ConfigStore& store, std::string file_path, Publish publish)
     : store_(store), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
 
 absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(

@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "collector/store/job_store.h"
+#include "collector/store/config_store.h"
 #include "hookrelay/v1/config.pb.h"
 
 namespace hookrelay::collector {
@@ -54,7 +54,7 @@ class ConfigManager {
 
   // `store` must outlive the manager. `publish` runs after each successful change (under the
   // manager's lock, so snapshots arrive in order).
-  ConfigManager(JobStore& store, std::string file_path, Publish publish);
+  ConfigManager(ConfigStore& store, std::string file_path, Publish publish);
 
   // Loads the stored API objects and the file, validates the merge, publishes. An invalid file
   // or a merge that does not validate is an error (the collector does not start).
@@ -90,7 +90,7 @@ class ConfigManager {
   absl::StatusOr<std::shared_ptr<const Snapshot>> Check(
       const Focus& focus, absl::FunctionRef<absl::Status(hookrelay::v1::Config& api)> mutate) const;
 
-  // A configuration saved by another collector sharing the engine (JobStore::WatchConfig):
+  // A configuration saved by another collector sharing the engine (ConfigStore::WatchConfig):
   // published when newer than the running one. An error (it does not validate with this
   // collector's file objects) is logged and the running config stays.
   absl::Status AdoptStored(const std::string& bytes);
@@ -105,7 +105,7 @@ class ConfigManager {
   absl::Status ReloadStoredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptStoredLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  JobStore& store_;
+  ConfigStore& store_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   const std::string file_path_;
   const Publish publish_;

@@ -4,7 +4,7 @@
 // of the others (docs/DESIGN.md, "Per-destination fairness and protection").
 //
 // The dispatcher asks Admit() for every leased customer job before sending it. A refused job is
-// put back in the store without counting an attempt (JobStore::Retry with an empty Attempt), due
+// put back in the store without counting an attempt (JobQueue::Retry with an empty Attempt), due
 // at the returned time: refusals of one destination are spread out (one every interval after the
 // previous refusal, at most kMaxDeferral ahead), so a backlog comes back at the pace the
 // destination can take, not all at once.

@@ -21,7 +21,7 @@ namespace hookrelay::collector {
 using hookrelay::v1::Outcome;
 using hookrelay::v1::SubscribeResponse;
 
-Dispatcher::Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
+Dispatcher::Dispatcher(Options options, JobQueue& store, const RoutingHolder& routing,
                        const common::Clock& clock, prometheus::Registry* registry)
     : options_(options),
       store_(store),

@@ -22,7 +22,7 @@
 //
 // One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs, the
 // store's ready callback), by credits and outcomes, and when the store's next retry is due or
-// lease expires (JobStore::NextWake); Options::poll_interval is only a safety net. It waits on
+// lease expires (JobQueue::NextWake); Options::poll_interval is only a safety net. It waits on
 // the injected clock, so a ManualClock's Advance wakes it.
 //
 // Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
@@ -48,7 +48,7 @@
 #include "absl/time/time.h"
 #include "collector/dispatch/destination_governor.h"
 #include "collector/routing/routing.h"
-#include "collector/store/job_store.h"
+#include "collector/store/job_queue.h"
 #include "common/clock.h"
 #include "hookrelay/v1/collector.pb.h"
 
@@ -133,7 +133,7 @@ class Dispatcher {
   };
 
   // References must outlive the dispatcher. `registry` may be null.
-  Dispatcher(Options options, JobStore& store, const RoutingHolder& routing,
+  Dispatcher(Options options, JobQueue& store, const RoutingHolder& routing,
              const common::Clock& clock, prometheus::Registry* registry);
   ~Dispatcher();
 
@@ -206,7 +206,7 @@ class Dispatcher {
   bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  JobStore& store_;
+  JobQueue& store_;
   const RoutingHolder& routing_;
   const common::Clock& clock_;
   Metrics metrics_;

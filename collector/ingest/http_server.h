@@ -23,7 +23,7 @@ class HttpServer {
     int io_threads = 2;
     // A keep-alive connection idle this long is closed.
     absl::Duration idle_timeout = absl::Seconds(60);
-    // Whether the collector can take events (e.g. JobStore::WriteHealth); /healthz and /readyz
+    // Whether the collector can take events (e.g. JobQueue::WriteHealth); /healthz and /readyz
     // answer 503 with its message while it is not OK. Optional; called on I/O threads.
     std::function<absl::Status()> health;
   };

@@ -9,7 +9,7 @@
 
 namespace hookrelay::collector {
 
-Ingestor::Ingestor(Options options, const RoutingHolder& routing, JobStore& store,
+Ingestor::Ingestor(Options options, const RoutingHolder& routing, JobQueue& store,
                    const common::Clock& clock, IngestMetrics* metrics)
     : options_(options), routing_(routing), store_(store), clock_(clock), metrics_(metrics) {}
 

@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collector/model/event.h"
 #include "collector/ingest/ingest_metrics.h"
-#include "collector/store/job_store.h"
+#include "collector/store/job_queue.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
 
@@ -52,11 +52,11 @@ class Ingestor {
   using Done = absl::AnyInvocable<void(absl::StatusOr<IngestOutcome>) &&>;
 
   // All references must outlive the Ingestor. `metrics` may be null.
-  Ingestor(Options options, const RoutingHolder& routing, JobStore& store,
+  Ingestor(Options options, const RoutingHolder& routing, JobQueue& store,
            const common::Clock& clock, IngestMetrics* metrics);
 
   // Errors passed to `done`: UNAUTHENTICATED (unknown or missing write key), RESOURCE_EXHAUSTED
-  // (overloaded), UNAVAILABLE (shutting down, or the store cannot write: JobStore::WriteHealth),
+  // (overloaded), UNAVAILABLE (shutting down, or the store cannot write: JobQueue::WriteHealth),
   // or the store's error. Per-event problems are in
   // IngestOutcome::rejected, with status OK.
   void Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done);
@@ -69,7 +69,7 @@ class Ingestor {
  private:
   const Options options_;
   const RoutingHolder& routing_;
-  JobStore& store_;
+  JobQueue& store_;
   const common::Clock& clock_;
   IngestMetrics* const metrics_;
 

@@ -39,7 +39,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "collector/admin/admin_test_util.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/time_format.h"
 #include "hookrelay/v1/job.pb.h"

@@ -8,7 +8,7 @@
 
 namespace hookrelay::collector {
 
-absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options) {
   if (options.engine == "embedded") {
     if (options.data_dir.empty()) return absl::InvalidArgumentError("--data_dir is empty");
     RocksDbJobStore::Options o;
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& op
     o.on_write_health = options.on_write_health;
     absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(std::move(o));
     if (!store.ok()) return store.status();
-    return std::unique_ptr<JobStore>(*std::move(store));
+    return std::unique_ptr<Store>(*std::move(store));
   }
   if (options.engine == "jetstream") {
     if (options.nats_url.empty()) {
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& op
     o.max_schedule_delay = options.max_schedule_delay;
     absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(std::move(o));
     if (!store.ok()) return store.status();
-    return std::unique_ptr<JobStore>(*std::move(store));
+    return std::unique_ptr<Store>(*std::move(store));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--store=", options.engine, ": use embedded or jetstream"));

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 
 namespace prometheus {
@@ -49,7 +49,7 @@ struct JobStoreOptions {
 };
 
 // INVALID_ARGUMENT naming the flag for an unknown engine or a missing setting.
-absl::StatusOr<std::unique_ptr<JobStore>> OpenJobStore(const JobStoreOptions& options);
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options);
 
 // "embedded at /var/lib/hookrelay" / "jetstream at nats://..., 3 replicas": for logs.
 std::string DescribeJobStore(const JobStoreOptions& options);

@@ -50,7 +50,7 @@
 #include "collector/store/jetstream/jetstream_layout.h"
 // The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
 #include "collector/store/jetstream/jetstream_subjects.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 
 namespace prometheus {
@@ -63,7 +63,7 @@ namespace hookrelay::collector {
 
 class JetStreamUserData;
 
-class JetStreamJobStore final : public JobStore {
+class JetStreamJobStore final : public Store {
  public:
   struct Options {
     // --nats_url: comma-separated nats:// URLs.

@@ -74,7 +74,7 @@ JetStreamUserData::~JetStreamUserData() {
 void JetStreamUserData::AddAppendMessages(const std::vector<AppendItem>& items,
                                           const std::vector<bool>& publish,
                                           std::vector<std::pair<natsMsg*, size_t>>* out,
-                                          JobStore::AppendCallback* done) {
+                                          Store::AppendCallback* done) {
   std::vector<uint64_t> new_pairs;
   std::vector<std::string> profile_subjects;
   for (size_t i = 0; i < items.size(); ++i) {

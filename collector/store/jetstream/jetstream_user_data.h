@@ -59,7 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collector/store/jetstream/jetstream_layout.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 
 namespace hookrelay::collector {
@@ -79,7 +79,7 @@ class JetStreamUserData {
   static constexpr size_t kNotAJob = ~size_t{0};
   void AddAppendMessages(const std::vector<AppendItem>& items, const std::vector<bool>& publish,
                          std::vector<std::pair<natsMsg*, size_t>>* out,
-                         JobStore::AppendCallback* done);
+                         Store::AppendCallback* done);
 
   // The Lease / Retry / Bury hook: whether the job `job_id` (its HR_JOBS sequence), fetched or
   // leased by this collector, was purged by a deletion meanwhile: it is not handed out, or its

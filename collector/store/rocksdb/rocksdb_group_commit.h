@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "rocksdb/write_batch.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 
 namespace hookrelay::collector {

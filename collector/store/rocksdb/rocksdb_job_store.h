@@ -1,4 +1,4 @@
-// The embedded job store: JobStore on RocksDB under --data_dir, for a single collector.
+// The embedded job store: Store on RocksDB under --data_dir, for a single collector.
 //
 // Durability: Append's callback reports OK only after the jobs are in the write-ahead log and the
 // log is fsync'd; they survive kill -9. Settlements (Complete/Retry/Bury) are applied to the
@@ -92,7 +92,7 @@
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 
 namespace prometheus {
@@ -106,7 +106,7 @@ class Registry;
 
 namespace hookrelay::collector {
 
-class RocksDbJobStore final : public JobStore {
+class RocksDbJobStore final : public Store {
  public:
   struct Options {
     // The data directory (--data_dir); created when missing. One store per directory: a second

@@ -31,7 +31,7 @@
 #include "benchmark/benchmark.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "hookrelay/v1/job.pb.h"
 

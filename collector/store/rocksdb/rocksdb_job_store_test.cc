@@ -24,7 +24,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "rocksdb/db.h"
-#include "collector/store/job_store.h"
+#include "collector/store/store.h"
 #include "common/clock.h"
 #include "hookrelay/v1/job.pb.h"
 
@@ -75,7 +75,7 @@ AppendItem OneJob(int n, std::string destination = "d1", std::string user = "u1"
 
 std::vector<AppendItem> Items(std::vector<AppendItem> items) { return items; }
 
-absl::StatusOr<AppendResult> AppendAndWait(JobStore& store, std::vector<AppendItem> items) {
+absl::StatusOr<AppendResult> AppendAndWait(Store& store, std::vector<AppendItem> items) {
   absl::Notification done;
   absl::StatusOr<AppendResult> result;
   store.Append(std::move(items), [&](absl::StatusOr<AppendResult> r) {
@@ -101,7 +101,7 @@ std::vector<uint64_t> Ids(const std::vector<LeasedJob>& jobs) {
   return ids;
 }
 
-void ExpectCounts(JobStore& store, int64_t ready, int64_t scheduled, int64_t leased,
+void ExpectCounts(Store& store, int64_t ready, int64_t scheduled, int64_t leased,
                   int64_t dead) {
   const JobCounts counts = store.Counts();
   EXPECT_EQ(counts.ready, ready);

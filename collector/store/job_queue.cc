@@ -1,4 +1,4 @@
-#include "collector/store/job_store.h"
+#include "collector/store/job_queue.h"
 
 namespace hookrelay::collector {
 
