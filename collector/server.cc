@@ -231,7 +231,6 @@ absl::Status Server::Start() {
   s.admin_core->SetAudienceSyncer(s.audiences.get());
 
   Dispatcher::Options dispatcher_options;
-  dispatcher_options.lease_duration = s.options.lease_duration;
   dispatcher_options.on_test_outcome = [core = s.admin_core.get()](
                                            const std::string& message_id,
                                            const hookrelay::v1::Outcome& outcome) {

@@ -146,7 +146,7 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
     bool barrier_seen = false;
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (!barrier_seen && absl::Now() < deadline) {
-      absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(1000, absl::Seconds(90));
+      absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(1000);
       if (!leased.ok()) {
         ADD_FAILURE() << leased.status();
         return out;

@@ -329,7 +329,7 @@ absl::StatusOr<std::vector<hookrelay::v1::Job>> LeaseAllJobs(const std::string& 
   std::vector<hookrelay::v1::Job> jobs;
   while (true) {
     absl::StatusOr<std::vector<collector::LeasedJob>> leased =
-        (*store)->Lease(10000, absl::Hours(1));
+        (*store)->Lease(10000);
     if (!leased.ok()) return leased.status();
     if (leased->empty()) break;
     for (collector::LeasedJob& job : *leased) jobs.push_back(std::move(job.job));

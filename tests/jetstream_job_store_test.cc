@@ -78,7 +78,7 @@ std::vector<LeasedJob> LeaseN(Store& store, size_t n, absl::Duration wait) {
   std::vector<LeasedJob> out;
   const absl::Time deadline = absl::Now() + wait;
   while (out.size() < n && absl::Now() < deadline) {
-    absl::StatusOr<std::vector<LeasedJob>> got = store.Lease(n - out.size(), absl::Seconds(90));
+    absl::StatusOr<std::vector<LeasedJob>> got = store.Lease(n - out.size());
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) break;
     if (got->empty()) absl::SleepFor(absl::Milliseconds(2));  // Lease never waits.

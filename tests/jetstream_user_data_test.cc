@@ -123,7 +123,7 @@ class JetStreamUserDataTest : public ::testing::Test {
     std::vector<LeasedJob> out;
     const absl::Time deadline = absl::Now() + wait;
     while (out.size() < n && absl::Now() < deadline) {
-      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(n - out.size(), absl::Seconds(90));
+      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(n - out.size());
       EXPECT_TRUE(got.ok()) << got.status();
       if (!got.ok()) break;
       for (LeasedJob& j : *got) out.push_back(std::move(j));

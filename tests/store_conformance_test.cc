@@ -155,12 +155,12 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
 
   // Leases until `n` jobs came or kEventually passed; every Lease returns at most what it was
   // asked for.
-  std::vector<LeasedJob> LeaseN(size_t n, absl::Duration lease = kLease) {
+  std::vector<LeasedJob> LeaseN(size_t n) {
     std::vector<LeasedJob> out;
     const absl::Time deadline = absl::Now() + kEventually;
     while (out.size() < n && absl::Now() < deadline) {
       const size_t max = n - out.size();
-      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(max, lease);
+      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(max);
       EXPECT_TRUE(got.ok()) << got.status();
       if (!got.ok()) break;
       EXPECT_LE(got->size(), max);
@@ -176,7 +176,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
     std::vector<LeasedJob> out;
     const absl::Time deadline = absl::Now() + kEventually;
     while (absl::Now() < deadline) {
-      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(1, lease_);
+      absl::StatusOr<std::vector<LeasedJob>> got = store_->Lease(1);
       EXPECT_TRUE(got.ok()) << got.status();
       if (!got.ok()) break;
       if (got->empty()) absl::SleepFor(absl::Milliseconds(2));
@@ -264,14 +264,14 @@ TEST_P(StoreConformanceTest, ReopenedStoreKeepsUnsettledJobs) {
   // ends.
   Open(absl::Seconds(2));
   AppendAll({Event("m1"), Event("m2"), Event("m3"), Event("m4")});
-  std::vector<LeasedJob> leased = LeaseN(2, lease_);
+  std::vector<LeasedJob> leased = LeaseN(2);
   ASSERT_EQ(leased.size(), 2u);
   ASSERT_THAT(MessageIds(leased), ElementsAre("m1", "m2"));
   ASSERT_TRUE(store_->Complete(leased[0].job.id(), leased[0].lease).ok());
 
   Open(absl::Seconds(2));
   clock_.Advance(absl::Seconds(2));  // The embedded engine counts leases on its clock.
-  std::vector<LeasedJob> again = LeaseN(3, lease_);
+  std::vector<LeasedJob> again = LeaseN(3);
   EXPECT_THAT(MessageIds(again), UnorderedElementsAre("m2", "m3", "m4"));
   for (const LeasedJob& j : again) {
     if (j.job.message_id() == "m2") {
@@ -290,7 +290,7 @@ TEST_P(StoreConformanceTest, LeaseReturnsAtMostMaxOldestDueFirst) {
   }
   EXPECT_THAT(MessageIds(LeaseN(2)), ElementsAre("m1", "m2"));  // LeaseN checks each `max`.
   EXPECT_THAT(MessageIds(LeaseN(3)), ElementsAre("m3", "m4", "m5"));
-  absl::StatusOr<std::vector<LeasedJob>> none = store_->Lease(0, kLease);
+  absl::StatusOr<std::vector<LeasedJob>> none = store_->Lease(0);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_THAT(*none, IsEmpty());
 }
@@ -464,10 +464,10 @@ TEST_P(StoreConformanceTest, ExpiredLeaseReturnsTheJobAndRefusesTheOldLease) {
   // counts it on its clock.
   Open(absl::Seconds(2));
   AppendAll({Event("m1")});
-  std::vector<LeasedJob> first = LeaseN(1, lease_);
+  std::vector<LeasedJob> first = LeaseN(1);
   ASSERT_EQ(first.size(), 1u);
   clock_.Advance(lease_);
-  std::vector<LeasedJob> second = LeaseN(1, lease_);
+  std::vector<LeasedJob> second = LeaseN(1);
   ASSERT_EQ(second.size(), 1u);
   EXPECT_EQ(second[0].job.id(), first[0].job.id());
   EXPECT_NE(second[0].lease, first[0].lease);
@@ -788,7 +788,7 @@ TEST_P(StoreConformanceTest, WriteHealthAndCounts) {
   auto counts_are = [&](int64_t ready, int64_t scheduled, int64_t leased_n, int64_t dead) {
     JobCounts c;
     const bool reached = Eventually([&] {
-      absl::StatusOr<std::vector<LeasedJob>> none = store_->Lease(1, kLease);
+      absl::StatusOr<std::vector<LeasedJob>> none = store_->Lease(1);
       EXPECT_TRUE(none.ok() && none->empty());
       c = store_->Counts();
       return c.ready == ready && c.scheduled == scheduled && c.leased == leased_n &&

@@ -113,7 +113,7 @@ class AdminServiceTest : public ::testing::Test {
   }
 
   std::vector<uint64_t> LeaseAllIds() {
-    absl::StatusOr<std::vector<LeasedJob>> leased = server_->store().Lease(1000, absl::Seconds(30));
+    absl::StatusOr<std::vector<LeasedJob>> leased = server_->store().Lease(1000);
     EXPECT_TRUE(leased.ok()) << leased.status();
     std::vector<uint64_t> ids;
     if (leased.ok()) {
@@ -480,7 +480,7 @@ TEST_F(AdminServiceTest, DeletionNotifiesAndPurges) {
     appended.Notify();
   });
   appended.WaitForNotification();
-  absl::StatusOr<std::vector<LeasedJob>> leased = server_->store().Lease(1, absl::Seconds(30));
+  absl::StatusOr<std::vector<LeasedJob>> leased = server_->store().Lease(1);
   ASSERT_TRUE(leased.ok() && leased->size() == 1);
   ASSERT_EQ((*leased)[0].job.source_id(), "ios");
   ASSERT_TRUE(server_->store()
@@ -504,7 +504,7 @@ TEST_F(AdminServiceTest, DeletionNotifiesAndPurges) {
   EXPECT_EQ(absl::FromUnixSeconds(deletion.create_time().seconds()),
             absl::FromUnixSeconds(absl::ToUnixSeconds(server_->clock().Now())));
 
-  leased = server_->store().Lease(100, absl::Seconds(30));
+  leased = server_->store().Lease(100);
   ASSERT_TRUE(leased.ok());
   std::vector<std::string> pairs;
   const std::string body = absl::StrCat(R"({"type":"delete","userId":"u1","timestamp":")",

@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<uint64_t>> AdminTestServer::MakeDeadLetters(
     appended.WaitForNotification();
     RETURN_IF_ERROR(append_status);
 
-    ASSIGN_OR_RETURN(std::vector<LeasedJob> leased, store_->Lease(2, absl::Seconds(30)));
+    ASSIGN_OR_RETURN(std::vector<LeasedJob> leased, store_->Lease(2));
     if (leased.size() != 1 || leased[0].job.message_id() != message_id) {
       return absl::FailedPreconditionError(
           absl::StrCat("expected to lease only ", message_id, ", leased ", leased.size(), " jobs"));

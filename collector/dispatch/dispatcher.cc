@@ -184,7 +184,7 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
   for (int round = 0; round < 4; ++round) {
     const size_t ask = want - static_cast<size_t>(response.deliveries_size());
     if (ask == 0) break;
-    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask, options_.lease_duration);
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask);
     if (!leased.ok()) {
       static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
       common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",

@@ -3,8 +3,8 @@
 // DeliveryStream, implemented by the gRPC reactor of collector/dispatch/subscribe_stream.h.
 //
 // Protocol (proto/hookrelay/v1/collector.proto): the deliverer opens the stream with a Hello
-// granting credits; the dispatcher sends Delivery batches (each job leased for
-// Options::lease_duration, with its destination's current settings attached) while the stream
+// granting credits; the dispatcher sends Delivery batches (each job leased for the store's
+// lease duration, with its destination's current settings attached) while the stream
 // has credits; every Outcome returns one credit, a Credit message grants more. Outcomes update
 // the store: DELIVERED → Complete, RETRY → Retry(not_before), DEAD → Bury(reason). An outcome
 // whose lease is no longer current (it expired and the job went to someone else) is ignored.
@@ -89,9 +89,6 @@ class DeliveryStream {
 class Dispatcher {
  public:
   struct Options {
-    // How long a deliverer holds a job before it goes back to the ready set. Must exceed the
-    // longest attempt (destination timeout, 60 s at most) plus queueing in the deliverer.
-    absl::Duration lease_duration = absl::Seconds(90);
     // Jobs per SubscribeResponse at most.
     size_t max_batch = 256;
     // Credits one stream may hold at most, whatever it asks for.

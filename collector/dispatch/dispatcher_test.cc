@@ -62,6 +62,7 @@ class DispatcherTest : public ::testing::Test {
         absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
     store_options.clock = &clock_;
+    store_options.lease_duration = kLease;
     auto store = RocksDbJobStore::Open(store_options);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -69,7 +70,6 @@ class DispatcherTest : public ::testing::Test {
     ASSERT_TRUE(config.ok()) << config.status();
     routing_ = std::make_unique<RoutingHolder>(std::make_shared<const Routing>(*config));
     Dispatcher::Options options;
-    options.lease_duration = kLease;
     options.max_batch = 4;
     options.drain_timeout = absl::Milliseconds(200);
     // As the server does: the destination is disabled in the configuration (here: the routing)

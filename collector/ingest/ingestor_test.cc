@@ -85,7 +85,7 @@ class IngestorTest : public ::testing::Test {
   }
 
   std::vector<hookrelay::v1::Job> LeaseAll() {
-    auto leased = store_->Lease(100000, absl::Minutes(1));
+    auto leased = store_->Lease(100000);
     EXPECT_TRUE(leased.ok()) << leased.status();
     std::vector<hookrelay::v1::Job> jobs;
     if (leased.ok()) {

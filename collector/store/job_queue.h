@@ -91,12 +91,14 @@ class JobQueue {
   // may share one fsync (group commit). Never blocks on I/O.
   virtual void Append(std::vector<AppendItem> items, AppendCallback done) = 0;
 
-  // Leases up to `max` ready jobs (due <= now), oldest due first, until now + `duration` (an
-  // engine whose leases are kept by its servers counts its own: JetStream's consumer ack wait,
-  // JobStoreOptions::lease_duration, on real time). Never waits: an engine that fetches jobs from
+  // Leases up to `max` ready jobs (due <= now), oldest due first, each for lease_duration(): the
+  // deadline is now + lease_duration() (an engine whose leases are kept by its servers counts on
+  // their time: JetStream's consumer ack wait). Never waits: an engine that fetches jobs from
   // elsewhere returns what it has at hand, possibly none while more are ready (SetReadyCallback
   // says when to ask again).
-  virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) = 0;
+  virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) = 0;
+  // How long a lease lasts; fixed when the store opens (JobStoreOptions::lease_duration).
+  virtual absl::Duration lease_duration() const = 0;
 
   // Settles a lease. NOT_FOUND when the job is gone (or, on an engine shared by several
   // collectors, not leased through this store); FAILED_PRECONDITION when `lease` is not the job's

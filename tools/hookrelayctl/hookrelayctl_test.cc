@@ -334,7 +334,7 @@ TEST_F(HookrelayctlTest, ReplayPrintsTheCount) {
   EXPECT_EQ(JsonIds(r.out), (std::vector<uint64_t>{ids[0], ids[2], ids[4]}));
 
   absl::StatusOr<std::vector<collector::LeasedJob>> leased =
-      server_->store().Lease(100, absl::Seconds(30));
+      server_->store().Lease(100);
   ASSERT_TRUE(leased.ok()) << leased.status();
   ASSERT_THAT(*leased, SizeIs(2));
   EXPECT_EQ((*leased)[0].job.id(), ids[1]);
@@ -1036,7 +1036,7 @@ TEST_F(HookrelayctlTest, AudiencesMembershipAndIdentifyCalls) {
 
   // The first computation's identify calls are enqueued before create answers.
   absl::StatusOr<std::vector<collector::LeasedJob>> leased =
-      server_->store().Lease(100, absl::Seconds(30));
+      server_->store().Lease(100);
   ASSERT_TRUE(leased.ok()) << leased.status();
   ASSERT_THAT(*leased, SizeIs(1));
   const hookrelay::v1::Job& job = (*leased)[0].job;
@@ -1062,7 +1062,7 @@ TEST_F(HookrelayctlTest, AudiencesMembershipAndIdentifyCalls) {
   EXPECT_FALSE(synced.first);
   EXPECT_EQ(synced.entered, "1");
   EXPECT_EQ(synced.exited, "0");
-  leased = server_->store().Lease(100, absl::Seconds(30));
+  leased = server_->store().Lease(100);
   ASSERT_TRUE(leased.ok()) << leased.status();
   ASSERT_THAT(*leased, SizeIs(1));
   EXPECT_EQ((*leased)[0].job.user_id(), "u2");

@@ -73,7 +73,7 @@ void JetStreamJobStore::FetchLoop() {
   }
 }
 
-absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, absl::Duration) {
+absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   absl::MutexLock fetch_lock(&fetch_mu_);

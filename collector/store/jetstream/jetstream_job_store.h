@@ -10,8 +10,7 @@
 //   written after their jobs are acknowledged. Each job carries a Nats-Msg-Id (marker +
 //   destination), so a publish retried, or two copies of an event racing each other, are stored
 //   once within the stream's duplicate window.
-// - A lease is the consumer's ack wait (JetStreamLayout::ack_wait; the per-call duration is not
-//   used). A job leased by a collector that dies returns to the others when it expires.
+// - A lease is the consumer's ack wait (JetStreamLayout::ack_wait). A job leased by a collector that dies returns to the others when it expires.
 // - Complete acks the leased message in a burst with others (at most 20 ms later; see AckLoop).
 // - Retry publishes the job with the attempt recorded to hr.jobs.sched.<S>.<U>.<job id> as a
 //   one-shot schedule for not_before (rounded up to a whole second); Bury publishes it to
@@ -94,7 +93,9 @@ class JetStreamJobStore final : public Store {
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
   // Never waits for the cluster: returns what was fetched ahead (see FetchLoop) and held jobs
   // now due; what it could not return becomes the fetcher's demand.
-  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) override;
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) override;
+  // The consumer's ack wait.
+  absl::Duration lease_duration() const override { return options_.layout.ack_wait; }
   void SetReadyCallback(std::function<void()> ready) override;
   absl::Status Complete(uint64_t job_id, uint64_t lease) override;
   absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,

@@ -85,6 +85,11 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
         absl::StrCat("job store: dedup_window must be positive, got ",
                      absl::FormatDuration(options.dedup_window)));
   }
+  if (options.lease_duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job store: lease_duration must be positive, got ",
+                     absl::FormatDuration(options.lease_duration)));
+  }
   options.max_commit_batch = std::max<size_t>(options.max_commit_batch, 1);
   std::error_code error;
   std::filesystem::create_directories(options.path, error);

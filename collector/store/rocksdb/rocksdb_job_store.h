@@ -136,6 +136,8 @@ class RocksDbJobStore final : public Store {
     // Most queued jobs held in memory (the window); the rest are paged in from disk in due order.
     // At least 2.
     size_t window_size = 65536;
+    // How long a lease lasts (Lease). Positive.
+    absl::Duration lease_duration = absl::Seconds(90);
   };
 
   // Tests only: the sizes of the in-memory structures that could grow with the backlog.
@@ -159,8 +161,9 @@ class RocksDbJobStore final : public Store {
   // An item with an empty dedup_key is never treated as a duplicate (and no key is recorded).
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
   // A lease stays valid until it is noticed to have expired (by Lease or Counts), even if its
-  // deadline has passed. Errors: INVALID_ARGUMENT for a non-positive duration, or a read error.
-  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, absl::Duration duration) override;
+  // deadline has passed. Errors: a read error.
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) override;
+  absl::Duration lease_duration() const override { return options_.lease_duration; }
   absl::Status Complete(uint64_t job_id, uint64_t lease) override;
   absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
                      const hookrelay::v1::Attempt& attempt) override;

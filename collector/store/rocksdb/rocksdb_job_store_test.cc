@@ -130,6 +130,7 @@ class RocksDbJobStoreTest : public ::testing::Test {
     options.path = dir_;
     options.clock = &clock_;
     options.window_size = window_size_;
+    options.lease_duration = kLease;
     return options;
   }
 
@@ -150,7 +151,7 @@ class RocksDbJobStoreTest : public ::testing::Test {
   }
 
   std::vector<LeasedJob> LeaseAll(size_t max = 1000) {
-    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(max, kLease);
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(max);
     EXPECT_TRUE(leased.ok()) << leased.status();
     return leased.ok() ? *std::move(leased) : std::vector<LeasedJob>();
   }
@@ -177,9 +178,7 @@ TEST_F(RocksDbJobStoreTest, FanOutAndOrder) {
   EXPECT_LT(leased[0].job.id(), leased[1].job.id());
   EXPECT_LT(leased[1].job.id(), leased[2].job.id());
   EXPECT_NE(leased[0].lease, leased[1].lease);
-
-  EXPECT_EQ(store_->Lease(1, absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(leased[0].deadline, clock_.Now() + kLease);
 }
 
 // A dedup key drops later copies within the window and is accepted again once it has passed.
@@ -717,6 +716,9 @@ TEST_F(RocksDbJobStoreTest, InvalidOptions) {
   options = StoreOptions();
   options.dedup_window = absl::ZeroDuration();
   EXPECT_THAT(RocksDbJobStore::Open(options).status().message(), HasSubstr("dedup_window"));
+  options = StoreOptions();
+  options.lease_duration = absl::ZeroDuration();
+  EXPECT_THAT(RocksDbJobStore::Open(options).status().message(), HasSubstr("lease_duration"));
 }
 
 // Issue 14: a backlog larger than the in-memory window is delivered in due order, each job once,

@@ -73,17 +73,11 @@ uint64_t RocksDbJobStore::NextLeaseLocked() {
   return (lease_epoch_ << kLeaseEpochShift) | lease_counter_;
 }
 
-absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max,
-                                                              absl::Duration duration) {
-  if (duration <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job store: lease duration must be positive, got ",
-                     absl::FormatDuration(duration)));
-  }
+absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   const absl::Time now = clock_.Now();
-  const absl::Time deadline = now + duration;
+  const absl::Time deadline = now + options_.lease_duration;
 
   struct Pick {
     QueuedJob job;
