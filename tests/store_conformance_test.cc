@@ -422,6 +422,49 @@ TEST_P(StoreConformanceTest, BuryListDeadReplay) {
   EXPECT_THAT(MessageIds(ListDeadN(DeadFilter(), 2)), UnorderedElementsAre("m1", "m3"));
 }
 
+// Settle takes a batch: one status per settlement, in order, and the callback runs exactly once;
+// OK ones take effect as Complete/Retry/Bury would, refused ones change nothing.
+TEST_P(StoreConformanceTest, SettleABatch) {
+  Open();
+  AppendAll({Event("m1"), Event("m2"), Event("m3"), Event("m4")});
+  std::vector<LeasedJob> leased = LeaseN(4);
+  ASSERT_THAT(MessageIds(leased), ElementsAre("m1", "m2", "m3", "m4"));
+  const absl::Time later = clock_.Now() + absl::Hours(1);
+  std::vector<Settlement> batch;
+  batch.push_back(Settlement::Complete(leased[0].job.id(), leased[0].lease));
+  batch.push_back(Settlement::Retry(leased[1].job.id(), leased[1].lease, later,
+                                    MakeAttempt(clock_.Now(), 503)));
+  batch.push_back(Settlement::Bury(leased[2].job.id(), leased[2].lease, "HTTP 400",
+                                   MakeAttempt(clock_.Now(), 400)));
+  batch.push_back(Settlement::Complete(leased[3].job.id(), leased[3].lease + 1));  // not its lease
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto done = std::make_shared<absl::Notification>();
+  auto statuses = std::make_shared<std::vector<absl::Status>>();
+  store_->Settle(std::move(batch), [calls, done, statuses](std::vector<absl::Status> got) {
+    if (calls->fetch_add(1) == 0) {
+      *statuses = std::move(got);
+      done->Notify();
+    }
+  });
+  ASSERT_TRUE(done->WaitForNotificationWithTimeout(kEventually));
+  ASSERT_EQ(statuses->size(), 4u);
+  EXPECT_TRUE((*statuses)[0].ok()) << (*statuses)[0];
+  EXPECT_TRUE((*statuses)[1].ok()) << (*statuses)[1];
+  EXPECT_TRUE((*statuses)[2].ok()) << (*statuses)[2];
+  EXPECT_FALSE((*statuses)[3].ok());
+  // The refused settlement left m4 leased under its lease: that one still settles it.
+  EXPECT_TRUE(store_->Complete(leased[3].job.id(), leased[3].lease).ok());
+  EXPECT_THAT(MessageIds(ListDeadN(DeadFilter(), 1)), ElementsAre("m3"));
+  EXPECT_THAT(LeaseThroughBarrier(), IsEmpty());  // m2 not before its time, m1 gone.
+  clock_.Advance(absl::Hours(1) + absl::Milliseconds(1));
+  // (The barrier's lease ran out with the hour: it may come back first.)
+  std::vector<LeasedJob> retried = LeaseThrough("m2");
+  ASSERT_FALSE(retried.empty());
+  EXPECT_EQ(retried.back().job.message_id(), "m2");
+  EXPECT_EQ(retried.back().job.attempts(), 1);
+  EXPECT_EQ(calls->load(), 1);
+}
+
 // DeadFilter's time range is [from, to): a job that died at `to` is not in it (the admin API's
 // filter.from/filter.to promise this).
 TEST_P(StoreConformanceTest, DeadFilterRangeExcludesItsEnd) {

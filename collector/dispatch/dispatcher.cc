@@ -178,6 +178,9 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
     return 0;
   }
   SubscribeResponse& response = stream.response();
+  // Jobs leased and not sent: undeliverable ones buried, held-back ones deferred; settled in one
+  // batch after the leases.
+  std::vector<Settlement> put_back;
   // Jobs held back by their destination's limits leave room in the batch: lease again for it
   // (a few rounds at most), so that a slow destination's jobs do not shrink every response.
   bool full = false;  // the last lease returned all it was asked for
@@ -215,10 +218,7 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
             destination == nullptr
                 ? absl::StrCat("destination ", lj.job.destination_id(), " no longer configured")
                 : absl::StrCat("destination ", lj.job.destination_id(), " disabled");
-        if (absl::Status st = store_.Bury(lj.job.id(), lj.lease, reason, attempt); !st.ok()) {
-          common::LogWarning("dead-lettering an undeliverable job failed",
-                             {{"job_id", lj.job.id()}, {"error", st.ToString()}});
-        }
+        put_back.push_back(Settlement::Bury(lj.job.id(), lj.lease, reason, std::move(attempt)));
         if (metrics_.undeliverable) metrics_.undeliverable->Increment();
         continue;
       }
@@ -228,13 +228,8 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
             capacity_.load(std::memory_order_relaxed), rate_share_.load(std::memory_order_relaxed));
         if (admission.verdict != DestinationGovernor::Verdict::kAdmit) {
           // Back to the store, due when the destination can take it; no attempt is counted.
-          if (absl::Status st = store_.Retry(lj.job.id(), lj.lease, admission.retry_at,
-                                             hookrelay::v1::Attempt());
-              !st.ok()) {
-            static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
-            common::LogRateLimited(*limiter, common::LogLevel::kWarning, "deferring a job failed",
-                                   {{"job_id", lj.job.id()}, {"error", st.ToString()}});
-          }
+          put_back.push_back(Settlement::Retry(lj.job.id(), lj.lease, admission.retry_at,
+                                               hookrelay::v1::Attempt()));
           using Verdict = DestinationGovernor::Verdict;
           prometheus::Counter* c = admission.verdict == Verdict::kConcurrency
                                        ? metrics_.deferred_concurrency
@@ -252,6 +247,16 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
       *delivery->mutable_destination() = *destination;
     }
     if (deferred == 0 || !full) break;
+  }
+  if (!put_back.empty()) {
+    store_.Settle(std::move(put_back), [](std::vector<absl::Status> statuses) {
+      for (const absl::Status& st : statuses) {
+        if (st.ok()) continue;
+        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+        common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                               "putting back a job not sent failed", {{"error", st.ToString()}});
+      }
+    });
   }
   if (response.deliveries_size() > 0) {
     // One lock per batch: each job's destination (stats) and test flag, until its outcome.
@@ -388,71 +393,99 @@ void Dispatcher::CountOutcomeLocked(const std::string& destination_id, const Out
                             : clock_.Now();
 }
 
-void Dispatcher::ApplyOutcome(const Outcome& outcome, std::string_view deliverer_id) {
-  // One lock per outcome: take the job's entry and, for a customer job, count the outcome.
-  InFlight job;
+void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>& outcomes,
+                               std::string_view deliverer_id) {
+  // One lock for the batch: take each job's entry and, for a customer job, count the outcome.
+  std::vector<InFlight> jobs(static_cast<size_t>(outcomes.size()));
   {
     absl::MutexLock lock(&stats_mu_);
-    auto it = in_flight_.find(outcome.job_id());
-    if (it != in_flight_.end()) {
-      job = std::move(it->second);
+    for (int i = 0; i < outcomes.size(); ++i) {
+      const Outcome& outcome = outcomes[i];
+      auto it = in_flight_.find(outcome.job_id());
+      if (it == in_flight_.end()) continue;
+      jobs[i] = std::move(it->second);
       in_flight_.erase(it);
+      if (!jobs[i].test) CountOutcomeLocked(jobs[i].destination_id, outcome);
     }
-    if (!job.test && !job.destination_id.empty()) CountOutcomeLocked(job.destination_id, outcome);
   }
-  if (!job.test && !job.destination_id.empty()) GovernOutcome(job.destination_id, outcome);
-  if (job.test) {
-    // Test jobs end with their first outcome.
-    absl::Status st = store_.Complete(outcome.job_id(), outcome.lease());
-    if (!st.ok() && !absl::IsNotFound(st) && !absl::IsFailedPrecondition(st)) {
-      common::LogWarning("removing a test job failed",
-                         {{"job_id", outcome.job_id()}, {"error", st.ToString()}});
+  std::vector<Settlement> batch;
+  batch.reserve(jobs.size());
+  // Per settlement: the outcome's counter and job id, for the callback.
+  struct Sent {
+    prometheus::Counter* counter;
+    uint64_t job_id;
+  };
+  std::vector<Sent> sent;
+  sent.reserve(jobs.size());
+  for (int i = 0; i < outcomes.size(); ++i) {
+    const Outcome& outcome = outcomes[i];
+    InFlight& job = jobs[i];
+    if (job.test) {
+      // Test jobs end with their first outcome.
+      absl::Status st = store_.Complete(outcome.job_id(), outcome.lease());
+      if (!st.ok() && !absl::IsNotFound(st) && !absl::IsFailedPrecondition(st)) {
+        common::LogWarning("removing a test job failed",
+                           {{"job_id", outcome.job_id()}, {"error", st.ToString()}});
+      }
+      if (options_.on_test_outcome) options_.on_test_outcome(job.message_id, outcome);
+      continue;
     }
-    if (options_.on_test_outcome) options_.on_test_outcome(job.message_id, outcome);
-    return;
-  }
-  absl::Status st;
-  prometheus::Counter* counter = nullptr;
-  switch (outcome.kind()) {
-    case Outcome::DELIVERED:
-      st = store_.Complete(outcome.job_id(), outcome.lease());
-      counter = metrics_.delivered;
-      break;
-    case Outcome::RETRY: {
-      // A time outside Timestamp's range (a broken deliverer) means: due now.
-      const absl::Time not_before =
-          common::FromProtoTime(outcome.not_before()).value_or(absl::InfinitePast());
-      st = store_.Retry(outcome.job_id(), outcome.lease(), not_before, outcome.attempt());
-      counter = metrics_.retried;
-      break;
+    if (!job.destination_id.empty()) GovernOutcome(job.destination_id, outcome);
+    switch (outcome.kind()) {
+      case Outcome::DELIVERED:
+        batch.push_back(Settlement::Complete(outcome.job_id(), outcome.lease()));
+        sent.push_back({metrics_.delivered, outcome.job_id()});
+        break;
+      case Outcome::RETRY:
+        // A time outside Timestamp's range (a broken deliverer) means: due now.
+        batch.push_back(Settlement::Retry(
+            outcome.job_id(), outcome.lease(),
+            common::FromProtoTime(outcome.not_before()).value_or(absl::InfinitePast()),
+            outcome.attempt()));
+        sent.push_back({metrics_.retried, outcome.job_id()});
+        break;
+      case Outcome::DEAD:
+        batch.push_back(
+            Settlement::Bury(outcome.job_id(), outcome.lease(), outcome.reason(), outcome.attempt()));
+        sent.push_back({metrics_.dead, outcome.job_id()});
+        break;
+      default:
+        common::LogError("applying an outcome failed",
+                         {{"deliverer", deliverer_id},
+                          {"job_id", outcome.job_id()},
+                          {"error", absl::StrCat("outcome kind ", outcome.kind())}});
+        break;
     }
-    case Outcome::DEAD:
-      st = store_.Bury(outcome.job_id(), outcome.lease(), outcome.reason(), outcome.attempt());
-      counter = metrics_.dead;
-      break;
-    default:
-      st = absl::InvalidArgumentError(absl::StrCat("outcome kind ", outcome.kind()));
-      break;
   }
-  if (st.ok()) {
-    if (counter) counter->Increment();
-    return;
-  }
-  if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
-    // The lease expired (the deliverer was too slow, or the collector restarted): the job was or
-    // will be handed out again; this late outcome is dropped.
-    if (metrics_.stale) metrics_.stale->Increment();
-    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
-    common::LogRateLimited(*limiter, common::LogLevel::kWarning,
-                           "outcome for an expired lease ignored",
-                           {{"deliverer", deliverer_id},
-                            {"job_id", outcome.job_id()},
-                            {"error", st.message()}});
-    return;
-  }
-  common::LogError("applying an outcome failed", {{"deliverer", deliverer_id},
-                                                  {"job_id", outcome.job_id()},
-                                                  {"error", st.ToString()}});
+  if (batch.empty()) return;
+  // The callback may run on a store thread after this returns: it uses only the metrics (owned
+  // by the registry, which outlives the store) and what it captured.
+  store_.Settle(std::move(batch), [stale = metrics_.stale, sent = std::move(sent),
+                                   deliverer = std::string(deliverer_id)](
+                                      std::vector<absl::Status> statuses) {
+    for (size_t i = 0; i < statuses.size() && i < sent.size(); ++i) {
+      const absl::Status& st = statuses[i];
+      if (st.ok()) {
+        if (sent[i].counter) sent[i].counter->Increment();
+        continue;
+      }
+      if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
+        // The lease expired (the deliverer was too slow, or the collector restarted): the job
+        // was or will be handed out again; this late outcome is dropped.
+        if (stale) stale->Increment();
+        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+        common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                               "outcome for an expired lease ignored",
+                               {{"deliverer", deliverer},
+                                {"job_id", sent[i].job_id},
+                                {"error", st.message()}});
+        continue;
+      }
+      common::LogError("applying an outcome failed", {{"deliverer", deliverer},
+                                                      {"job_id", sent[i].job_id},
+                                                      {"error", st.ToString()}});
+    }
+  });
 }
 
 void Dispatcher::Shutdown() {

@@ -5,9 +5,10 @@
 // Protocol (proto/hookrelay/v1/collector.proto): the deliverer opens the stream with a Hello
 // granting credits; the dispatcher sends Delivery batches (each job leased for the store's
 // lease duration, with its destination's current settings attached) while the stream
-// has credits; every Outcome returns one credit, a Credit message grants more. Outcomes update
-// the store: DELIVERED → Complete, RETRY → Retry(not_before), DEAD → Bury(reason). An outcome
-// whose lease is no longer current (it expired and the job went to someone else) is ignored.
+// has credits; every Outcome returns one credit, a Credit message grants more. Each OutcomeBatch
+// is stored with one JobQueue::Settle: DELIVERED completes, RETRY retries at not_before, DEAD
+// buries with the reason. An outcome whose lease is no longer current (it expired and the job
+// went to someone else) is ignored.
 //
 // A job whose destination was removed or disabled since it was queued is dead-lettered here
 // ("destination ... disabled"), never delivered: replay brings it back once the destination is
@@ -157,8 +158,10 @@ class Dispatcher {
   // Stops using `stream`; its adapter calls this in its last callback, its last use of the
   // dispatcher.
   void Unregister(DeliveryStream* stream);
-  // A deliverer's outcome for a job it was sent.
-  void ApplyOutcome(const hookrelay::v1::Outcome& outcome, std::string_view deliverer_id);
+  // A deliverer's outcomes for jobs it was sent (one OutcomeBatch): stored with one
+  // JobQueue::Settle.
+  void ApplyOutcomes(const google::protobuf::RepeatedPtrField<hookrelay::v1::Outcome>& outcomes,
+                     std::string_view deliverer_id);
   // Credits one stream may hold at most (Options::max_credits).
   uint32_t max_credits() const { return options_.max_credits; }
   // Drains and ends every stream, then joins the thread. New streams are refused from then on.

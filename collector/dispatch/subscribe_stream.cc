@@ -179,7 +179,7 @@ class SubscribeStream final : public DeliveryStream,
           deliverer_id = deliverer_id_;
         }
         const auto& outcomes = request_.outcomes().outcomes();
-        for (const Outcome& outcome : outcomes) dispatcher_.ApplyOutcome(outcome, deliverer_id);
+        dispatcher_.ApplyOutcomes(outcomes, deliverer_id);
         absl::MutexLock lock(&mu_);
         const int64_t n = std::min<int64_t>(outcomes.size(), held_);
         held_ -= n;

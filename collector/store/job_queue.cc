@@ -1,6 +1,44 @@
 #include "collector/store/job_queue.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+
 namespace hookrelay::collector {
+
+namespace {
+
+// Settles one job and waits for its status.
+absl::Status SettleOne(JobQueue& queue, Settlement settlement) {
+  absl::Notification done;
+  absl::Status status = absl::InternalError("the settlement's callback did not run");
+  std::vector<Settlement> batch;
+  batch.push_back(std::move(settlement));
+  queue.Settle(std::move(batch), [&](std::vector<absl::Status> statuses) {
+    if (statuses.size() == 1) status = std::move(statuses[0]);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+}  // namespace
+
+absl::Status JobQueue::Complete(uint64_t job_id, uint64_t lease) {
+  return SettleOne(*this, Settlement::Complete(job_id, lease));
+}
+
+absl::Status JobQueue::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                             const hookrelay::v1::Attempt& attempt) {
+  return SettleOne(*this, Settlement::Retry(job_id, lease, not_before, attempt));
+}
+
+absl::Status JobQueue::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                            const hookrelay::v1::Attempt& attempt) {
+  return SettleOne(*this, Settlement::Bury(job_id, lease, std::string(reason), attempt));
+}
 
 void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms,
                    hookrelay::v1::Job& job) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -67,6 +68,34 @@ struct JobCounts {
   absl::Time oldest_ready_due = absl::InfiniteFuture();
 };
 
+// An outcome for a leased job (JobQueue::Settle).
+struct Settlement {
+  enum class Kind {
+    kComplete,  // delivered: the job is removed
+    kRetry,     // records `attempt`; the job is due again at `not_before`
+    kBury,      // records `attempt` and `reason`; the job becomes a dead letter
+  };
+  Kind kind = Kind::kComplete;
+  uint64_t job_id = 0;
+  uint64_t lease = 0;
+  absl::Time not_before = absl::InfinitePast();
+  std::string reason;
+  hookrelay::v1::Attempt attempt;
+
+  static Settlement Complete(uint64_t job_id, uint64_t lease) {
+    return {Kind::kComplete, job_id, lease, absl::InfinitePast(), {}, {}};
+  }
+  static Settlement Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                          hookrelay::v1::Attempt attempt) {
+    return {Kind::kRetry, job_id, lease, not_before, {}, std::move(attempt)};
+  }
+  static Settlement Bury(uint64_t job_id, uint64_t lease, std::string reason,
+                         hookrelay::v1::Attempt attempt) {
+    return {Kind::kBury, job_id, lease, absl::InfinitePast(), std::move(reason),
+            std::move(attempt)};
+  }
+};
+
 // Selects dead letters. Empty destination_id = all destinations; the time range [from, to)
 // applies to the time the job died.
 struct DeadFilter {
@@ -100,19 +129,29 @@ class JobQueue {
   // How long a lease lasts; fixed when the store opens (JobStoreOptions::lease_duration).
   virtual absl::Duration lease_duration() const = 0;
 
-  // Settles a lease. NOT_FOUND when the job is gone (or, on an engine shared by several
-  // collectors, not leased through this store); FAILED_PRECONDITION when `lease` is not the job's
-  // current lease (it expired and the job was leased again). OK spends the lease; a replicated
-  // engine may store the outcome a moment later (Lease, ListDead and Counts then see it), and an
-  // outcome it fails to store hands the job out again without counting the attempt.
+  // Settles leases, a batch at a time (the outcomes of one deliverer message). Each settlement's
+  // status, in the batch's order: NOT_FOUND when the job is gone (or, on an engine shared by
+  // several collectors, not leased through this store); FAILED_PRECONDITION when `lease` is not
+  // the job's current lease (it expired and the job was leased again); OK spends the lease.
+  // `done` runs exactly once, when every lease of the batch is checked and its write handed to
+  // the engine (possibly before Settle returns, on the caller's thread; must not block): the
+  // embedded engine writes the batch with its next group commit (one write batch for all of
+  // it), JetStream sends the acks in its next ack burst and pipelines the retry and dead-letter
+  // publishes. Lease and Counts see an OK settlement when `done` runs; a replicated engine may
+  // store it a moment later (ListDead then sees it), and a settlement it fails to store hands the
+  // job out again without counting the attempt.
+  using SettleCallback = absl::AnyInvocable<void(std::vector<absl::Status> statuses) &&>;
+  virtual void Settle(std::vector<Settlement> batch, SettleCallback done) = 0;
+
+  // One settlement, waiting for its status (admin paths, tools and tests).
   // Delivered: the job is removed.
-  virtual absl::Status Complete(uint64_t job_id, uint64_t lease) = 0;
+  absl::Status Complete(uint64_t job_id, uint64_t lease);
   // Retry later: records the attempt and makes the job due at `not_before`.
-  virtual absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
-                             const hookrelay::v1::Attempt& attempt) = 0;
+  absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                     const hookrelay::v1::Attempt& attempt);
   // Dead letter: records the attempt and the reason.
-  virtual absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
-                            const hookrelay::v1::Attempt& attempt) = 0;
+  absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
+                    const hookrelay::v1::Attempt& attempt);
 
   // Dead letters matching `filter`, ordered by id (a dead letter's own id where burying stores
   // the job anew).

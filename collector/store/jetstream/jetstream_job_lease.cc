@@ -153,7 +153,7 @@ absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t
   return msg;
 }
 
-absl::Status JetStreamJobStore::Complete(uint64_t job_id, uint64_t lease) {
+absl::Status JetStreamJobStore::CompleteJob(uint64_t job_id, uint64_t lease) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
   if (!msg.ok()) return msg.status();
   std::vector<natsMsg*> burst;
@@ -238,8 +238,8 @@ absl::Status JetStreamJobStore::PublishSettle(
   return NatsError(absl::StrCat("publishing to ", subject), s);
 }
 
-absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
-                                      const hookrelay::v1::Attempt& attempt) {
+absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                                         const hookrelay::v1::Attempt& attempt) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
   if (!msg.ok()) return msg.status();
   Job job;
@@ -282,8 +282,8 @@ absl::Status JetStreamJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Tim
   return st;
 }
 
-absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
-                                     const hookrelay::v1::Attempt& attempt) {
+absl::Status JetStreamJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
+                                        const hookrelay::v1::Attempt& attempt) {
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
   if (!msg.ok()) return msg.status();
   Job job;
@@ -301,6 +301,25 @@ absl::Status JetStreamJobStore::Bury(uint64_t job_id, uint64_t lease, std::strin
   return PublishSettle(
       absl::StrCat("hr.dead.", JetStreamToken(job.destination_id()), ".", JobSubjectTail(job)),
       job.SerializeAsString(), {{"Nats-Msg-Id", absl::StrCat("dead-", job_id)}}, *msg);
+}
+
+void JetStreamJobStore::Settle(std::vector<Settlement> batch, SettleCallback done) {
+  std::vector<absl::Status> statuses;
+  statuses.reserve(batch.size());
+  for (Settlement& s : batch) {
+    switch (s.kind) {
+      case Settlement::Kind::kComplete:
+        statuses.push_back(CompleteJob(s.job_id, s.lease));
+        break;
+      case Settlement::Kind::kRetry:
+        statuses.push_back(RetryJob(s.job_id, s.lease, s.not_before, s.attempt));
+        break;
+      case Settlement::Kind::kBury:
+        statuses.push_back(BuryJob(s.job_id, s.lease, s.reason, s.attempt));
+        break;
+    }
+  }
+  std::move(done)(std::move(statuses));
 }
 
 }  // namespace hookrelay::collector

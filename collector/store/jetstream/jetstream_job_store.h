@@ -97,11 +97,8 @@ class JetStreamJobStore final : public Store {
   // The consumer's ack wait.
   absl::Duration lease_duration() const override { return options_.layout.ack_wait; }
   void SetReadyCallback(std::function<void()> ready) override;
-  absl::Status Complete(uint64_t job_id, uint64_t lease) override;
-  absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
-                     const hookrelay::v1::Attempt& attempt) override;
-  absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
-                    const hookrelay::v1::Attempt& attempt) override;
+  // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
+  void Settle(std::vector<Settlement> batch, SettleCallback done) override;
   absl::Status WriteHealth() const override;
   // The configuration managed at run time, in the KV bucket hr_config (key "config"), replicated
   // like the jobs: every collector of the cluster reads the same one; WatchConfig below follows
@@ -142,6 +139,12 @@ class JetStreamJobStore final : public Store {
   absl::Status DropAudience(std::string_view audience_id) override;
 
  private:
+  // One settlement each (Settle).
+  absl::Status CompleteJob(uint64_t job_id, uint64_t lease);
+  absl::Status RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                        const hookrelay::v1::Attempt& attempt);
+  absl::Status BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
+                       const hookrelay::v1::Attempt& attempt);
   // One Append waiting for its publish acks.
   struct PendingAppend {
     size_t outstanding = 0;

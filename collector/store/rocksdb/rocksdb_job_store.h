@@ -164,11 +164,8 @@ class RocksDbJobStore final : public Store {
   // deadline has passed. Errors: a read error.
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }
-  absl::Status Complete(uint64_t job_id, uint64_t lease) override;
-  absl::Status Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
-                     const hookrelay::v1::Attempt& attempt) override;
-  absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
-                    const hookrelay::v1::Attempt& attempt) override;
+  // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
+  void Settle(std::vector<Settlement> batch, SettleCallback done) override;
   // The time range is half-open: from <= dead_at < to.
   absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) override;
   // Replayed jobs keep their id, attempts and history; they are due now, and
@@ -206,6 +203,12 @@ class RocksDbJobStore final : public Store {
   absl::StatusOr<bool> HasDedupKeyForTesting(std::string_view dedup_key);
 
  private:
+  // One settlement each (Settle).
+  absl::Status CompleteJob(uint64_t job_id, uint64_t lease);
+  absl::Status RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                        const hookrelay::v1::Attempt& attempt);
+  absl::Status BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
+                       const hookrelay::v1::Attempt& attempt);
   // The members are defined in one file per part of the engine (as LevelDB splits its DBImpl):
   //   rocksdb_job_store.cc     Open, the state rebuilt at start-up, configuration, test hooks
   //   rocksdb_group_commit.cc  the write path: queue, preparer and writer threads, exclusive ops

@@ -242,7 +242,7 @@ absl::Status RocksDbJobStore::RefusedLease(uint64_t job_id, uint64_t lease, Leas
   return FromRocks(s, "reading a job");
 }
 
-absl::Status RocksDbJobStore::Complete(uint64_t job_id, uint64_t lease) {
+absl::Status RocksDbJobStore::CompleteJob(uint64_t job_id, uint64_t lease) {
   LeaseCheck check;
   LeaseInfo info;
   {
@@ -322,8 +322,8 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
   return job;
 }
 
-absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time not_before,
-                                   const hookrelay::v1::Attempt& attempt) {
+absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
+                                      const hookrelay::v1::Attempt& attempt) {
   LeaseInfo info;
   ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease, &info));
   const int64_t now_ms = ToMillis(clock_.Now());
@@ -355,8 +355,8 @@ absl::Status RocksDbJobStore::Retry(uint64_t job_id, uint64_t lease, absl::Time 
   return absl::OkStatus();
 }
 
-absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
-                                  const hookrelay::v1::Attempt& attempt) {
+absl::Status RocksDbJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
+                                     const hookrelay::v1::Attempt& attempt) {
   LeaseInfo info;
   ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease, &info));
   const int64_t now_ms = ToMillis(clock_.Now());
@@ -385,6 +385,25 @@ absl::Status RocksDbJobStore::Bury(uint64_t job_id, uint64_t lease, std::string_
   ++dead_count_;
   Enqueue(std::move(op));
   return absl::OkStatus();
+}
+
+void RocksDbJobStore::Settle(std::vector<Settlement> batch, SettleCallback done) {
+  std::vector<absl::Status> statuses;
+  statuses.reserve(batch.size());
+  for (Settlement& s : batch) {
+    switch (s.kind) {
+      case Settlement::Kind::kComplete:
+        statuses.push_back(CompleteJob(s.job_id, s.lease));
+        break;
+      case Settlement::Kind::kRetry:
+        statuses.push_back(RetryJob(s.job_id, s.lease, s.not_before, s.attempt));
+        break;
+      case Settlement::Kind::kBury:
+        statuses.push_back(BuryJob(s.job_id, s.lease, s.reason, s.attempt));
+        break;
+    }
+  }
+  std::move(done)(std::move(statuses));
 }
 
 }  // namespace hookrelay::collector
