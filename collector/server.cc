@@ -214,9 +214,6 @@ absl::Status Server::Start() {
     AudienceSyncer::Options audience_options;
     audience_options.clock = s.options.clock;
     audience_options.registry = s.registry.get();
-    audience_options.on_enqueued = [&s] {
-      if (s.dispatcher) s.dispatcher->Notify();
-    };
     s.audiences = std::make_unique<AudienceSyncer>(audience_options, *s.store);
   }
   if (absl::Status st = s.config->Start(); !st.ok()) return st;
@@ -253,7 +250,6 @@ absl::Status Server::Start() {
   s.dispatcher->Start();
   s.admin_core->SetDispatcher(s.dispatcher.get());
   Ingestor::Options ingestor_options;
-  ingestor_options.on_stored = [d = s.dispatcher.get()] { d->Notify(); };
   s.ingestor = std::make_unique<Ingestor>(ingestor_options, *s.routing, *s.store,
                                           *s.options.clock, s.metrics.get());
   s.service = std::make_unique<CollectorService>(*s.ingestor, *s.dispatcher, s.metrics.get(),

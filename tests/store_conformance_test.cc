@@ -41,6 +41,7 @@ using hookrelay::v1::Attempt;
 using hookrelay::v1::AudienceState;
 using hookrelay::v1::Deletion;
 using hookrelay::v1::Job;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
@@ -463,6 +464,30 @@ TEST_P(StoreConformanceTest, SettleABatch) {
   EXPECT_EQ(retried.back().job.message_id(), "m2");
   EXPECT_EQ(retried.back().job.attempts(), 1);
   EXPECT_EQ(calls->load(), 1);
+}
+
+// The one ready signal: raised when jobs are stored, and when a retry falls due on the store's
+// clock (a ManualClock's Advance is all it takes: no real time, no poll).
+TEST_P(StoreConformanceTest, ReadySignalForStoredJobsAndRetriesFallingDue) {
+  Open();
+  auto raised = std::make_shared<std::atomic<int>>(0);
+  store_->SetReadyCallback([raised] { raised->fetch_add(1); });
+  AppendAll({Event("m1")});
+  std::vector<LeasedJob> leased = LeaseN(1);  // On JetStream, the signal said when to ask.
+  ASSERT_EQ(leased.size(), 1u);
+  EXPECT_GE(raised->load(), 1);
+  ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now() + absl::Hours(1),
+                            MakeAttempt(clock_.Now(), 503))
+                  .ok());
+  // Whatever the engine did meanwhile (JetStream: the retry came back and is held), the count
+  // is taken once the retry is stored and not yet due.
+  EXPECT_THAT(LeaseThroughBarrier(), IsEmpty());
+  const int before = raised->load();
+  clock_.Advance(absl::Hours(1));
+  EXPECT_TRUE(Eventually([&] { return raised->load() > before; }))
+      << "no ready signal when the retry fell due";
+  EXPECT_THAT(MessageIds(LeaseThrough("m1")), Contains("m1"));
+  store_->SetReadyCallback(nullptr);
 }
 
 // DeadFilter's time range is [from, to): a job that died at `to` is not in it (the admin API's

@@ -125,17 +125,14 @@ int Dispatcher::stream_count() const {
 
 void Dispatcher::Run() {
   size_t next = 0;  // round-robin start
-  absl::Time pass_start = clock_.Now();
   while (true) {
     std::vector<std::shared_ptr<DeliveryStream>> streams;
     {
-      // The next scheduled job's due time or lease expiry, or the next poll, in the clock's
-      // time: with a manual clock, moving it is what wakes the loop. The poll counts from when
-      // the previous pass began, so a clock moved during a pass wakes the next one at once.
-      const absl::Time next_poll = std::min(pass_start + options_.poll_interval, store_.NextWake());
+      // No poll: every reason to look again is a Notify (the store's ready signal, which also
+      // covers retries falling due and leases running out on the store's clock; a new
+      // configuration; stream credits, outcomes and connections).
       absl::MutexLock lock(&mu_);
-      clock_.AwaitWithDeadline(mu_, absl::Condition(this, &Dispatcher::WakeOrStopping), next_poll);
-      pass_start = clock_.Now();
+      mu_.Await(absl::Condition(this, &Dispatcher::WakeOrStopping));
       wake_ = false;
       ++passes_;
       if (stopping_) return;

@@ -21,10 +21,10 @@
 // due when the destination can take it. A failed attempt whose every URL answered 410 Gone
 // disables the destination through Options::on_destination_gone (the admin API's path).
 //
-// One dispatch thread leases for every stream, round robin, woken by Notify() (new jobs, the
-// store's ready callback), by credits and outcomes, and when the store's next retry is due or
-// lease expires (JobQueue::NextWake); Options::poll_interval is only a safety net. It waits on
-// the injected clock, so a ManualClock's Advance wakes it.
+// One dispatch thread leases for every stream, round robin, woken by Notify() only: the store's
+// ready signal (JobQueue::SetReadyCallback: jobs stored, a retry falling due or a lease running
+// out on the store's clock, so a ManualClock's Advance wakes it through the store), a new
+// configuration, and the streams' credits, outcomes and connections. There is no poll.
 //
 // Shutdown stops leasing, waits up to Options::drain_timeout for the outcomes of jobs already
 // sent, then ends every stream with UNAVAILABLE and waits (up to 10 s) until every stream is done,
@@ -94,10 +94,6 @@ class Dispatcher {
     size_t max_batch = 256;
     // Credits one stream may hold at most, whatever it asks for.
     uint32_t max_credits = 20000;
-    // Idle re-check of the store, a safety net only: the loop is woken by new jobs (Notify),
-    // credits and outcomes, the store's ready callback, and sleeps until the store's NextWake
-    // (the next due retry or lease expiry).
-    absl::Duration poll_interval = absl::Seconds(1);
     // Shutdown waits this long for outcomes of jobs already sent.
     absl::Duration drain_timeout = absl::Seconds(5);
     // The outcome of a test job (Job.test, Admin.TestDestination), on a gRPC thread. The job is
@@ -172,7 +168,7 @@ class Dispatcher {
 
   // Streams currently open.
   int stream_count() const;
-  // Dispatch passes started so far (each after a wake, a due job or a poll). Tests wait for it
+  // Dispatch passes started so far (each after a Notify). Tests wait for it
   // to grow to know the loop has looked at the store after they moved a manual clock.
   int64_t passes() const;
 

@@ -87,6 +87,8 @@ class DispatcherTest : public ::testing::Test {
       return absl::OkStatus();
     };
     dispatcher_ = std::make_unique<Dispatcher>(options, *store_, *routing_, clock_, &registry_);
+    // As the server does: the store's ready signal is what wakes the dispatcher for jobs.
+    store_->SetReadyCallback([d = dispatcher_.get()] { d->Notify(); });
     dispatcher_->Start();
     service_ = std::make_unique<SubscribeService>(*dispatcher_);
     grpc::ServerBuilder builder;
@@ -99,6 +101,7 @@ class DispatcherTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (store_) store_->SetReadyCallback(nullptr);
     if (dispatcher_) dispatcher_->Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
@@ -122,8 +125,7 @@ class DispatcherTest : public ::testing::Test {
       EXPECT_TRUE(r.ok()) << r.status();
       done.Notify();
     });
-    done.WaitForNotification();
-    dispatcher_->Notify();
+    done.WaitForNotification();  // The store's ready signal wakes the dispatcher.
   }
 
   // Waits until the store's counts satisfy `pred` (polled: the dispatcher works on its thread).
@@ -326,6 +328,30 @@ TEST_F(DispatcherTest, RetryIsDueOnTheClock) {
   EXPECT_EQ(again[0].job().id(), first[0].job().id());
   EXPECT_EQ(again[0].job().attempts(), 1);
   EXPECT_EQ(Counter("hookrelay_dispatch_outcomes_total", "outcome", "retry"), 1);
+  stream.Close();
+}
+
+// No poll and no Notify from the test: a retry falling due on the store's clock is sent because
+// the store raises its ready signal when the clock reaches it.
+TEST_F(DispatcherTest, RetryFallingDueIsSentOnTheStoresReadySignal) {
+  Stream stream(*stub_, 10);
+  Append(1, "hook");
+  std::vector<Delivery> first = stream.Read(1);
+  ASSERT_EQ(first.size(), 1u);
+  SubscribeRequest request;
+  Outcome* outcome = request.mutable_outcomes()->add_outcomes();
+  outcome->set_job_id(first[0].job().id());
+  outcome->set_lease(first[0].lease());
+  outcome->set_kind(Outcome::RETRY);
+  outcome->mutable_not_before()->set_seconds(absl::ToUnixSeconds(clock_.Now() + absl::Hours(1)));
+  outcome->mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+  stream.Write(request);
+  ASSERT_TRUE(WaitCounts([](const JobCounts& c) { return c.scheduled == 1 && c.leased == 0; }));
+  clock_.Advance(absl::Hours(1));
+  std::vector<Delivery> again = stream.Read(1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].job().id(), first[0].job().id());
+  EXPECT_EQ(again[0].job().attempts(), 1);
   stream.Close();
 }
 

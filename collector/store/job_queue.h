@@ -165,21 +165,21 @@ class JobQueue {
   // leases and reads keep working. Cheap; any thread.
   virtual absl::Status WriteHealth() const = 0;
 
-  // Called (on a store thread; must not block) when jobs became leasable that an earlier Lease
-  // could not return: an engine that fetches jobs from elsewhere (JetStream) uses it so that
-  // the dispatcher needs no polling for them. The embedded engine's new jobs are announced by
-  // the ingest path, its retries by NextDue: it never calls it. Set before the first Lease.
-  virtual void SetReadyCallback(std::function<void()> ready) { (void)ready; }
+  // The one ready signal: `ready` is called (on a store thread; must not block, must not call
+  // the store) whenever jobs may have become leasable that an earlier Lease could not return:
+  // jobs stored (appends, replays, deletion notifications, audience identify calls), a retry or
+  // deferral falling due on the store's clock, a lease running out, or jobs arriving from an
+  // engine's servers. Every engine raises it; a caller needs no polling (with a ManualClock,
+  // moving the clock raises it for what falls due). Set before the first Lease; an empty
+  // function stops the calls (it returns once no call is running).
+  virtual void SetReadyCallback(std::function<void()> ready) = 0;
 
   // A replicated engine reads them from its servers: they follow appends and outcomes by a
   // moment.
   virtual JobCounts Counts() = 0;
-  // The earliest due time of a scheduled job, or InfiniteFuture.
+  // The earliest due time of a scheduled job, or InfiniteFuture (tests on a ManualClock move it
+  // there).
   virtual absl::Time NextDue() = 0;
-  // When jobs may become leasable without an append or a ready callback: the next due time or
-  // the earliest lease expiry; the dispatcher sleeps until then (or until woken). InfiniteFuture
-  // when nothing is pending.
-  virtual absl::Time NextWake() { return NextDue(); }
 };
 
 // Counts a delivery attempt in a job: attempts + 1, the first attempt's time (the retry window

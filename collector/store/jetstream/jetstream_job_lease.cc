@@ -25,8 +25,7 @@ constexpr size_t kAckBurstSize = 256;
 }  // namespace
 
 void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
-  absl::MutexLock lock(&ready_mu_);  // Waits for a call in progress.
-  ready_ = std::move(ready);
+  ready_signal_->Set(std::move(ready));
 }
 
 void JetStreamJobStore::FetchLoop() {
@@ -68,8 +67,7 @@ void JetStreamJobStore::FetchLoop() {
       demand_ -= std::min<size_t>(demand_, static_cast<size_t>(list.Count));
     }
     natsMsgList_Destroy(&list);
-    absl::MutexLock lock(&ready_mu_);
-    if (ready_) ready_();
+    ready_signal_->Raise();
   }
 }
 
@@ -137,6 +135,8 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max) {
     }
     out.push_back(std::move(leased));
   }
+  // Jobs held, jobs leased: the ready signal's timer looks at NextDue again.
+  ready_signal_->Reschedule();
   return out;
 }
 
@@ -279,6 +279,7 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
     if (scheduled_due_.size() >= 100'000) scheduled_due_.erase(scheduled_due_.begin());
     scheduled_due_.insert(job.due_unix_ms());
   }
+  ready_signal_->Reschedule();
   return st;
 }
 

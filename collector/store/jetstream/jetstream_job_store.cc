@@ -123,6 +123,8 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   js_options.PublishAsync.MaxPending = 65536;
   s = natsConnection_JetStream(&store->js_, store->nc_, &js_options);
   if (s != NATS_OK) return NatsError("JetStream context", s);
+  store->ready_signal_ = std::make_unique<ReadySignal>(
+      store->clock_, [raw = store.get()] { return raw->NextDue(); });
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
   store->acker_ = std::thread([raw = store.get()] { raw->AckLoop(); });
   absl::StatusOr<std::unique_ptr<JetStreamUserData>> user_data =
@@ -169,6 +171,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
 }
 
 JetStreamJobStore::~JetStreamJobStore() {
+  if (ready_signal_) ready_signal_->Stop();  // No ready call and no timer from here on.
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;

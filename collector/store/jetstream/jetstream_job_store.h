@@ -49,6 +49,7 @@
 #include "collector/store/jetstream/jetstream_layout.h"
 // The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
 #include "collector/store/jetstream/jetstream_subjects.h"
+#include "collector/store/ready_signal.h"
 #include "collector/store/store.h"
 #include "common/clock.h"
 
@@ -269,8 +270,9 @@ class JetStreamJobStore final : public Store {
   std::deque<std::pair<absl::Time, natsMsg*>> fetched_ ABSL_GUARDED_BY(mu_);
   size_t demand_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar fetch_cv_;
-  absl::Mutex ready_mu_;
-  std::function<void()> ready_ ABSL_GUARDED_BY(ready_mu_);
+  // The ready signal: raised by the fetcher when jobs arrive, and by its timer on the store's
+  // clock when a held job falls due (NextDue). Created by Open, stopped first by the destructor.
+  std::unique_ptr<ReadySignal> ready_signal_;
   // Publishes refused for a moment (no responders while a node rejoins, a leader election) are
   // sent again after a pause, for up to kRepublishFor, by this thread.
   void RepublishLoop();

@@ -119,6 +119,7 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "scanning dead letters"));
   RETURN_IF_ERROR(write_chunk());
+  if (replayed > 0) ready_signal_->Raise();
   return replayed;
 }
 

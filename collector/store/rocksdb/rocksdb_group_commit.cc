@@ -476,6 +476,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       }
     }
   }
+  if (group.status.ok() && !group.new_ids.empty()) ready_signal_->Raise();
   if (group.status.ok() && group.duplicates > 0 && metrics_.duplicates != nullptr) {
     metrics_.duplicates->Increment(static_cast<double>(group.duplicates));
   }
@@ -570,12 +571,15 @@ absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
     RevertDueCountsLocked(deltas);
     return WriteFailed(s, what);
   }
-  absl::MutexLock lock(&mu_);
-  for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
-  if (!ids.empty()) {
-    CountJobLocked(now_ms, static_cast<int64_t>(ids.size()));
-    published_id_ = std::max(published_id_, ids.back());
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    if (!ids.empty()) {
+      CountJobLocked(now_ms, static_cast<int64_t>(ids.size()));
+      published_id_ = std::max(published_id_, ids.back());
+    }
   }
+  if (!ids.empty()) ready_signal_->Raise();
   return absl::OkStatus();
 }
 

@@ -102,6 +102,8 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
   RETURN_IF_ERROR(store->RegisterMetrics());
   RETURN_IF_ERROR(store->OpenDb());
   RETURN_IF_ERROR(store->Recover());
+  store->ready_signal_ = std::make_unique<ReadySignal>(
+      store->clock_, [raw = store.get()] { return raw->NextWake(); });
   store->preparer_ = std::thread([s = store.get()] { s->PrepareLoop(); });
   store->writer_ = std::thread([s = store.get()] { s->WriteLoop(); });
   store->recoverer_ = std::thread([s = store.get()] { s->RecoverLoop(); });
@@ -116,6 +118,7 @@ RocksDbJobStore::RocksDbJobStore(Options options, common::Clock& clock)
 }
 
 RocksDbJobStore::~RocksDbJobStore() {
+  if (ready_signal_) ready_signal_->Stop();  // No ready call and no timer from here on.
   {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
@@ -422,6 +425,10 @@ absl::StatusOr<bool> RocksDbJobStore::HasDedupKeyForTesting(std::string_view ded
   if (s.IsNotFound()) return false;
   RETURN_IF_ERROR(FromRocks(s, "reading a dedup key"));
   return true;
+}
+
+void RocksDbJobStore::SetReadyCallback(std::function<void()> ready) {
+  ready_signal_->Set(std::move(ready));
 }
 
 }  // namespace hookrelay::collector

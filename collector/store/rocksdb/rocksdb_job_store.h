@@ -92,6 +92,7 @@
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
+#include "collector/store/ready_signal.h"
 #include "collector/store/store.h"
 #include "common/clock.h"
 
@@ -192,7 +193,9 @@ class RocksDbJobStore final : public Store {
   absl::Status SaveConfig(std::string_view bytes) override;
   JobCounts Counts() override;
   absl::Time NextDue() override;
-  absl::Time NextWake() override;
+  // Raised when a group or an exclusive op publishes jobs, after Replay, and by a timer on the
+  // store's clock at NextWake.
+  void SetReadyCallback(std::function<void()> ready) override;
 
   // Waits until every write queued before the call is committed.
   void Flush();
@@ -395,6 +398,10 @@ class RocksDbJobStore final : public Store {
   void PushQueuedLocked(const QueuedJob& job, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextLeaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // When jobs may become leasable without a write: the next due time or the earliest lease
+  // expiry (InfiniteFuture when nothing is pending). The ready signal's timer waits for it.
+  absl::Time NextWake();
+
   // Constant after Open.
   const Options options_;
   common::Clock& clock_;
@@ -414,6 +421,8 @@ class RocksDbJobStore final : public Store {
   std::thread preparer_;
   std::thread writer_;
   std::thread recoverer_;
+  // The ready signal (SetReadyCallback); created by Open, stopped first by the destructor.
+  std::unique_ptr<ReadySignal> ready_signal_;
 
   // Owned by the preparer thread (and by Open before it starts): ids are assigned there only.
   uint64_t next_id_ = 1;

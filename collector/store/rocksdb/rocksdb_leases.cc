@@ -211,6 +211,8 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max) {
       it->second.user_hash = user_hashes[j];
     }
   }
+  // New lease deadlines, jobs promoted: the ready signal's timer looks again.
+  if (!out.empty()) ready_signal_->Reschedule();
   return out;
 }
 
@@ -352,6 +354,7 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   op.due_ms = info.due_ms;
   op.fresh = info.fresh;
   Enqueue(std::move(op));
+  ready_signal_->Reschedule();  // A new due time.
   return absl::OkStatus();
 }
 

@@ -1,0 +1,74 @@
+#include "collector/store/ready_signal.h"
+
+#include <utility>
+
+namespace hookrelay::collector {
+
+ReadySignal::ReadySignal(const common::Clock& clock, std::function<absl::Time()> next_wake)
+    : clock_(clock), next_wake_(std::move(next_wake)) {}
+
+ReadySignal::~ReadySignal() { Stop(); }
+
+void ReadySignal::Stop() {
+  {
+    absl::MutexLock lock(&callback_mu_);
+    ready_ = nullptr;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (timer_.joinable()) timer_.join();
+}
+
+void ReadySignal::Set(std::function<void()> ready) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  {
+    absl::MutexLock callback_lock(&callback_mu_);
+    ready_ = std::move(ready);
+  }
+  if (!started_ && !stopping_) {
+    started_ = true;
+    timer_ = std::thread([this] { TimerLoop(); });
+  }
+}
+
+void ReadySignal::Raise() {
+  absl::MutexLock lock(&callback_mu_);
+  if (ready_) ready_();
+}
+
+void ReadySignal::Reschedule() {
+  absl::MutexLock lock(&mu_);
+  kicked_ = true;
+}
+
+void ReadySignal::TimerLoop() {
+  // The last time the signal was raised for: a wake at or before it waits for a Reschedule.
+  absl::Time raised_for = absl::InfinitePast();
+  for (;;) {
+    const absl::Time next = next_wake_();
+    const absl::Time deadline = next > raised_for ? next : absl::InfiniteFuture();
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return kicked_ || stopping_; };
+      if (deadline == absl::InfiniteFuture()) {
+        mu_.Await(absl::Condition(&woken));
+      } else {
+        clock_.AwaitWithDeadline(mu_, absl::Condition(&woken), deadline);
+      }
+      if (stopping_) return;
+      if (kicked_) {
+        kicked_ = false;
+        raised_for = absl::InfinitePast();
+        // Looks again at once: a wake already due is raised below on the next round.
+        if (clock_.Now() < deadline || deadline == absl::InfiniteFuture()) continue;
+      }
+    }
+    raised_for = deadline;
+    Raise();
+  }
+}
+
+}  // namespace hookrelay::collector
