@@ -116,7 +116,6 @@ absl::Status AdminCore::ReplayDeadLetters(const std::string& who,
                                             {"replayed", *replayed},
                                             {"who", who}});
   response->set_replayed(*replayed);
-  if (Dispatcher* dispatcher = dispatcher_.load(); dispatcher != nullptr) dispatcher->Notify();
   return absl::OkStatus();
 }
 

@@ -170,7 +170,6 @@ absl::Status AdminCore::CreateDeletion(const std::string& who,
                      {"who", who}});
     common::LogDebug("deletion user", {{"deletion", done.id()}, {"user_id", user}});
     if (done.notifications() > 0) {
-      if (Dispatcher* dispatcher = dispatcher_.load(); dispatcher != nullptr) dispatcher->Notify();
     }
   }
   *response = done;

@@ -271,7 +271,6 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
   plan.stats.set_last_exited(exited);
   plan.stats.set_last_duration_ms(static_cast<int64_t>(elapsed.count() * 1000));
   plan.stats.set_last_first(first);
-  const bool enqueued = !plan.jobs.empty();
   ASSIGN_OR_RETURN(AudienceState state, store_.CommitAudienceSync(std::move(plan)));
   const std::chrono::duration<double> total = std::chrono::steady_clock::now() - started;
   if (duration_ != nullptr) duration_->Observe(total.count());
@@ -284,7 +283,6 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
     changes_->Add({{"audience", a.id()}, {"direction", "exited"}})
         .Increment(static_cast<double>(exited));
   }
-  if (enqueued && options_.on_enqueued) options_.on_enqueued();
   common::LogInfo("audience synced", {{"audience", a.id()},
                                       {"first", first},
                                       {"evaluated", evaluated},

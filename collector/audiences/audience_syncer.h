@@ -47,8 +47,6 @@ class AudienceSyncer {
     prometheus::Registry* registry = nullptr;
     // Users read and evaluated per store round trip.
     size_t chunk = 1000;
-    // Called after a commit that enqueued identify calls (wakes the dispatcher). Optional.
-    std::function<void()> on_enqueued;
   };
 
   AudienceSyncer(Options options, UserDataStore& store);

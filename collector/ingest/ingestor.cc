@@ -127,7 +127,6 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
           finish(std::move(done), std::move(appended).status());
           return;
         }
-        if (options_.on_stored) options_.on_stored();
         if (metrics_) {
           // Count stored events by type; runs of equal types (the common case) in one call.
           size_t i = 0;

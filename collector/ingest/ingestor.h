@@ -44,9 +44,6 @@ class Ingestor {
     // Events accepted but not yet durable, across all requests; beyond it requests are refused
     // with RESOURCE_EXHAUSTED (HTTP 429) instead of queueing without bound.
     size_t max_pending_events = 250000;
-    // Called (on a store thread, must not block) after each append that stored new jobs, e.g. to
-    // wake the dispatcher. Optional.
-    std::function<void()> on_stored;
   };
   // Runs once: on a store thread after the append, or inline for an early refusal.
   using Done = absl::AnyInvocable<void(absl::StatusOr<IngestOutcome>) &&>;

@@ -44,12 +44,19 @@ void ReadySignal::Reschedule() {
   kicked_ = true;
 }
 
+void ReadySignal::RaiseSoon() {
+  absl::MutexLock lock(&mu_);
+  kicked_ = true;
+  raise_soon_ = true;
+}
+
 void ReadySignal::TimerLoop() {
   // The last time the signal was raised for: a wake at or before it waits for a Reschedule.
   absl::Time raised_for = absl::InfinitePast();
   for (;;) {
     const absl::Time next = next_wake_();
     const absl::Time deadline = next > raised_for ? next : absl::InfiniteFuture();
+    bool raise = false;
     {
       absl::MutexLock lock(&mu_);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return kicked_ || stopping_; };
@@ -62,12 +69,15 @@ void ReadySignal::TimerLoop() {
       if (kicked_) {
         kicked_ = false;
         raised_for = absl::InfinitePast();
-        // Looks again at once: a wake already due is raised below on the next round.
-        if (clock_.Now() < deadline || deadline == absl::InfiniteFuture()) continue;
+        raise = raise_soon_;
+        raise_soon_ = false;
+        // A wake already due is raised on the next round, once next_wake is read again.
+      } else {
+        raised_for = deadline;  // The deadline came.
+        raise = true;
       }
     }
-    raised_for = deadline;
-    Raise();
+    if (raise) Raise();
   }
 }
 

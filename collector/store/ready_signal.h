@@ -44,6 +44,9 @@ class ReadySignal {
   void Raise();
   // The next wake time may have changed: the timer looks again.
   void Reschedule();
+  // Raise, from the timer thread: for callers holding a lock the callback must not wait behind
+  // (a job made ready inside the store's own critical section).
+  void RaiseSoon();
   // Clears the callback (later Raise calls do nothing; waits for a call in progress) and joins
   // the timer thread, so next_wake is not called any more. An engine calls it first in its
   // destructor, while its state is whole. Idempotent.
@@ -60,6 +63,7 @@ class ReadySignal {
 
   absl::Mutex mu_;
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
+  bool raise_soon_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;

@@ -309,6 +309,7 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
       published_id_ = std::max(published_id_, new_ids.back());
     }
   }
+  if (!new_ids.empty()) ready_signal_->Raise();  // The notifications are ready.
   for (const std::string& source : record.source_ids()) {
     const uint64_t seen = SeenHash(user, source);
     seen_cache_[seen & (kSeenCacheSlots - 1)].store(0, std::memory_order_relaxed);

@@ -354,7 +354,11 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   op.due_ms = info.due_ms;
   op.fresh = info.fresh;
   Enqueue(std::move(op));
-  ready_signal_->Reschedule();  // A new due time.
+  if (job.due_unix_ms() <= now_ms) {
+    ready_signal_->RaiseSoon();  // Ready again at once.
+  } else {
+    ready_signal_->Reschedule();  // A new due time.
+  }
   return absl::OkStatus();
 }
 
