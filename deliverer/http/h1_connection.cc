@@ -119,6 +119,16 @@ bool H1Connection::StillOpen() {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// After an EOF: whether a reset arrived behind the receiver's FIN (Linux reports the FIN first and
+// keeps the reset as the socket's pending error). The reset means our request reached a socket the
+// receiver had already closed, unread.
+bool H1Connection::ResetPending() {
+  int error = 0;
+  socklen_t length = sizeof(error);
+  if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) return false;
+  return error == ECONNRESET || error == EPIPE;
+}
+
 void H1Connection::Retire() {
   if (retired_) return;
   retired_ = true;
@@ -280,7 +290,7 @@ void H1Connection::OnRead(const error_code& ec) {
   if (ec) {
     const bool nothing_received = !parser_->got_some() && buffer_.size() == 0;
     if (nothing_received && reused() && !request_.retried &&
-        (IsReset(ec) || IsReset(write_error_))) {
+        (IsReset(ec) || IsReset(write_error_) || (IsEof(ec) && ResetPending()))) {
       Close();
       End(ExchangeEnd::kRetry);
       return;

@@ -147,6 +147,7 @@ class H1Connection {
   void Read();
   void OnWrite(const boost::system::error_code& ec);
   void OnRead(const boost::system::error_code& ec);
+  bool ResetPending();
   void ArmTimer();
   void OnTimer();
   void Fail(TransportError error, std::string detail);
