@@ -260,8 +260,24 @@ void H1Connection::Exchange() {
                      Guarded([this](error_code ec, size_t) { OnWrite(ec); }));
   });
   // The response is read while the request is written: a receiver may answer (and close) before
-  // it has read a large body.
-  Read();
+  // it has read a large body. On plain TCP the read starts once the socket is readable: started
+  // now it would first try a recv that cannot succeed yet (a system call per request for
+  // nothing). The TLS stream reads through its own buffers, so it starts at once.
+  if (tls_) {
+    Read();
+    return;
+  }
+  reading_ = true;
+  parser_.emplace(outcome_.retry_after);  // OnRead looks at it if the wait fails
+  socket_.async_wait(tcp::socket::wait_read, Guarded([this](error_code ec) {
+                       reading_ = false;
+                       if (!busy_) return;
+                       if (ec) {
+                         OnRead(ec);
+                         return;
+                       }
+                       Read();
+                     }));
 }
 
 void H1Connection::Read() {
