@@ -175,6 +175,13 @@ class HttpSender::Worker final : public http::H1ConnectionOwner {
 
   void ExchangeDone(H1Connection& c, http::ExchangeOutcome& outcome) override;
 
+  void IdleConnectionLost(H1Connection& c) override {
+    Host* host = static_cast<Host*>(c.host);
+    if (c.idle_hook.is_linked()) --idle_count_;
+    c.Retire();  // unlinks it from the pool
+    ForgetIfIdle(host);
+  }
+
  private:
   // One receiver host's slots, the requests waiting for one, and its idle connections.
   struct Host {

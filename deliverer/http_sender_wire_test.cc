@@ -243,6 +243,45 @@ TEST(HttpSenderWireTest, ResetBeforeAnyAnswerIsRetriedOnAFreshConnection) {
   EXPECT_THAT(processed, ::testing::ElementsAre("first", "second"));
 }
 
+// A receiver that times out an idle connection with a 408 and a close: the next request still
+// gets its own answer on a fresh connection (the 408 is never taken for it), and arrives once.
+TEST(HttpSenderWireTest, IdleTimeout408IsNotTheNextRequestsAnswer) {
+  absl::Mutex mu;
+  std::vector<std::string> processed;
+  absl::Notification timed_out;
+  RawServer server([&](int index, int fd) {
+    std::string buffer;
+    while (std::optional<std::string> body = ReadRequest(fd, buffer)) {
+      {
+        absl::MutexLock lock(&mu);
+        processed.push_back(*body);
+      }
+      WriteAll(fd, kOk);
+      if (index == 0) {
+        WriteAll(fd, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        shutdown(fd, SHUT_WR);
+        timed_out.Notify();
+        char sink[4096];
+        while (recv(fd, sink, sizeof(sink), 0) > 0) {
+        }
+        break;
+      }
+    }
+    close(fd);
+  });
+  auto sender = MakeSender();
+  ASSERT_NE(sender, nullptr);
+  EXPECT_EQ(SendAndWait(*sender, Post(server.Url(), "first")).result.status, 200);
+  ASSERT_TRUE(timed_out.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const HttpResult r = SendAndWait(*sender, Post(server.Url(), "second"));
+  EXPECT_EQ(r.result.error, TransportError::kNone) << r.error_detail;
+  EXPECT_EQ(r.result.status, 200);
+  EXPECT_EQ(server.accepted(), 2);
+  sender.reset();
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(processed, ::testing::ElementsAre("first", "second"));
+}
+
 // The receiver reads the whole request, then closes without answering: it may have processed it,
 // so the sender reports it (kConnect) and does not send it again. The barrier: a third request
 // afterwards is the first thing the next connection carries.

@@ -112,12 +112,7 @@ void H1Connection::Begin(SlotRequest request) {
 
 SlotRequest H1Connection::TakeRequest() { return std::move(request_); }
 
-bool H1Connection::StillOpen() {
-  if (!connected_ || !socket_.is_open()) return false;
-  char byte;
-  const ssize_t n = recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
+bool H1Connection::StillOpen() const { return connected_ && reading_ && socket_.is_open(); }
 
 // After an EOF: whether a reset arrived behind the receiver's FIN (Linux reports the FIN first and
 // keeps the reset as the socket's pending error). The reset means our request reached a socket the
@@ -260,29 +255,13 @@ void H1Connection::Exchange() {
                      Guarded([this](error_code ec, size_t) { OnWrite(ec); }));
   });
   // The response is read while the request is written: a receiver may answer (and close) before
-  // it has read a large body. On plain TCP the read starts once the socket is readable: started
-  // now it would first try a recv that cannot succeed yet (a system call per request for
-  // nothing). The TLS stream reads through its own buffers, so it starts at once.
-  if (tls_) {
-    Read();
-    return;
-  }
-  reading_ = true;
-  parser_.emplace(outcome_.retry_after);  // OnRead looks at it if the wait fails
-  socket_.async_wait(tcp::socket::wait_read, Guarded([this](error_code ec) {
-                       reading_ = false;
-                       if (!busy_) return;
-                       if (ec) {
-                         OnRead(ec);
-                         return;
-                       }
-                       Read();
-                     }));
+  // it has read a large body. On a reused connection the read is already waiting (ReadAhead).
+  if (!reading_) Read();
 }
 
 void H1Connection::Read() {
   reading_ = true;
-  parser_.emplace(outcome_.retry_after);
+  parser_.emplace(retry_after_);
   WithStream([this](auto& stream) {
     beast::http::async_read(stream, buffer_, *parser_,
                             Guarded([this](error_code ec, size_t) { OnRead(ec); }));
@@ -302,7 +281,13 @@ void H1Connection::OnWrite(const error_code& ec) {
 
 void H1Connection::OnRead(const error_code& ec) {
   reading_ = false;
-  if (!busy_) return;
+  if (!busy_) {
+    // The read waiting on an idle connection ended: the receiver closed it, reset it or sent
+    // something nobody asked for (a 408, say). Either way it cannot carry a request.
+    Close();
+    owner_.IdleConnectionLost(*this);
+    return;
+  }
   if (ec) {
     const bool nothing_received = !parser_->got_some() && buffer_.size() == 0;
     if (nothing_received && reused() && !request_.retried &&
@@ -335,6 +320,13 @@ void H1Connection::OnRead(const error_code& ec) {
     Read();  // an interim response: the final one follows
     return;
   }
+  if (status == 408 && reused() && !request_.retried) {
+    // A receiver closing an idle connection may say so with a 408 first; when that answer raced
+    // with our request, it is not the request's answer (408: the request was not received whole).
+    Close();
+    End(ExchangeEnd::kRetry);
+    return;
+  }
   outcome_.status = status;
   outcome_.http_version = parser_->http_version();
   responded_ = true;
@@ -345,8 +337,17 @@ void H1Connection::OnRead(const error_code& ec) {
     End(ExchangeEnd::kResponse);
     return;
   }
+  outcome_.retry_after.assign(retry_after_);
   reusable_ = parser_->keep_alive() && !write_error_ && buffer_.size() == 0;
-  if (!reusable_) Close();
+  if (reusable_) {
+    // Wait for the next response at once, before the connection goes back to the pool: it costs
+    // no system call (the socket was just drained, so Asio waits for epoll rather than trying a
+    // recv), tells the pool as soon as the receiver closes the idle connection, and the next
+    // exchange on it needs no read of its own.
+    Read();
+  } else {
+    Close();
+  }
   End(ExchangeEnd::kResponse);
 }
 

@@ -22,6 +22,8 @@
 //              unread (or arriving after the close), so none of it can have been processed and it
 //              may be sent again on a fresh connection. A clean close (EOF) before any response
 //              byte is kFailed instead: the receiver may have read and processed the request.
+//              Likewise a 408 on a reused connection (a receiver timing out an idle connection
+//              may send one; if it crossed our request on the wire it is not that request's answer).
 //   kHttp2     the TLS handshake selected h2: nothing was sent; the owner routes the host elsewhere.
 //
 // Not thread-safe: every call and every handler runs on the owner's io_context thread. Lifetime:
@@ -85,6 +87,9 @@ class H1ConnectionOwner {
   // The exchange ended. The connection is idle (not busy()); its request is still in it (take it
   // with TakeRequest). Runs inside the connection's handler: the owner may Retire it.
   virtual void ExchangeDone(H1Connection& connection, ExchangeOutcome& outcome) = 0;
+  // A pooled (idle) connection was closed by the receiver. Runs inside the connection's handler:
+  // the owner takes it out of its pool and retires it.
+  virtual void IdleConnectionLost(H1Connection& connection) = 0;
 
  protected:
   ~H1ConnectionOwner() = default;
@@ -116,9 +121,11 @@ class H1Connection {
   bool reusable() const { return reusable_; }
   // Served at least one exchange.
   bool reused() const { return exchanges_ > 0; }
-  // A non-blocking look at an idle connection: false when the receiver closed it or sent bytes
-  // nobody asked for (either way it cannot carry a request).
-  bool StillOpen();
+  // An idle connection still fit for a request. While pooled a connection keeps a read waiting
+  // for its next response; when that read ends first (the receiver closed the connection or sent
+  // bytes nobody asked for) the owner is told (IdleConnectionLost). A close that the read has not
+  // seen yet is the reset case of kRetry.
+  bool StillOpen() const;
 
   // Closes the connection; it deletes itself once nothing of it is pending. Idempotent.
   void Retire();
@@ -175,6 +182,7 @@ class H1Connection {
   std::array<boost::asio::const_buffer, 2> buffers_;
   boost::beast::flat_buffer buffer_;
   std::optional<ResponseParser> parser_;
+  std::string retry_after_;  // the parser's; copied into outcome_ when a response is complete
   Phase phase_ = Phase::kResolving;
   bool busy_ = false;
   bool connected_ = false;
