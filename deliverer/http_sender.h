@@ -27,19 +27,22 @@
 // (HttpResult::queued).
 //
 // Connections: HTTP keep-alive always: a connection goes back to its thread's pool for its host
-// after its request and is reused by the next one to that host (most recently used first; one
-// found closed by the receiver is dropped before anything is written to it). No pipelining: a
-// connection carries one request at a time. A request on a reused connection that the receiver
-// resets before any byte of an answer is sent once more on a fresh connection (the reset shows
-// that the request was never read whole); a clean close without an answer is reported (kConnect),
-// since the receiver may have processed it.
+// after its request and is reused by the next one to that host (most recently used first). A
+// pooled connection keeps a read waiting, so one that the receiver closes (or sends anything on)
+// while idle leaves the pool as soon as that read ends. No pipelining: a connection carries one
+// request at a time. A request on a reused connection that the receiver resets before any byte of
+// an answer (the reset shows that the request was never read whole), or answers with a 408 (a
+// receiver's idle timeout that crossed the request), is sent once more on a fresh connection; a
+// clean close without an answer is reported (kConnect), since the receiver may have processed it.
 //
 // Transports: plain http:// is always HTTP/1.1 (no h2c upgrade), on deliverer/http/h1_connection.h.
 // https:// connections offer ALPN "h2,http/1.1"; when a receiver selects http/1.1 (or offers no
 // ALPN) the connection is used as above. When it selects h2, the connection is closed before
-// anything was sent, the worker remembers the host as HTTP/2, and that request and every later one
-// to the host go through libcurl's multi interface (deliverer/http/curl_sender.h), multiplexed
-// over shared connections, still within this sender's slots and timeouts.
+// anything was sent, the worker remembers the host as HTTP/2 (for the sender's lifetime), and that
+// request and every later one to the host go through libcurl's multi interface
+// (deliverer/http/curl_sender.h, one extra thread, started on first use), multiplexed over shared
+// connections, still within this sender's slots and timeouts (the request's remaining time is
+// libcurl's timeout).
 //
 // Threading: Options::threads worker threads, each with its own io_context, connection pools,
 // per-host queues and slots; requests are spread round-robin. Send() is thread-safe and never
