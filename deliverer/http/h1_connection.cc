@@ -248,14 +248,13 @@ void H1Connection::Exchange() {
     buffers_ = {net::buffer(head_), net::buffer(body)};
   }
   writing_ = true;
-  responded_ = false;
   write_error_ = {};
   WithStream([this](auto& stream) {
     net::async_write(stream, buffers_,
                      Guarded([this](error_code ec, size_t) { OnWrite(ec); }));
   });
   // The response is read while the request is written: a receiver may answer (and close) before
-  // it has read a large body. On a reused connection the read is already waiting (ReadAhead).
+  // it has read a large body. On a reused connection the read is already waiting (see OnRead).
   if (!reading_) Read();
 }
 
@@ -271,12 +270,9 @@ void H1Connection::Read() {
 void H1Connection::OnWrite(const error_code& ec) {
   writing_ = false;
   if (!busy_) return;
-  if (ec) {
-    // The read decides: a response may still arrive, or the reset shows there too.
-    write_error_ = ec;
-    return;
-  }
-  if (responded_) End(ExchangeEnd::kResponse);
+  // An error: the read decides (a response may still arrive, or the reset shows there too).
+  // Success: the read's end ends the exchange.
+  write_error_ = ec;
 }
 
 void H1Connection::OnRead(const error_code& ec) {
@@ -329,7 +325,6 @@ void H1Connection::OnRead(const error_code& ec) {
   }
   outcome_.status = status;
   outcome_.http_version = parser_->http_version();
-  responded_ = true;
   if (writing_) {
     // Answered before the whole request was written: the response counts, the connection cannot
     // carry another request.

@@ -189,7 +189,6 @@ class H1Connection {
   bool reusable_ = false;
   bool writing_ = false;
   bool reading_ = false;
-  bool responded_ = false;
   boost::system::error_code write_error_;
   uint64_t exchanges_ = 0;
 
