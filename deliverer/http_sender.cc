@@ -1,22 +1,19 @@
 #include "deliverer/http_sender.h"
 
-#include <curl/curl.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <sys/socket.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/intrusive/list.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -24,218 +21,138 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
-#include "common/log.h"
-#include "common/strings.h"
-#include "deliverer/address_policy.h"
+#include "deliverer/http/curl_sender.h"
+#include "deliverer/http/h1_connection.h"
+#include "deliverer/http/request_head.h"
+#include "deliverer/http/tls.h"
+#include "deliverer/http/url.h"
 
 namespace hookrelay::deliverer {
 namespace {
 
-constexpr char kUserAgent[] = "hookrelay/1.0";
+namespace net = boost::asio;
+using http::H1Connection;
+using http::SlotRequest;
+
 constexpr char kShuttingDown[] = "sender shutting down";
-// Idle easy handles kept per worker for reuse; beyond this they are freed (each holds buffers).
-// (Handles in use are bounded by the slots: max_host_connections per host.)
-constexpr size_t kMaxIdleHandles = 256;
-// curl_multi_poll waits at most this long when curl has no earlier timer of its own.
-constexpr int kMaxPollMs = 1000;
+// An idle connection older than this is closed rather than reused (as libcurl does by default):
+// a receiver's idle timeout has most likely closed it already.
+constexpr std::chrono::seconds kMaxIdleAge(118);
 
-absl::Status GlobalInit() {
-  static std::once_flag once;
-  static CURLcode rc = CURLE_OK;
-  std::call_once(once, [] { rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (rc != CURLE_OK) {
-    return absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(rc)));
-  }
-  return absl::OkStatus();
+std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(d));
 }
 
-TransportError MapCurlError(CURLcode code) {
-  switch (code) {
-    case CURLE_OK:
-      return TransportError::kNone;
-    case CURLE_OPERATION_TIMEDOUT:
-      return TransportError::kTimeout;
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-      return TransportError::kConnect;
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_CRL_BADFILE:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-    case CURLE_SSL_INVALIDCERTSTATUS:
-      return TransportError::kTlsVerification;
-    default:
-      return TransportError::kOther;
-  }
-}
-
-bool HasControlBytes(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
-}
-
-bool HasHeader(const HttpRequest& request, std::string_view name) {
-  for (const auto& [n, v] : request.headers) {
-    if (absl::EqualsIgnoreCase(common::ToAbsl(n), common::ToAbsl(name))) return true;
-  }
-  return false;
-}
-
-long TimeoutMs(absl::Duration timeout) {
-  const int64_t ms = absl::ToInt64Milliseconds(timeout);
-  return static_cast<long>(std::clamp<int64_t>(ms, 1, std::numeric_limits<int32_t>::max()));
-}
-
-// The key of a receiver host's connection slots: scheme://host:port, lower case, the scheme's
-// default port filled in, user info dropped. Not a validating parser: libcurl rejects what is
-// malformed, and a malformed URL only needs some stable key.
-std::string HostKey(std::string_view url) {
-  const size_t scheme_end = url.find("://");
-  const std::string_view scheme =
-      scheme_end == std::string_view::npos ? std::string_view() : url.substr(0, scheme_end);
-  const std::string_view authority = UrlHost(url);
-  std::string key = absl::AsciiStrToLower(absl::StrCat(common::ToAbsl(scheme), "://",
-                                                       common::ToAbsl(authority)));
-  // A port is present when the last ':' comes after any IPv6 literal's ']'.
-  const size_t colon = authority.rfind(':');
-  const size_t bracket = authority.rfind(']');
-  const bool has_port =
-      colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket);
-  if (!has_port) {
-    if (absl::EqualsIgnoreCase(common::ToAbsl(scheme), "https")) {
-      key += ":443";
-    } else if (absl::EqualsIgnoreCase(common::ToAbsl(scheme), "http")) {
-      key += ":80";
-    }
-  }
-  return key;
-}
-
-int HttpVersionNumber(long curl_version) {
-  switch (curl_version) {
-    case CURL_HTTP_VERSION_1_0:
-      return 10;
-    case CURL_HTTP_VERSION_1_1:
-      return 11;
-    case CURL_HTTP_VERSION_2_0:
-      return 20;
-    case CURL_HTTP_VERSION_3:
-      return 30;
-    default:
-      return 0;
-  }
+// `started`: when the request got its slot, if it did.
+HttpResult ShutdownResult(std::string url, absl::Time queued, std::optional<absl::Time> started) {
+  const absl::Time now = absl::Now();
+  HttpResult r;
+  r.result.url = std::move(url);
+  r.result.error = TransportError::kOther;
+  r.error_detail = kShuttingDown;
+  r.queued = (started ? *started : now) - queued;
+  r.duration = started ? now - *started : absl::ZeroDuration();
+  return r;
 }
 
 }  // namespace
 
-// The certificates of Options::ca_file, added to each new TLS context's trust store next to the
-// default ones (CURLOPT_CAINFO would replace the default bundle instead).
-struct HttpSender::TlsTrust {
-  TlsTrust() = default;
-  TlsTrust(const TlsTrust&) = delete;
-  TlsTrust& operator=(const TlsTrust&) = delete;
-  ~TlsTrust() {
-    for (X509* cert : certs) X509_free(cert);
+// What the workers share: constant after Create, except the libcurl transport, made on first use.
+struct HttpSender::Shared {
+  Options options;
+  std::shared_ptr<const http::TlsTrust> trust;
+  std::unique_ptr<net::ssl::context> tls_context;
+
+  // The transport of HTTP/2 receivers; null until a receiver first selects h2.
+  http::CurlSender* Curl(absl::Status* error) {
+    absl::MutexLock lock(&curl_mu);
+    if (curl == nullptr && curl_error.ok()) {
+      const long threads = std::max(1, options.threads);
+      absl::StatusOr<std::unique_ptr<http::CurlSender>> created = http::CurlSender::Create({
+          .allow_private_networks = options.allow_private_networks,
+          .trust = trust,
+          .threads = 1,
+          // The workers' slots bound the requests; nothing should wait inside.
+          .max_host_connections =
+              options.max_host_connections > std::numeric_limits<long>::max() / threads
+                  ? std::numeric_limits<long>::max()
+                  : options.max_host_connections * threads,
+          .max_cached_connections = options.max_cached_connections,
+      });
+      if (created.ok()) {
+        curl = *std::move(created);
+      } else {
+        curl_error = created.status();
+      }
+    }
+    if (curl == nullptr) *error = curl_error;
+    return curl.get();
   }
 
-  static absl::StatusOr<std::shared_ptr<const TlsTrust>> Load(const std::string& path) {
-    auto trust = std::make_shared<TlsTrust>();
-    BIO* bio = BIO_new_file(path.c_str(), "r");
-    if (bio == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("ca_file \"", path, "\": cannot be opened"));
+  // Destroys the libcurl transport: its pending requests report "sender shutting down" to their
+  // workers, which have already completed them.
+  void StopCurl() {
+    std::unique_ptr<http::CurlSender> stopping;
+    {
+      absl::MutexLock lock(&curl_mu);
+      stopping = std::move(curl);
     }
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-      trust->certs.push_back(cert);
-    }
-    BIO_free(bio);
-    ERR_clear_error();  // the read that ended the loop leaves "no start line" behind
-    if (trust->certs.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ca_file \"", path, "\": no PEM certificate in it"));
-    }
-    return std::shared_ptr<const TlsTrust>(std::move(trust));
   }
 
-  // CURLOPT_SSL_CTX_FUNCTION: runs on the worker thread before each new TLS handshake.
-  static CURLcode AddToContext(CURL*, void* ssl_ctx, void* userptr) {
-    const auto* trust = static_cast<const TlsTrust*>(userptr);
-    X509_STORE* store = SSL_CTX_get_cert_store(static_cast<SSL_CTX*>(ssl_ctx));
-    if (store == nullptr) return CURLE_SSL_CERTPROBLEM;
-    for (X509* cert : trust->certs) {
-      // Fails harmlessly for a certificate already in the store (curl may share one store).
-      X509_STORE_add_cert(store, cert);
-    }
-    ERR_clear_error();
-    return CURLE_OK;
-  }
-
-  std::vector<X509*> certs;
+  absl::Mutex curl_mu;
+  std::unique_ptr<http::CurlSender> curl ABSL_GUARDED_BY(curl_mu);
+  absl::Status curl_error ABSL_GUARDED_BY(curl_mu);
 };
 
-// One thread, one multi handle. The thread owns everything but the incoming queue.
-class HttpSender::Worker {
+// One thread, one io_context. The thread owns everything but the incoming queues.
+class HttpSender::Worker final : public http::H1ConnectionOwner {
  public:
-  Worker(const Options& options, const TlsTrust* trust, std::atomic<int64_t>& in_flight)
-      : options_(options), trust_(trust), in_flight_(in_flight) {}
+  Worker(Shared& shared, std::atomic<int64_t>& in_flight)
+      : shared_(shared),
+        options_(shared.options),
+        in_flight_(in_flight),
+        work_(net::make_work_guard(io_)) {}
 
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   ~Worker() {
-    // Joined, and every transfer completed by now (HttpSender::~HttpSender).
-    for (std::unique_ptr<Transfer>& t : idle_) curl_easy_cleanup(t->easy);
-    if (multi_ != nullptr) curl_multi_cleanup(multi_);
-  }
-
-  absl::Status Init() {
-    multi_ = curl_multi_init();
-    if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
-    // No CURLMOPT_MAX_HOST_CONNECTIONS / MAX_TOTAL_CONNECTIONS: either would park transfers
-    // inside the multi handle with their timeouts running. The per-host slots (Admit) bound the
-    // connections instead.
-    CURLMcode rc = curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS,
-                                     std::max(options_.max_cached_connections,
-                                              options_.max_host_connections));
-    if (rc == CURLM_OK) rc = curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-    if (rc != CURLM_OK) {
-      return absl::InternalError(absl::StrCat("curl_multi_setopt: ", curl_multi_strerror(rc)));
-    }
-    return absl::OkStatus();
+    // Joined: nothing runs on io_ any more. Connections go before the io_context they use.
+    all_.clear_and_dispose([](H1Connection* c) { delete c; });
   }
 
   void Start() {
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      io_.run();
+      while (FailQueued()) {
+      }
+    });
   }
 
   void Enqueue(HttpRequest request, Callback done, absl::Time queued) {
-    bool wake;
-    {
-      absl::MutexLock lock(&mu_);
-      wake = incoming_.empty();
-      incoming_.push_back(Pending{std::move(request), std::move(done), queued});
-    }
-    // An empty queue means the thread may be asleep in curl_multi_poll (or is about to take the
-    // queue and will poll with a pending wakeup): one wakeup per batch suffices.
-    if (wake) curl_multi_wakeup(multi_);
+    SlotRequest r;
+    r.request = std::move(request);
+    r.done = std::move(done);
+    r.queued = queued;
+    absl::MutexLock lock(&mu_);
+    incoming_.push_back(std::move(r));
+    WakeLocked();
+  }
+
+  // From the libcurl transport's thread (or the thread destroying it).
+  void CurlDone(uint64_t id, HttpResult result) {
+    absl::MutexLock lock(&mu_);
+    curl_done_.emplace_back(id, std::move(result));
+    WakeLocked();
   }
 
   void RequestStop() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    curl_multi_wakeup(multi_);
+    net::post(io_, [this] { Stop(); });
   }
 
   void Join() {
@@ -244,63 +161,71 @@ class HttpSender::Worker {
 
   // Fails every queued request with "sender shutting down". Returns whether there was any.
   bool FailQueued() {
-    std::deque<Pending> batch;
+    std::vector<SlotRequest> batch;
     {
       absl::MutexLock lock(&mu_);
       batch.swap(incoming_);
+      curl_done_.clear();  // completed by Stop()
     }
-    for (Pending& p : batch) {
-      Complete(std::move(p.done), ShutdownResult(p.request.url, p.queued, std::nullopt));
+    for (SlotRequest& r : batch) {
+      Complete(std::move(r.done), ShutdownResult(std::move(r.request.url), r.queued, std::nullopt));
     }
     return !batch.empty();
   }
 
+  void ExchangeDone(H1Connection& c, http::ExchangeOutcome& outcome) override;
+
+  void IdleConnectionLost(H1Connection& c) override {
+    Host* host = static_cast<Host*>(c.host);
+    if (c.idle_hook.is_linked()) --idle_count_;
+    c.Retire();  // unlinks it from the pool
+    ForgetIfIdle(host);
+  }
+
  private:
-  struct Pending {
-    HttpRequest request;
-    Callback done;
-    absl::Time queued;
-  };
-
-  // One receiver host's slots and the requests waiting for one.
+  // One receiver host's slots, the requests waiting for one, and its idle connections.
   struct Host {
-    std::string key;
-    long active = 0;  // transfers in the multi handle
-    std::deque<Pending> waiting;
+    explicit Host(std::string k) : key(std::move(k)) {}
+    const std::string key;
+    long active = 0;  // requests holding a slot
+    std::deque<SlotRequest> waiting;
+    boost::intrusive::list<
+        H1Connection,
+        boost::intrusive::member_hook<H1Connection, H1Connection::AutoUnlinkHook,
+                                      &H1Connection::idle_hook>,
+        boost::intrusive::constant_time_size<false>>
+        idle;  // most recently used first
+    // A TLS handshake with it selected h2: its requests go through libcurl.
+    bool http2 = false;
   };
 
-  // An easy handle and the state its callbacks point at. Pooled with its handle: the options
-  // that never change (callbacks and their data, TLS, protocols, ...) are set once.
-  struct Transfer {
-    CURL* easy = nullptr;
-    HttpRequest request;
+  // A request handed to the libcurl transport.
+  struct CurlPending {
     Callback done;
+    std::string url;
     absl::Time queued;
-    absl::Time started;  // entered the multi handle
-    Host* host = nullptr;
-    bool allow_private_networks = false;
-    // The request's header lines, NUL-terminated one after the other, and the list curl reads
-    // (CURLOPT_HTTPHEADER) pointing into them: built in place, so a pooled transfer reuses their
-    // memory instead of curl_slist_append allocating a node and a copy per line per request.
-    std::string header_bytes;
-    std::vector<curl_slist> header_nodes;
-    std::string retry_after;
-    // Set by OpenSocket when it refused an address.
-    std::string forbidden;
-    char error[CURL_ERROR_SIZE] = {};
+    absl::Time started;
+    Host* host;
   };
 
-  // `started`: when the request entered libcurl, if it did.
-  static HttpResult ShutdownResult(const std::string& url, absl::Time queued,
-                                   std::optional<absl::Time> started) {
-    const absl::Time now = absl::Now();
-    HttpResult r;
-    r.result.url = url;
-    r.result.error = TransportError::kOther;
-    r.error_detail = kShuttingDown;
-    r.queued = (started ? *started : now) - queued;
-    r.duration = started ? now - *started : absl::ZeroDuration();
-    return r;
+  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (wake_posted_) return;
+    wake_posted_ = true;
+    net::post(io_, [this] { Drain(); });
+  }
+
+  void Drain() {
+    {
+      absl::MutexLock lock(&mu_);
+      wake_posted_ = false;
+      if (stopping_) return;
+      batch_.swap(incoming_);
+      curl_batch_.swap(curl_done_);
+    }
+    for (auto& [id, result] : curl_batch_) FinishCurl(id, std::move(result));
+    curl_batch_.clear();
+    for (SlotRequest& r : batch_) Admit(std::move(r));
+    batch_.clear();
   }
 
   void Complete(Callback done, HttpResult result) {
@@ -308,378 +233,267 @@ class HttpSender::Worker {
     std::move(done)(std::move(result));
   }
 
-  void Run() {
-    while (true) {
-      std::deque<Pending> batch;
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) break;
-        batch.swap(incoming_);
-      }
-      for (Pending& p : batch) Admit(std::move(p));
-      int running = 0;
-      curl_multi_perform(multi_, &running);  // per-transfer errors arrive as CURLMSG_DONE
-      ReapDone();
-      const CURLMcode rc = curl_multi_poll(multi_, nullptr, 0, kMaxPollMs, nullptr);
-      if (rc != CURLM_OK) {
-        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(1.0, 1);
-        common::LogRateLimited(*limiter, common::LogLevel::kError, "curl_multi_poll failed",
-                               {{"error", curl_multi_strerror(rc)}});
-        // Real time (I/O): do not spin on a persistent failure.
-        absl::SleepFor(absl::Milliseconds(10));
-      }
+  // Completes a request that never got a slot.
+  void FailEarly(SlotRequest r, std::string detail) {
+    HttpResult result;
+    result.result.url = std::move(r.request.url);
+    result.result.error = TransportError::kOther;
+    result.error_detail = std::move(detail);
+    result.queued = absl::Now() - r.queued;
+    Complete(std::move(r.done), std::move(result));
+  }
+
+  // A new request: it starts when its host has a free slot (and nobody waiting ahead of it),
+  // else it goes to the back of the host's queue. Unsafe requests fail here, nothing sent.
+  void Admit(SlotRequest r) {
+    std::string error;
+    if (!http::ParseUrl(r.request.url, &url_, &error)) {
+      FailEarly(std::move(r), std::move(error));
+      return;
     }
-    // Shutting down: in-flight transfers first, then those waiting for a slot, then whatever is
-    // (or gets) queued.
-    while (!active_.empty()) {
-      auto it = active_.begin();
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active_.erase(it);
-      curl_multi_remove_handle(multi_, t->easy);
-      --t->host->active;
-      Callback done = std::move(t->done);
-      HttpResult result = ShutdownResult(t->request.url, t->queued, t->started);
-      Recycle(std::move(t));
-      Complete(std::move(done), std::move(result));
+    if (std::string bad = http::CheckHeaders(r.request); !bad.empty()) {
+      FailEarly(std::move(r), std::move(bad));
+      return;
     }
-    while (!hosts_.empty()) {
-      auto it = hosts_.begin();
-      std::unique_ptr<Host> host = std::move(it->second);
-      hosts_.erase(it);
-      for (Pending& p : host->waiting) {
-        Complete(std::move(p.done), ShutdownResult(p.request.url, p.queued, std::nullopt));
-      }
-    }
-    while (FailQueued()) {
+    http::HostKey(url_, &key_);
+    auto it = hosts_.find(key_);
+    if (it == hosts_.end()) it = hosts_.emplace(key_, std::make_unique<Host>(key_)).first;
+    Host* host = it->second.get();
+    if (host->active < options_.max_host_connections && host->waiting.empty()) {
+      StartRequest(std::move(r), host);
+    } else {
+      host->waiting.push_back(std::move(r));
     }
   }
 
-  // A new request: into libcurl when its host has a free slot (and nobody waiting ahead of it),
-  // else to the back of the host's queue.
-  void Admit(Pending p) {
-    const std::string key = HostKey(p.request.url);
-    auto [it, inserted] = hosts_.try_emplace(key, nullptr);
-    if (inserted) {
-      it->second = std::make_unique<Host>();
-      it->second->key = key;
+  // Takes one of `host`'s slots for `r`: the request's time starts now.
+  void StartRequest(SlotRequest r, Host* host) {
+    ++host->active;
+    r.started = absl::Now();
+    r.deadline = std::chrono::steady_clock::now() +
+                 ToChrono(std::max(r.request.timeout, absl::Milliseconds(1)));
+    if (host->http2) {
+      StartCurl(std::move(r), host);
+      return;
     }
-    Host* host = it->second.get();
-    if (host->active < options_.max_host_connections && host->waiting.empty()) {
-      StartTransfer(std::move(p), host);
-      ForgetIfIdle(host);
-    } else {
-      host->waiting.push_back(std::move(p));
-    }
+    H1Connection* c = TakeIdle(host);
+    if (c == nullptr) c = NewConnection(host, r.request.url);
+    c->Begin(std::move(r));
   }
 
   // Fills the host's free slots from its queue, oldest first.
   void StartWaiting(Host* host) {
     while (host->active < options_.max_host_connections && !host->waiting.empty()) {
-      Pending p = std::move(host->waiting.front());
+      SlotRequest r = std::move(host->waiting.front());
       host->waiting.pop_front();
-      StartTransfer(std::move(p), host);
+      StartRequest(std::move(r), host);
     }
-    ForgetIfIdle(host);
   }
 
-  // A host with nothing in flight or waiting is dropped (receivers come and go).
+  // A host with nothing running, waiting or pooled is dropped (receivers come and go); HTTP/2
+  // hosts are kept, to remember that they are.
   void ForgetIfIdle(Host* host) {
-    if (host->active == 0 && host->waiting.empty()) {
-      auto it = hosts_.find(host->key);
-      if (it != hosts_.end()) hosts_.erase(it);
+    if (host->active == 0 && host->waiting.empty() && host->idle.empty() && !host->http2) {
+      hosts_.erase(host->key);
     }
   }
 
-  std::unique_ptr<Transfer> TakeTransfer() {
-    if (!idle_.empty()) {
-      std::unique_ptr<Transfer> t = std::move(idle_.back());
-      idle_.pop_back();
-      return t;
-    }
-    auto t = std::make_unique<Transfer>();
-    t->easy = curl_easy_init();
-    if (t->easy == nullptr) return t;
-    if (ConfigureOnce(*t) != CURLE_OK) {
-      curl_easy_cleanup(t->easy);
-      t->easy = nullptr;
-    }
-    return t;
+  H1Connection* NewConnection(Host* host, const std::string& url) {
+    http::UrlParts parts;
+    std::string error;
+    http::ParseUrl(url, &parts, &error);  // parsed in Admit
+    auto* c = new H1Connection(io_, *shared_.tls_context, *this, parts,
+                               options_.allow_private_networks);
+    c->host = host;
+    all_.push_back(*c);
+    return c;
   }
 
-  // Keeps the transfer and its handle for the next request (or frees them beyond the pool's
-  // size). The connection stays in the multi handle's cache either way.
-  void Recycle(std::unique_ptr<Transfer> t) {
-    if (t->easy == nullptr) return;
-    if (!t->header_nodes.empty()) {
-      // The handle must not point at the old lines (nor at the body about to be released).
-      curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(nullptr));
-      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, static_cast<const char*>(nullptr));
-      t->header_nodes.clear();
-      t->header_bytes.clear();
-    }
-    if (idle_.size() >= kMaxIdleHandles) {
-      curl_easy_cleanup(t->easy);
-      return;
-    }
-    t->request = HttpRequest();
-    t->done = nullptr;
-    t->host = nullptr;
-    t->retry_after.clear();
-    t->forbidden.clear();
-    t->error[0] = '\0';
-    idle_.push_back(std::move(t));
-  }
-
-  // Completes a request that never entered libcurl.
-  void FailEarly(Pending p, std::string detail) {
-    HttpResult r;
-    r.result.url = p.request.url;
-    r.result.error = TransportError::kOther;
-    r.error_detail = std::move(detail);
-    r.queued = absl::Now() - p.queued;
-    Complete(std::move(p.done), std::move(r));
-  }
-
-  // Hands a request to libcurl, taking one of `host`'s slots; or fails it at once (the slot
-  // stays free).
-  void StartTransfer(Pending p, Host* host) {
-    const HttpRequest& req = p.request;
-    if (HasControlBytes(req.url)) {
-      FailEarly(std::move(p), "invalid URL: contains CR, LF or NUL");
-      return;
-    }
-    for (const auto& [name, value] : req.headers) {
-      if (name.empty() || HasControlBytes(name) || HasControlBytes(value) ||
-          name.find(':') != std::string::npos) {
-        FailEarly(std::move(p), absl::StrCat("invalid header name or value for header \"",
-                                             absl::CEscape(name), "\""));
-        return;
+  // The most recently used idle connection of `host` that is still open, if any.
+  H1Connection* TakeIdle(Host* host) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!host->idle.empty()) {
+      H1Connection& c = host->idle.front();
+      host->idle.pop_front();
+      c.lru_hook.unlink();
+      --idle_count_;
+      if (now - c.idle_since > kMaxIdleAge || !c.StillOpen()) {
+        c.Retire();
+        continue;
       }
+      return &c;
     }
-
-    std::unique_ptr<Transfer> t = TakeTransfer();
-    if (t->easy == nullptr) {
-      FailEarly(std::move(p), "curl_easy_init failed");
-      return;
-    }
-    t->request = std::move(p.request);
-    t->done = std::move(p.done);
-    t->queued = p.queued;
-    BuildHeaders(*t);
-    if (const CURLcode rc = ConfigureRequest(*t); rc != CURLE_OK) {
-      FailStarted(std::move(t), absl::StrCat("curl_easy_setopt: ", curl_easy_strerror(rc)));
-      return;
-    }
-    t->started = absl::Now();
-    if (const CURLMcode rc = curl_multi_add_handle(multi_, t->easy); rc != CURLM_OK) {
-      FailStarted(std::move(t),
-                  absl::StrCat("curl_multi_add_handle: ", curl_multi_strerror(rc)));
-      return;
-    }
-    t->host = host;
-    ++host->active;
-    CURL* easy = t->easy;
-    active_.emplace(easy, std::move(t));
+    return nullptr;
   }
 
-  // Headers: ours first unless the caller sets them; "Expect:" (empty) removes curl's
-  // `Expect: 100-continue`, which would cost a round trip on larger bodies. Then the caller's, in
-  // order; curl drops "Name:" (it means "remove the header"), "Name;" sends an empty value.
-  static void BuildHeaders(Transfer& t) {
-    std::string& bytes = t.header_bytes;
-    size_t lines = 0;
-    auto add = [&](std::string_view a, std::string_view b, std::string_view c) {
-      bytes.append(a).append(b).append(c).push_back('\0');
-      ++lines;
-    };
-    if (!HasHeader(t.request, "Content-Type")) add("Content-Type: application/json", "", "");
-    add("Expect:", "", "");
-    for (const auto& [name, value] : t.request.headers) {
-      if (value.empty()) {
-        add(name, ";", "");
-      } else {
-        add(name, ": ", value);
-      }
-    }
-    // Linked once `bytes` has stopped growing (and moving). No line contains a NUL (checked).
-    t.header_nodes.resize(lines);
-    char* line = bytes.data();
-    for (size_t i = 0; i < lines; ++i) {
-      t.header_nodes[i].data = line;
-      t.header_nodes[i].next = i + 1 < lines ? &t.header_nodes[i + 1] : nullptr;
-      line += std::strlen(line) + 1;
+  // Pools `c` for its host; beyond max_cached_connections the least recently used idle
+  // connection is closed.
+  void Pool(H1Connection& c, Host* host) {
+    c.idle_since = std::chrono::steady_clock::now();
+    host->idle.push_front(c);
+    lru_.push_front(c);
+    ++idle_count_;
+    while (idle_count_ > options_.max_cached_connections && !lru_.empty()) {
+      H1Connection& oldest = lru_.back();
+      Host* its_host = static_cast<Host*>(oldest.host);
+      oldest.Retire();
+      --idle_count_;
+      ForgetIfIdle(its_host);
     }
   }
 
-  // A transfer that was being set up but never entered the multi handle.
-  void FailStarted(std::unique_ptr<Transfer> t, std::string detail) {
-    Pending p{std::move(t->request), std::move(t->done), t->queued};
-    Recycle(std::move(t));
-    FailEarly(std::move(p), std::move(detail));
-  }
-
-  // The options every request on this handle shares; they point into `t`, which lives as long as
-  // the handle.
-  CURLcode ConfigureOnce(Transfer& t) {
-    t.allow_private_networks = options_.allow_private_networks;
-    CURL* e = t.easy;
-    CURLcode rc = CURLE_OK;
-    auto set = [&](CURLoption option, auto value) {
-      if (rc == CURLE_OK) rc = curl_easy_setopt(e, option, value);
-    };
-    set(CURLOPT_PRIVATE, static_cast<void*>(&t));
-    set(CURLOPT_ERRORBUFFER, t.error);
-    set(CURLOPT_PROTOCOLS_STR, "http,https");
-    set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    set(CURLOPT_FOLLOWLOCATION, 0L);
-    set(CURLOPT_POST, 1L);
-    set(CURLOPT_USERAGENT, kUserAgent);
-    set(CURLOPT_NOSIGNAL, 1L);
-    // HTTP/2 when an https receiver offers it through ALPN, else HTTP/1.1; http:// stays
-    // HTTP/1.1 (no Upgrade: h2c).
-    set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
-    set(CURLOPT_SSL_VERIFYPEER, 1L);
-    set(CURLOPT_SSL_VERIFYHOST, 2L);
-    // Environment proxies (http_proxy, ALL_PROXY, ...) must not see customer traffic.
-    set(CURLOPT_PROXY, "");
-    set(CURLOPT_NOPROXY, "*");
-    set(CURLOPT_WRITEFUNCTION, &DiscardBody);
-    set(CURLOPT_WRITEDATA, static_cast<void*>(&t));
-    set(CURLOPT_HEADERFUNCTION, &OnHeader);
-    set(CURLOPT_HEADERDATA, static_cast<void*>(&t));
-    set(CURLOPT_OPENSOCKETFUNCTION, &OpenSocket);
-    set(CURLOPT_OPENSOCKETDATA, static_cast<void*>(&t));
-    if (trust_ != nullptr) {
-      set(CURLOPT_SSL_CTX_FUNCTION, &TlsTrust::AddToContext);
-      set(CURLOPT_SSL_CTX_DATA, static_cast<void*>(const_cast<TlsTrust*>(trust_)));
-    }
-    return rc;
-  }
-
-  // The options of this request.
-  CURLcode ConfigureRequest(Transfer& t) {
-    static const std::string* const kEmpty = new std::string();
-    const std::string& body = t.request.body != nullptr ? *t.request.body : *kEmpty;
-    CURL* e = t.easy;
-    CURLcode rc = CURLE_OK;
-    auto set = [&](CURLoption option, auto value) {
-      if (rc == CURLE_OK) rc = curl_easy_setopt(e, option, value);
-    };
-    set(CURLOPT_URL, t.request.url.c_str());
-    // The body is sent from the shared buffer; CURLOPT_COPYPOSTFIELDS would copy it.
-    set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    set(CURLOPT_POSTFIELDS, body.data());
-    set(CURLOPT_HTTPHEADER, t.header_nodes.data());
-    set(CURLOPT_TIMEOUT_MS, TimeoutMs(t.request.timeout));
-    return rc;
-  }
-
-  static size_t DiscardBody(char*, size_t size, size_t nmemb, void*) { return size * nmemb; }
-
-  // Called once per header line, CRLF included, for every response (1xx included).
-  static size_t OnHeader(char* data, size_t size, size_t nitems, void* userdata) {
-    auto* t = static_cast<Transfer*>(userdata);
-    const size_t n = size * nitems;
-    const std::string_view line(data, n);
-    constexpr std::string_view kRetryAfter = "retry-after:";
-    if (line.starts_with("HTTP/")) {
-      t->retry_after.clear();  // a new response (after a 1xx): its own headers count
-    } else if (line.size() >= kRetryAfter.size() &&
-               absl::EqualsIgnoreCase(common::ToAbsl(line.substr(0, kRetryAfter.size())),
-                                      common::ToAbsl(kRetryAfter))) {
-      t->retry_after = std::string(
-          absl::StripAsciiWhitespace(common::ToAbsl(line.substr(kRetryAfter.size()))));
-    }
-    return n;
-  }
-
-  // Every connection curl opens goes through here, with the address actually connected to.
-  static curl_socket_t OpenSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
-    auto* t = static_cast<Transfer*>(clientp);
-    if (!t->allow_private_networks) {
-      sockaddr_storage storage{};
-      std::memcpy(&storage, &address->addr,
-                  std::min<size_t>(address->addrlen, sizeof(storage)));
-      const auto* addr = reinterpret_cast<const sockaddr*>(&storage);
-      const std::string_view reason = ForbiddenAddressReason(addr);
-      if (!reason.empty()) {
-        t->forbidden = absl::StrCat("refused ", FormatAddress(addr), ": ", common::ToAbsl(reason),
-                                    "; --allow_private_networks permits it");
-        return CURL_SOCKET_BAD;
-      }
-    }
-    return socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
-  }
-
-  void ReapDone() {
-    int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      CURL* easy = msg->easy_handle;
-      const CURLcode code = msg->data.result;  // read before remove_handle frees the message
-      auto it = active_.find(easy);
-      if (it == active_.end()) continue;  // not ours: cannot happen
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active_.erase(it);
-      curl_multi_remove_handle(multi_, easy);
-      HttpResult r = ResultOf(*t, code);
-      Callback done = std::move(t->done);
-      Host* host = t->host;
+  void StartCurl(SlotRequest r, Host* host) {
+    absl::Status error;
+    http::CurlSender* curl = shared_.Curl(&error);
+    if (curl == nullptr) {
       --host->active;
-      Recycle(std::move(t));
-      // The slot goes to the next request waiting for this host before the callback runs.
-      StartWaiting(host);
-      Complete(std::move(done), std::move(r));
+      HttpResult result;
+      result.result.url = std::move(r.request.url);
+      result.result.error = TransportError::kOther;
+      result.error_detail = absl::StrCat("HTTP/2 receiver, and libcurl is unavailable: ",
+                                         error.ToString());
+      result.queued = r.started - r.queued;
+      Complete(std::move(r.done), std::move(result));
+      return;
     }
+    const uint64_t id = next_curl_id_++;
+    // What is left of the request's time (a first connection may have spent some of it).
+    const auto left = r.deadline - std::chrono::steady_clock::now();
+    r.request.timeout = std::max(absl::FromChrono(left), absl::Milliseconds(1));
+    curl_pending_.emplace(
+        id, CurlPending{std::move(r.done), r.request.url, r.queued, r.started, host});
+    curl->Send(std::move(r.request),
+               [this, id](HttpResult result) { CurlDone(id, std::move(result)); });
   }
 
-  static HttpResult ResultOf(Transfer& t, CURLcode code) {
-    HttpResult r;
-    r.result.url = std::move(t.request.url);  // the transfer is recycled next
-    const absl::Time now = absl::Now();
-    r.duration = now - t.started;
-    r.queued = t.started - t.queued;
-    if (code == CURLE_OK) {
-      long status = 0;
-      curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
-      long version = 0;
-      curl_easy_getinfo(t.easy, CURLINFO_HTTP_VERSION, &version);
-      r.http_version = HttpVersionNumber(version);
-      r.result.status = static_cast<int>(status);
-      r.result.error = TransportError::kNone;
-      r.result.retry_after = std::move(t.retry_after);
-      return r;
-    }
-    if (!t.forbidden.empty() && code == CURLE_COULDNT_CONNECT) {
-      r.result.error = TransportError::kForbiddenAddress;
-      r.error_detail = std::move(t.forbidden);
-      return r;
-    }
-    r.result.error = MapCurlError(code);
-    r.error_detail = t.error[0] != '\0' ? std::string(t.error) : curl_easy_strerror(code);
-    return r;
+  void FinishCurl(uint64_t id, HttpResult result) {
+    auto it = curl_pending_.find(id);
+    if (it == curl_pending_.end()) return;  // completed by Stop()
+    CurlPending p = std::move(it->second);
+    curl_pending_.erase(it);
+    result.queued = p.started - p.queued;
+    result.duration = absl::Now() - p.started;
+    --p.host->active;
+    StartWaiting(p.host);
+    Complete(std::move(p.done), std::move(result));
   }
 
-  // Constant after construction.
+  // On the worker thread: completes everything pending with "sender shutting down" and stops the
+  // io_context (no handler runs after this one).
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    std::vector<SlotRequest> running;
+    for (H1Connection& c : all_) {
+      if (c.busy()) running.push_back(c.TakeRequest());
+    }
+    for (SlotRequest& r : running) {
+      Complete(std::move(r.done),
+               ShutdownResult(std::move(r.request.url), r.queued, r.started));
+    }
+    for (auto& [id, p] : curl_pending_) {
+      Complete(std::move(p.done), ShutdownResult(std::move(p.url), p.queued, p.started));
+    }
+    curl_pending_.clear();
+    for (auto& [key, host] : hosts_) {
+      for (SlotRequest& r : host->waiting) {
+        Complete(std::move(r.done),
+                 ShutdownResult(std::move(r.request.url), r.queued, std::nullopt));
+      }
+      host->waiting.clear();
+    }
+    work_.reset();
+    io_.stop();
+  }
+
+  Shared& shared_;
   const Options& options_;
-  const TlsTrust* const trust_;
   std::atomic<int64_t>& in_flight_;
-  CURLM* multi_ = nullptr;  // curl_multi_wakeup may be called from any thread
+  // Declared before everything that uses it, so destroyed after.
+  net::io_context io_{1};
+  net::executor_work_guard<net::io_context::executor_type> work_;
   std::thread thread_;
 
   // Owned by the worker thread (and by the destructor once joined).
-  std::vector<std::unique_ptr<Transfer>> idle_;
-  absl::flat_hash_map<CURL*, std::unique_ptr<Transfer>> active_;
   absl::flat_hash_map<std::string, std::unique_ptr<Host>> hosts_;
+  boost::intrusive::list<
+      H1Connection,
+      boost::intrusive::member_hook<H1Connection, H1Connection::AutoUnlinkHook,
+                                    &H1Connection::all_hook>,
+      boost::intrusive::constant_time_size<false>>
+      all_;
+  boost::intrusive::list<
+      H1Connection,
+      boost::intrusive::member_hook<H1Connection, H1Connection::AutoUnlinkHook,
+                                    &H1Connection::lru_hook>,
+      boost::intrusive::constant_time_size<false>>
+      lru_;  // idle connections, most recently used first
+  long idle_count_ = 0;
+  absl::flat_hash_map<uint64_t, CurlPending> curl_pending_;
+  uint64_t next_curl_id_ = 0;
+  // Scratch, reused: the parsed URL and host key of the request being admitted, the batches.
+  http::UrlParts url_;
+  std::string key_;
+  std::vector<SlotRequest> batch_;
+  std::vector<std::pair<uint64_t, HttpResult>> curl_batch_;
 
   absl::Mutex mu_;
-  std::deque<Pending> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<SlotRequest> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint64_t, HttpResult>> curl_done_ ABSL_GUARDED_BY(mu_);
+  bool wake_posted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+void HttpSender::Worker::ExchangeDone(H1Connection& c, http::ExchangeOutcome& outcome) {
+  Host* host = static_cast<Host*>(c.host);
+  SlotRequest r = c.TakeRequest();
+  if (outcome.end == http::ExchangeEnd::kHttp2) {
+    // Nothing was sent on this connection: the request goes to libcurl within its slot.
+    host->http2 = true;
+    c.Retire();
+    StartCurl(std::move(r), host);
+    return;
+  }
+  if (outcome.end == http::ExchangeEnd::kRetry) {
+    // Reset before any answer on a reused connection: once more on a fresh one, same slot and
+    // deadline.
+    r.retried = true;
+    c.Retire();
+    H1Connection* fresh = NewConnection(host, r.request.url);
+    fresh->Begin(std::move(r));
+    return;
+  }
+  HttpResult result;
+  result.result.url = std::move(r.request.url);
+  result.queued = r.started - r.queued;
+  result.duration = absl::Now() - r.started;
+  if (outcome.end == http::ExchangeEnd::kResponse) {
+    result.result.error = TransportError::kNone;
+    result.result.status = outcome.status;
+    result.http_version = outcome.http_version;
+    if (!outcome.retry_after.empty()) result.result.retry_after = outcome.retry_after;
+  } else {
+    result.result.error = outcome.error;
+    result.error_detail = std::move(outcome.detail);
+  }
+  if (c.reusable()) {
+    Pool(c, host);
+  } else {
+    c.Retire();
+  }
+  // The slot goes to the next request waiting for this host before the callback runs.
+  --host->active;
+  StartWaiting(host);
+  ForgetIfIdle(host);
+  Complete(std::move(r.done), std::move(result));
+}
+
 absl::StatusOr<std::unique_ptr<HttpSender>> HttpSender::Create(Options options) {
   if (options.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("threads must be at least 1, got ", options.threads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads must be at least 1, got ", options.threads));
   }
   if (options.max_host_connections < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_host_connections must be at least 1, got ",
@@ -689,32 +503,27 @@ absl::StatusOr<std::unique_ptr<HttpSender>> HttpSender::Create(Options options) 
     return absl::InvalidArgumentError(absl::StrCat(
         "max_cached_connections must be at least 1, got ", options.max_cached_connections));
   }
-  if (absl::Status s = GlobalInit(); !s.ok()) return s;
-  std::shared_ptr<const TlsTrust> trust;
+  auto shared = std::make_unique<Shared>();
   if (!options.ca_file.empty()) {
-    // The certificates are added through the OpenSSL context; another TLS backend has none.
-    const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
-    if (info == nullptr || info->ssl_version == nullptr ||
-        !absl::StartsWith(info->ssl_version, "OpenSSL")) {
-      return absl::InvalidArgumentError("ca_file needs a libcurl built with OpenSSL");
-    }
-    absl::StatusOr<std::shared_ptr<const TlsTrust>> loaded = TlsTrust::Load(options.ca_file);
+    absl::StatusOr<std::shared_ptr<const http::TlsTrust>> loaded =
+        http::TlsTrust::Load(options.ca_file);
     if (!loaded.ok()) return loaded.status();
-    trust = *std::move(loaded);
+    shared->trust = *std::move(loaded);
   }
-  std::unique_ptr<HttpSender> sender(new HttpSender(std::move(options), std::move(trust)));
-  for (auto& worker : sender->workers_) {
-    if (absl::Status s = worker->Init(); !s.ok()) return s;
-  }
+  absl::StatusOr<std::unique_ptr<net::ssl::context>> context =
+      http::MakeClientContext(shared->trust.get());
+  if (!context.ok()) return context.status();
+  shared->tls_context = *std::move(context);
+  shared->options = std::move(options);
+  std::unique_ptr<HttpSender> sender(new HttpSender(std::move(shared)));
   for (auto& worker : sender->workers_) worker->Start();
   return sender;
 }
 
-HttpSender::HttpSender(Options options, std::shared_ptr<const TlsTrust> trust)
-    : options_(std::move(options)), trust_(std::move(trust)) {
-  workers_.reserve(options_.threads);
-  for (int i = 0; i < options_.threads; ++i) {
-    workers_.push_back(std::make_unique<Worker>(options_, trust_.get(), in_flight_));
+HttpSender::HttpSender(std::unique_ptr<Shared> shared) : shared_(std::move(shared)) {
+  workers_.reserve(shared_->options.threads);
+  for (int i = 0; i < shared_->options.threads; ++i) {
+    workers_.push_back(std::make_unique<Worker>(*shared_, in_flight_));
   }
 }
 
@@ -728,6 +537,8 @@ HttpSender::~HttpSender() {
     any = false;
     for (auto& worker : workers_) any = worker->FailQueued() || any;
   }
+  // The workers completed their HTTP/2 requests; libcurl's late reports of them are dropped.
+  shared_->StopCurl();
 }
 
 void HttpSender::Send(HttpRequest request, Callback done) {
