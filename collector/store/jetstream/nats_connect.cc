@@ -325,10 +325,19 @@ absl::Status NatsConnectError(std::string_view urls, const NatsConnectOptions& o
       return absl::UnavailableError(
           absl::StrCat(prefix, "the servers require TLS: set --nats_tls_ca_file"));
     case NATS_NO_SERVER:
-      return absl::UnavailableError(absl::StrCat(
-          prefix, "no server reachable (", because,
-          "); a server that closes TLS handshakes may want a client certificate "
-          "(--nats_tls_cert_file)"));
+      return absl::UnavailableError(absl::StrCat(prefix, "no server reachable (", because, ")"));
+    case NATS_PROTOCOL_ERROR:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_IO_ERROR:
+      // Over TLS 1.3 a server that wants a client certificate checks it after the client's side
+      // of the handshake is done, and just closes the connection.
+      if (o.tls() && o.tls_cert_file.empty()) {
+        return absl::UnavailableError(absl::StrCat(
+            prefix, "the servers closed the connection while it was set up (", because,
+            "): servers that require a client certificate do so; set --nats_tls_cert_file and "
+            "--nats_tls_key_file"));
+      }
+      return absl::UnavailableError(absl::StrCat(prefix, natsStatus_GetText(s), " (", because, ")"));
     default:
       return absl::UnavailableError(
           absl::StrCat(prefix, natsStatus_GetText(s), detail.empty() ? "" : " (", detail,
