@@ -6,7 +6,9 @@
 // credentials, an untrusted CA, a host name its certificate does not name or no client
 // certificate it does not start, and its one error line says why (and holds no secret); bad
 // flag combinations stop it before it connects; a password changed under a running collector
-// shows in /readyz and gRPC health.
+// shows in /readyz and gRPC health. And decentralised auth: a cluster in operator mode (JWTs made
+// by the test) takes the collector with a creds file of a user of its account, and refuses one
+// of an account it does not know.
 #include <sys/wait.h>
 
 #include <chrono>
@@ -28,6 +30,7 @@
 #include "tests/child_process.h"
 #include "tests/collector_test_util.h"
 #include "tests/nats_cluster.h"
+#include "tests/nats_jwt.h"
 #include "tests/pipeline_test_util.h"
 #include "tools/receiver/webhook_receiver.h"
 
@@ -308,6 +311,64 @@ TEST_F(JetStreamAuthTest, BadFlagCombinationsAndFilesStopTheCollectorAtOnce) {
     EXPECT_TRUE(absl::StrContains(r.line, c.reason)) << r.line;
     EXPECT_FALSE(absl::StrContains(r.output, kPassword)) << r.output;
   }
+}
+
+// Operator mode (JWTs, a memory resolver): with --nats_creds_file of a user of the JetStream
+// account the collector carries events to the receiver; with the creds of a user of an account
+// the servers do not trust it does not start, and says the credentials were refused.
+TEST(JetStreamCredsTest, CredsFileDeliversAndAnUntrustedOneIsRefused) {
+  absl::StatusOr<NatsJwtSetup> jwt = MakeNatsJwtSetup();
+  ASSERT_TRUE(jwt.ok()) << jwt.status();
+  const std::string dir = MakeTempDir("jetstream-creds");
+  ASSERT_TRUE(WriteFile(dir + "/hookrelay.creds", jwt->creds).ok());
+  ASSERT_TRUE(WriteFile(dir + "/stranger.creds", jwt->foreign_creds).ok());
+  NatsClusterOptions options;
+  options.nodes = 1;
+  options.auth_config = jwt->server_config;
+  options.admin_creds_file = dir + "/hookrelay.creds";
+  absl::StatusOr<std::unique_ptr<NatsCluster>> cluster = NatsCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto flags = [&](const std::string& creds) {
+    return std::vector<std::string>{"--store=jetstream",
+                                    absl::StrCat("--nats_url=", (*cluster)->urls()),
+                                    "--nats_replicas=1", absl::StrCat("--nats_creds_file=", creds)};
+  };
+
+  auto receiver = receiver::WebhookReceiver::Start(receiver::WebhookReceiver::Options{}, nullptr);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  const std::string config = dir + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, PipelineConfig({(*receiver)->Url()}, kSecret)).ok());
+  auto collector = StartCollectorProcess(config, dir + "/c", flags(dir + "/hookrelay.creds"));
+  ASSERT_TRUE(collector.ok()) << collector.status();
+  auto deliverer = StartDelivererProcess({(*collector)->IntField("grpc_port")});
+  ASSERT_TRUE(deliverer.ok()) << deliverer.status();
+  std::set<std::string> sent;
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = absl::StrCat("creds-", i);
+    absl::StatusOr<HttpResponse> r = HttpPost(
+        (*collector)->IntField("http_port"), "/v1/track",
+        absl::StrCat(R"({"userId":"u1","event":"Ordered","messageId":")", id, R"("})"), kWebKey);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    sent.insert(id);
+  }
+  EXPECT_TRUE(WaitDelivered(**receiver, sent, absl::Seconds(30)))
+      << DeliveredIds(**receiver).size() << " of " << sent.size();
+
+  const Refusal refused = RunRefused(dir + "/refused", flags(dir + "/stranger.creds"));
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(absl::StrContains(refused.line, "the servers refused the credentials"))
+      << refused.line;
+  const std::string marker = "-----BEGIN USER NKEY SEED-----\n";
+  const size_t at = jwt->foreign_creds.find(marker) + marker.size();
+  const std::string seed = jwt->foreign_creds.substr(at, jwt->foreign_creds.find('\n', at) - at);
+  ASSERT_TRUE(absl::StartsWith(seed, "SU")) << seed;
+  EXPECT_FALSE(absl::StrContains(refused.output, seed)) << refused.output;
+
+  (*deliverer)->Signal(SIGTERM);
+  EXPECT_EQ((*deliverer)->Wait(), 0);
+  (*collector)->Signal(SIGTERM);
+  EXPECT_EQ((*collector)->Wait(), 0);
 }
 
 }  // namespace

@@ -190,6 +190,9 @@ absl::StatusOr<natsConnection*> NatsCluster::Connect() const {
     s = natsOptions_SetUserInfo(opts, options_.admin_user.c_str(),
                                 options_.admin_password.c_str());
   }
+  if (s == NATS_OK && !options_.admin_creds_file.empty()) {
+    s = natsOptions_SetUserCredentialsFromFiles(opts, options_.admin_creds_file.c_str(), nullptr);
+  }
   if (s == NATS_OK && options_.tls) {
     s = natsOptions_SetSecure(opts, true);
     if (s == NATS_OK) s = natsOptions_LoadCATrustedCertificates(opts, ca_file().c_str());

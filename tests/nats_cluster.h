@@ -44,6 +44,8 @@ struct NatsClusterOptions {
   // auth_config asks for credentials: a user and password allowed everything JetStream needs.
   std::string admin_user;
   std::string admin_password;
+  // Or a creds file (operator mode: tests/nats_jwt.h).
+  std::string admin_creds_file;
 };
 
 class NatsCluster {

@@ -371,7 +371,8 @@ void JetStreamJobStore::OnDisconnected(natsConnection* nc, void* closure) {
   int64_t connected = 0;
   events->disconnected_since_ms.compare_exchange_strong(connected,
                                                         absl::ToUnixMillis(absl::Now()));
-  events->SetReason(NatsLastError(nc));
+  // The client clears its error as it starts reconnecting: keep what the error handler saw.
+  if (std::string reason = NatsLastError(nc); !reason.empty()) events->SetReason(std::move(reason));
   common::LogInfo("lost the connection to a JetStream server; reconnecting (publishes are "
                   "buffered meanwhile)",
                   {{"nats_url", events->urls}, {"error", events->Reason()}});
@@ -436,9 +437,15 @@ void JetStreamJobStore::OnAsyncError(natsConnection* nc, natsSubscription* sub, 
   // connection drops and reconnects next; keep why.
   std::string reason = NatsLastError(nc);
   if (reason.empty()) reason = natsStatus_GetText(s);
-  common::LogWarning("NATS error on the JetStream connection",
-                     {{"nats_url", events->urls}, {"error", reason}});
-  events->SetReason(std::move(reason));
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t logged = events->error_logged_ms;
+  if (now_ms - logged >= 10'000 &&
+      events->error_logged_ms.compare_exchange_strong(logged, now_ms)) {
+    common::LogWarning("NATS error on the JetStream connection (logged at most every 10 s)",
+                       {{"nats_url", events->urls}, {"error", reason}});
+  }
+  // A permission violation leaves the connection up: not a reason for it to be down.
+  if (s != NATS_NOT_PERMITTED) events->SetReason(std::move(reason));
 }
 
 }  // namespace hookrelay::collector

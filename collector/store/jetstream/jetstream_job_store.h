@@ -203,6 +203,9 @@ class JetStreamJobStore final : public JobStore {
     std::string reason ABSL_GUARDED_BY(reason_mu);
     // The client gave up reconnecting (closed the connection): the store stays unwritable.
     std::atomic<bool> connection_closed{false};
+    // When an asynchronous error was last logged (ms since the epoch): one line per 10 s, not
+    // one per refused publish.
+    std::atomic<int64_t> error_logged_ms{0};
     void SetReason(std::string text) {
       absl::MutexLock lock(&reason_mu);
       reason = std::move(text);

@@ -96,6 +96,14 @@ std::string LastErrorDetail() {
   return std::string(detail);
 }
 
+// The flag(s) of the authentication configured (one: validated).
+const char* AuthFlagInUse(const NatsConnectOptions& o) {
+  if (!o.creds_file.empty()) return "--nats_creds_file";
+  if (!o.nkey_seed_file.empty()) return "--nats_nkey_seed_file";
+  if (!o.user.empty()) return "--nats_user and --nats_password_file";
+  return "--nats_token_file";
+}
+
 const char* const kAuthFlags =
     "--nats_creds_file, --nats_nkey_seed_file, --nats_user with --nats_password_file, or "
     "--nats_token_file";
@@ -300,7 +308,7 @@ absl::Status NatsConnectError(std::string_view urls, const NatsConnectOptions& o
             "): set ", kAuthFlags));
       }
       return absl::UnavailableError(absl::StrCat(prefix, "the servers refused the credentials (",
-                                                 because, "): check ", kAuthFlags));
+                                                 because, "): check ", AuthFlagInUse(o)));
     case NATS_SSL_ERROR:
       if (absl::StrContains(detail, "mismatch")) {
         return absl::UnavailableError(absl::StrCat(
