@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "collector/server.h"
+#include "collector/store/jetstream/nats_connect.h"
 #include "common/log.h"
 #include "common/secret_file.h"
 
@@ -26,6 +27,26 @@ ABSL_FLAG(int, nats_dedup_replicas, 0,
           "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 0 = as "
           "--nats_replicas, or 1, 3, 5. At 1 an event costs one replicated write instead of two; "
           "a lost node then forgets its share of the markers (duplicates possible, no loss)");
+// NATS credentials and TLS (collector/store/jetstream/nats_connect.h): every secret from a file.
+ABSL_FLAG(std::string, nats_creds_file, "",
+          "--store=jetstream: a NATS credentials file (user JWT + NKey seed, as `nsc generate "
+          "creds` writes); re-read at every reconnect");
+ABSL_FLAG(std::string, nats_nkey_seed_file, "",
+          "--store=jetstream: a file holding a NATS user NKey seed (SU...)");
+ABSL_FLAG(std::string, nats_user, "",
+          "--store=jetstream: NATS user name; the password comes from --nats_password_file");
+ABSL_FLAG(std::string, nats_password_file, "",
+          "--store=jetstream: a file holding the password of --nats_user");
+ABSL_FLAG(std::string, nats_token_file, "",
+          "--store=jetstream: a file holding a NATS authentication token");
+ABSL_FLAG(std::string, nats_tls_ca_file, "",
+          "--store=jetstream: PEM CA certificates that sign the NATS servers' certificates "
+          "(turns TLS on; without it, tls:// URLs use the system's CAs); a server's certificate "
+          "must name the host of its --nats_url");
+ABSL_FLAG(std::string, nats_tls_cert_file, "",
+          "--store=jetstream: PEM client certificate for NATS (with --nats_tls_key_file)");
+ABSL_FLAG(std::string, nats_tls_key_file, "",
+          "--store=jetstream: PEM private key of --nats_tls_cert_file");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0:50051",
           "gRPC address (Ingest, Subscribe, Admin, health, reflection); port 0 picks a free port");
 ABSL_FLAG(std::string, http_address, "0.0.0.0:8080", "HTTP tracking API address (/v1/*)");
@@ -69,6 +90,24 @@ int main(int argc, char** argv) {
   options.nats_dedup_replicas = absl::GetFlag(FLAGS_nats_dedup_replicas);
   if (options.store == "jetstream" && options.nats_url.empty()) {
     hookrelay::common::LogError("--store=jetstream needs --nats_url (nats://host:port,...)");
+    return 2;
+  }
+  hookrelay::collector::NatsConnectOptions& nats = options.nats_connect;
+  nats.creds_file = absl::GetFlag(FLAGS_nats_creds_file);
+  nats.nkey_seed_file = absl::GetFlag(FLAGS_nats_nkey_seed_file);
+  nats.user = absl::GetFlag(FLAGS_nats_user);
+  nats.password_file = absl::GetFlag(FLAGS_nats_password_file);
+  nats.token_file = absl::GetFlag(FLAGS_nats_token_file);
+  nats.tls_ca_file = absl::GetFlag(FLAGS_nats_tls_ca_file);
+  nats.tls_cert_file = absl::GetFlag(FLAGS_nats_tls_cert_file);
+  nats.tls_key_file = absl::GetFlag(FLAGS_nats_tls_key_file);
+  if (!nats.empty() && options.store != "jetstream") {
+    hookrelay::common::LogError("the --nats_* credential and TLS flags need --store=jetstream");
+    return 2;
+  }
+  // Wrong combinations and unreadable files stop the collector here, before it binds anything.
+  if (absl::Status s = hookrelay::collector::ValidateNatsConnectOptions(nats); !s.ok()) {
+    hookrelay::common::LogError(std::string(s.message()));
     return 2;
   }
   options.grpc_address = absl::GetFlag(FLAGS_grpc_address);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collector/store/jetstream/nats_connect.h"
 #include "collector/store/store.h"
 #include "common/clock.h"
 
@@ -27,6 +28,8 @@ class Server {
     std::string nats_url;
     int nats_replicas = 3;
     int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+    // jetstream: NATS credentials and TLS, secrets as files (--nats_creds_file, ...).
+    NatsConnectOptions nats_connect;
     std::string grpc_address = "0.0.0.0:50051";
     std::string http_address = "0.0.0.0:8080";
     std::string metrics_address = "0.0.0.0:9464";

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <utility>
+#include <vector>
 
 #include <nats/nats.h>
 
@@ -60,7 +63,15 @@ absl::StatusOr<std::string> NatsServerPath() {
 }
 
 absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
+  NatsClusterOptions options;
+  options.nodes = nodes;
+  return Start(std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(NatsClusterOptions options) {
   auto cluster = std::unique_ptr<NatsCluster>(new NatsCluster());
+  cluster->options_ = std::move(options);
+  const int nodes = cluster->options_.nodes;
   absl::StatusOr<std::string> server = NatsServerPath();
   if (!server.ok()) return server.status();
   cluster->server_ = *std::move(server);
@@ -70,6 +81,9 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
     return absl::InternalError(absl::StrCat("mkdtemp: ", strerror(errno)));
   }
   cluster->dir_ = pattern;
+  if (cluster->options_.tls) {
+    if (absl::Status st = cluster->MakePki(); !st.ok()) return st;
+  }
   cluster->nodes_.resize(nodes);
   for (int i = 0; i < nodes; ++i) {
     Node& n = cluster->nodes_[i];
@@ -80,24 +94,10 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
     if (!route.ok()) return route.status();
     n.client_port = *client;
     n.route_port = *route;
+    n.config_path = absl::StrCat(cluster->dir_, "/", n.name, ".conf");
   }
   for (int i = 0; i < nodes; ++i) {
-    Node& n = cluster->nodes_[i];
-    std::vector<std::string> routes;
-    for (int j = 0; j < nodes; ++j) {
-      if (j != i) routes.push_back(absl::StrCat("nats-route://127.0.0.1:", cluster->nodes_[j].route_port));
-    }
-    n.config_path = absl::StrCat(cluster->dir_, "/", n.name, ".conf");
-    std::ofstream conf(n.config_path);
-    conf << "server_name: " << n.name << "\n"
-         << "listen: 127.0.0.1:" << n.client_port << "\n"
-         << "jetstream {\n  store_dir: \"" << cluster->dir_ << "/" << n.name << "\"\n"
-         << "  max_memory_store: 64MB\n  max_file_store: 1GB\n}\n";
-    if (nodes > 1) {
-      conf << "cluster {\n  name: hookrelay-test\n  listen: 127.0.0.1:" << n.route_port << "\n"
-           << "  routes: [" << absl::StrJoin(routes, ", ") << "]\n}\n";
-    }
-    if (!conf.good()) return absl::InternalError(absl::StrCat("writing ", n.config_path));
+    if (absl::Status st = cluster->WriteConfig(i); !st.ok()) return st;
   }
   for (int i = 0; i < nodes; ++i) {
     if (absl::Status st = cluster->StartNode(i); !st.ok()) return st;
@@ -106,19 +106,152 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
   return cluster;
 }
 
+absl::Status NatsCluster::MakePki() {
+  // One shell script of `openssl` commands, its output kept for errors. EC P-256 keys: fast.
+  const std::string pki = absl::StrCat(dir_, "/pki");
+  std::error_code ignored;
+  std::filesystem::create_directories(pki, ignored);
+  const std::string script = absl::StrCat(pki, "/make.sh");
+  {
+    std::ofstream out(script);
+    out << "set -e\ncd '" << pki << "'\n"
+        << "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out \"$1\"; }\n"
+        << "ca() { key $1.key; openssl req -x509 -new -key $1.key -out $1.pem -days 2 "
+           "-subj \"/CN=hookrelay test $1\" -addext basicConstraints=critical,CA:TRUE "
+           "-addext keyUsage=critical,keyCertSign,cRLSign; }\n"
+        << "leaf() { key $1.key; openssl req -new -key $1.key -out $1.csr -subj \"/CN=$1\";\n"
+        << "  printf 'subjectAltName=%s\\nextendedKeyUsage=serverAuth,clientAuth\\n' \"$2\" "
+           "> $1.ext;\n"
+        << "  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+           "-extfile $1.ext -out $1.pem; }\n"
+        << "ca ca\nca other-ca\n"
+        << "leaf server '" << options_.server_names << "'\n"
+        << "leaf client 'DNS:hookrelay-collector'\n";
+    if (!out.good()) return absl::InternalError(absl::StrCat("writing ", script));
+  }
+  const std::string log = absl::StrCat(pki, "/make.log");
+  const int rc = std::system(absl::StrCat("sh '", script, "' >'", log, "' 2>&1").c_str());
+  if (rc != 0) {
+    std::ifstream in(log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return absl::InternalError(absl::StrCat("making test certificates with openssl failed: ",
+                                            output));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NatsCluster::WriteConfig(int node) {
+  const Node& n = nodes_[node];
+  const int nodes = size();
+  std::vector<std::string> routes;
+  for (int j = 0; j < nodes; ++j) {
+    if (j != node) routes.push_back(absl::StrCat("nats-route://127.0.0.1:", nodes_[j].route_port));
+  }
+  const std::string pki = absl::StrCat(dir_, "/pki");
+  const std::string tls_block =
+      absl::StrCat("  tls {\n    cert_file: \"", pki, "/server.pem\"\n    key_file: \"", pki,
+                   "/server.key\"\n    ca_file: \"", pki, "/ca.pem\"\n    timeout: 5\n");
+  // Written to a new file then renamed: a reload never reads half a file.
+  const std::string tmp = n.config_path + ".new";
+  std::ofstream conf(tmp);
+  conf << "server_name: " << n.name << "\n"
+       << "listen: 127.0.0.1:" << n.client_port << "\n"
+       << "jetstream {\n  store_dir: \"" << dir_ << "/" << n.name << "\"\n"
+       << "  max_memory_store: 64MB\n  max_file_store: 1GB\n}\n";
+  if (options_.tls) {
+    conf << "tls {\n" << tls_block.substr(tls_block.find('\n') + 1)
+         << "    verify: " << (options_.verify_clients ? "true" : "false") << "\n}\n";
+  }
+  if (nodes > 1) {
+    conf << "cluster {\n  name: hookrelay-test\n  listen: 127.0.0.1:" << n.route_port << "\n"
+         << "  routes: [" << absl::StrJoin(routes, ", ") << "]\n";
+    // Routes verify each other's certificates both ways.
+    if (options_.tls) conf << tls_block << "  }\n";
+    conf << "}\n";
+  }
+  conf << options_.auth_config << "\n";
+  conf.close();
+  if (!conf.good()) return absl::InternalError(absl::StrCat("writing ", tmp));
+  std::error_code error;
+  std::filesystem::rename(tmp, n.config_path, error);
+  if (error) return absl::InternalError(absl::StrCat("renaming ", tmp, ": ", error.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<natsConnection*> NatsCluster::Connect() const {
+  natsOptions* opts = nullptr;
+  natsStatus s = natsOptions_Create(&opts);
+  std::vector<std::string> urls;
+  for (int i = 0; i < size(); ++i) urls.push_back(url(i));
+  std::vector<const char*> servers;
+  for (const std::string& u : urls) servers.push_back(u.c_str());
+  if (s == NATS_OK) s = natsOptions_SetServers(opts, servers.data(), static_cast<int>(servers.size()));
+  if (s == NATS_OK && !options_.admin_user.empty()) {
+    s = natsOptions_SetUserInfo(opts, options_.admin_user.c_str(),
+                                options_.admin_password.c_str());
+  }
+  if (s == NATS_OK && !options_.admin_creds_file.empty()) {
+    s = natsOptions_SetUserCredentialsFromFiles(opts, options_.admin_creds_file.c_str(), nullptr);
+  }
+  if (s == NATS_OK && options_.tls) {
+    s = natsOptions_SetSecure(opts, true);
+    if (s == NATS_OK) s = natsOptions_LoadCATrustedCertificates(opts, ca_file().c_str());
+    if (s == NATS_OK && options_.verify_clients) {
+      s = natsOptions_LoadCertificatesChain(opts, client_cert_file().c_str(),
+                                            client_key_file().c_str());
+    }
+  }
+  natsConnection* nc = nullptr;
+  if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
+  if (opts != nullptr) natsOptions_Destroy(opts);
+  if (s != NATS_OK) {
+    const char* detail = nats_GetLastError(nullptr);
+    return absl::UnavailableError(absl::StrCat("connecting to the test cluster: ",
+                                               natsStatus_GetText(s), " ",
+                                               detail != nullptr ? detail : ""));
+  }
+  return nc;
+}
+
+absl::Status NatsCluster::Reconfigure(std::string auth_config) {
+  options_.auth_config = std::move(auth_config);
+  for (int i = 0; i < size(); ++i) {
+    if (absl::Status st = WriteConfig(i); !st.ok()) return st;
+  }
+  for (Node& n : nodes_) {
+    if (n.process == nullptr) continue;
+    auto reloaded = [](const std::string& line) {
+      return absl::StrContains(line, "Reloaded server configuration");
+    };
+    int before = 0;
+    // Count the reloads logged so far, then wait for one more.
+    const std::string output = n.process->Output();
+    for (size_t at = output.find("Reloaded server configuration"); at != std::string::npos;
+         at = output.find("Reloaded server configuration", at + 1)) {
+      ++before;
+    }
+    n.process->Signal(SIGHUP);
+    if (!n.process->WaitForLine(reloaded, before + 1)) {
+      return absl::InternalError(absl::StrCat(n.name, " did not log a reload: ", n.process->Output()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NatsCluster::WaitForPlacement() {
   // "Server is ready" on every node does not mean the metadata leader can place a replicated
   // stream yet: it learns its peers' JetStream state from their stats messages, and one sent
   // before the routes were up is only repeated later. A stream created too early is refused with
   // "no suitable peers for placement". So a probe stream with one replica per node is created
   // (and deleted) until it is accepted.
-  natsConnection* nc = nullptr;
-  const natsStatus s = natsConnection_ConnectTo(&nc, urls().c_str());  // Comma-separated URLs.
+  absl::StatusOr<natsConnection*> connected = Connect();
+  natsConnection* nc = connected.ok() ? *connected : nullptr;
+  const natsStatus s = connected.ok() ? NATS_OK : NATS_NO_SERVER;
   const std::string config = absl::StrCat(
       R"({"name":"HR_TEST_PROBE","subjects":["hr_test_probe"],"storage":"memory","num_replicas":)",
       size(), "}");
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  std::string last = s == NATS_OK ? "" : natsStatus_GetText(s);
+  std::string last = connected.ok() ? "" : std::string(connected.status().message());
   bool placed = false;
   while (s == NATS_OK && !placed && absl::Now() < deadline) {
     natsMsg* reply = nullptr;

@@ -24,8 +24,10 @@
    nats-server accepts. Then the jetstream overlay (with the demo overlay's receiver, config and
    secrets on top) is started the same way, but each pod in its own network namespace with its
    own address, as on a node (two collectors and three NATS servers listen on the same ports):
-   the 3 NATS servers (the pinned nats-server binary in place of the official image), 2 collector
-   replicas, a deliverer and the receiver. Every probe passes; the servers form one JetStream
+   the 3 NATS servers (the pinned nats-server binary in place of the official image; TLS on
+   client and route connections with certificates this test makes, the collectors' NATS user
+   and password from Secrets it creates as a user would), 2 collector replicas, a deliverer and
+   the receiver. Every probe passes; the servers form one JetStream
    cluster; the collectors create the streams with 3 replicas; the deliverer, resolving the
    collectors' headless Service, subscribes to both collector pods; events sent to each collector
    pod are each delivered exactly once, signed, and the jobs stream is left empty; every process
@@ -96,7 +98,37 @@ def validate(name, text, work):
           + ("" if not problems else "\n      " + "\n      ".join(problems[:20])))
 
 
-def render_all(work):
+def make_nats_pki(directory):
+    """What a user (or cert-manager) puts in the Secrets hookrelay-nats-tls and
+    hookrelay-nats-auth: a CA, the servers' certificate naming every pod through the headless
+    Service (routes and collectors) and the client Service, its key, and a password."""
+    os.makedirs(directory)
+    # Each pod by name: the collectors' OpenSSL does not match a wildcard over one label
+    # (*.hookrelay-nats-headless), though the servers' Go TLS would for the routes.
+    names = ",".join([f"DNS:hookrelay-nats-{i}.hookrelay-nats-headless" for i in range(3)]
+                     + [f"DNS:*.hookrelay-nats-headless.{NAMESPACE}.svc.cluster.local",
+                        "DNS:hookrelay-nats"])
+    script = f"""set -e
+cd '{directory}'
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
+openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj '/CN=hookrelay test NATS CA' \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out tls.key
+openssl req -new -key tls.key -out tls.csr -subj '/CN=hookrelay-nats'
+printf 'subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n' > tls.ext
+openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+  -extfile tls.ext -out tls.crt
+"""
+    p = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"making the NATS test certificates: {p.stdout}{p.stderr}")
+    with open(os.path.join(directory, "password"), "w") as f:
+        f.write(base64.b32encode(os.urandom(20)).decode().lower() + "\n")
+    return {name: os.path.join(directory, name)
+            for name in ("ca.crt", "tls.crt", "tls.key", "password")}
+
+
+def render_all(work, nats_pki):
     rendered = {}
     for name in ("base", "overlays/demo", "overlays/jetstream", "overlays/jetstream-external"):
         rendered[name] = render(os.path.join(KUBE, name))
@@ -124,6 +156,17 @@ def render_all(work):
         check("../../base" in kustomization["resources"], "overlays/demo builds on ../../base")
         kustomization["resources"] = ["../jetstream" if r == "../../base" else r
                                       for r in kustomization["resources"]]
+        # The NATS Secrets the jetstream overlay expects to exist, made the way a user would
+        # (`kubectl create secret generic ... --from-file`).
+        for name in nats_pki:
+            shutil.copy(nats_pki[name], os.path.join(overlay, "nats-" + name))
+        kustomization.setdefault("secretGenerator", []).extend([
+            {"name": "hookrelay-nats-tls",
+             "files": [f"{k}=nats-{k}" for k in ("ca.crt", "tls.crt", "tls.key")],
+             "options": {"disableNameSuffixHash": True}},
+            {"name": "hookrelay-nats-auth", "files": ["password=nats-password"],
+             "options": {"disableNameSuffixHash": True}},
+        ])
         with open(os.path.join(overlay, "kustomization.yaml"), "w") as f:
             yaml.safe_dump(kustomization, f)
         rendered["overlays/jetstream+demo"] = render(overlay)
@@ -173,7 +216,7 @@ def nats_config(docs):
     raise ValueError(f"no volume holds {path}")
 
 
-def check_jetstream_manifests(objects, nats_server):
+def check_jetstream_manifests(objects, nats_server, nats_pki):
     """overlays/jetstream and overlays/jetstream-external, as rendered (no process started)."""
     docs = objects["overlays/jetstream"]
     check(find(docs, "StatefulSet", "hookrelay-collector") is None,
@@ -195,6 +238,29 @@ def check_jetstream_manifests(objects, nats_server):
     ref = env.get("NATS_URL", {}).get("valueFrom", {}).get("secretKeyRef", {})
     check(ref.get("name") == "hookrelay-nats" and ref.get("key") == "url",
           f"jetstream: NATS_URL from Secret hookrelay-nats, key url ({ref})")
+    # NATS credentials and TLS: files from Secrets, never values on the command line.
+    flags = dict(a[2:].split("=", 1) for a in args if a.startswith("--nats_") and "=" in a)
+
+    def secret_file(path):
+        """The (Secret, key) a file path of the container comes from, or None."""
+        for vm in c.get("volumeMounts", []):
+            if path.startswith(vm["mountPath"] + "/"):
+                volume = next(v for v in pod["volumes"] if v["name"] == vm["name"])
+                if "secret" not in volume:
+                    return None
+                name = path[len(vm["mountPath"]) + 1:]
+                items = {i["path"]: i["key"] for i in volume["secret"].get("items", [])}
+                return volume["secret"]["secretName"], items.get(name, name)
+        return None
+    check(flags.get("nats_user") == "hookrelay"
+          and secret_file(flags.get("nats_password_file", "")) == ("hookrelay-nats-auth", "password")
+          and secret_file(flags.get("nats_tls_ca_file", "")) == ("hookrelay-nats-tls", "ca.crt"),
+          f"jetstream: collectors log in to NATS as hookrelay, the password and the CA files from "
+          f"the Secrets hookrelay-nats-auth and hookrelay-nats-tls ({flags})")
+    tls_volume = next((v for v in pod["volumes"]
+                       if v.get("secret", {}).get("secretName") == "hookrelay-nats-tls"), {})
+    check([i["key"] for i in tls_volume.get("secret", {}).get("items", [])] == ["ca.crt"],
+          "jetstream: collectors mount only ca.crt of hookrelay-nats-tls (not the servers' key)")
     hpa = find(docs, "HorizontalPodAutoscaler", "hookrelay-collector")
     check(hpa is not None and hpa["spec"]["scaleTargetRef"] == {
               "apiVersion": "apps/v1", "kind": "Deployment", "name": "hookrelay-collector"}
@@ -233,12 +299,34 @@ def check_jetstream_manifests(objects, nats_server):
           and [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
           and re.search(r"store_dir:\s*/data\s*$", conf, re.M) is not None,
           "jetstream: JetStream stores under /data, the pod's volumeClaimTemplate")
-    # The server binary the test runs checks the rendered file, and is the version the image pins.
+    # TLS on the client and route ports from the mounted Secret hookrelay-nats-tls; hookrelay's
+    # own account with its user, whose password comes from hookrelay-nats-auth.
+    tls_mount = next((vm["mountPath"] for vm in nats["volumeMounts"] if next(
+        (v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == vm["name"]),
+        {}).get("secret", {}).get("secretName") == "hookrelay-nats-tls"), None)
+    client_part, cluster_part = conf.split("\ncluster", 1) if "\ncluster" in conf else (conf, "")
+    check(tls_mount is not None and all(
+              re.search(rf"{key}:\s*{re.escape(tls_mount)}/{name}\s*$", part, re.M)
+              for part in (client_part, cluster_part)
+              for key, name in (("cert_file", "tls.crt"), ("key_file", "tls.key"),
+                                ("ca_file", "ca.crt"))),
+          f"jetstream: nats.conf has TLS on client and route connections, files from the Secret "
+          f"hookrelay-nats-tls mounted at {tls_mount}")
+    password_ref = env_of(nats).get("HOOKRELAY_NATS_PASSWORD", {}).get("secretKeyRef", {})
+    check(re.search(r"user:\s*hookrelay\s*\n\s*password:\s*\$HOOKRELAY_NATS_PASSWORD", conf)
+          is not None and re.search(r"jetstream:\s*enabled", conf) is not None
+          and password_ref == {"name": "hookrelay-nats-auth", "key": "password"},
+          f"jetstream: nats.conf has an account with JetStream and the user hookrelay, its "
+          f"password from Secret hookrelay-nats-auth ({password_ref})")
+    # The server binary the test runs checks the rendered file (with this test's certificates
+    # where the Secret would be mounted), and is the version the image pins.
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
-        f.write(conf)
+        f.write(conf.replace(f"{tls_mount}/", os.path.dirname(nats_pki["ca.crt"]) + "/")
+                if tls_mount else conf)
         f.flush()
         p = subprocess.run([nats_server, "-c", f.name, "-t"], capture_output=True, text=True,
-                           env={"POD_NAME": f"{sts['metadata']['name']}-0"})
+                           env={"POD_NAME": f"{sts['metadata']['name']}-0",
+                                "HOOKRELAY_NATS_PASSWORD": "checked"})
     check(p.returncode == 0, f"jetstream: nats-server -t accepts the rendered nats.conf "
                              f"({(p.stdout + p.stderr).strip()})")
     version = subprocess.run([nats_server, "--version"], capture_output=True,
@@ -513,6 +601,9 @@ class Pod:
                 check(secret is not None or optional,
                       f"{self.name}: Secret {v['secret']['secretName']} rendered or optional")
                 files = {k: base64.b64decode(s) for k, s in (secret or {}).get("data", {}).items()}
+                if "items" in v["secret"]:  # Only these keys, under these names.
+                    files = {i["path"]: files[i["key"]] for i in v["secret"]["items"]
+                             if i["key"] in files}
                 write_files(path, files, v["secret"].get("defaultMode", 0o644), gid)
             elif "emptyDir" in v:
                 os.makedirs(path)
@@ -799,6 +890,13 @@ def get_json(url):
         return json.load(r)
 
 
+def nats_info(ip, port):
+    """The INFO a NATS server sends a new client (before any TLS handshake)."""
+    with socket.create_connection((ip, port), timeout=5) as sock:
+        line = sock.makefile("rb").readline().decode()
+    return json.loads(line.split(" ", 1)[1]) if line.startswith("INFO ") else None
+
+
 def metric(ip, port, name):
     with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=5) as r:
         for line in r.read().decode().splitlines():
@@ -857,6 +955,11 @@ def run_jetstream(docs, images, work, ctl, nats_server):
             routez = wait_for(lambda: get_json(f"http://{p.ip}:8222/routez"))
             remotes = sorted({r.get("remote_name") for r in (routez or {}).get("routes", [])})
             check(remotes == others, f"{p.name}: routes to {remotes}")
+        # Clients must use TLS and log in: what each server announces to a client.
+        for p in nats:
+            info = wait_for(lambda: nats_info(p.ip, 4222))
+            check(info and info.get("tls_required") is True and info.get("auth_required") is True,
+                  f"{p.name}: clients need TLS and credentials ({info})")
         meta = wait_for(lambda: get_json(f"http://{nats[0].ip}:8222/jsz")["meta_cluster"])
         check(meta and meta.get("cluster_size") == 3 and meta.get("leader") in
               [p.name for p in nats], f"JetStream meta cluster of 3, leader {meta}")
@@ -952,14 +1055,15 @@ def main():
     work = tempfile.mkdtemp(prefix="hookrelay-deploy-")
     os.chmod(work, 0o755)
     try:
-        objects = render_all(work)
+        nats_pki = make_nats_pki(os.path.join(work, "nats-pki"))
+        objects = render_all(work, nats_pki)
         check_monitoring(objects["base+components/monitoring"])
         images = Images(os.environ["HOOKRELAY_IMAGES"], work)
         check_images(images)
         ctl = os.path.join(os.environ["HOOKRELAY_BIN_DIR"], "tools/hookrelayctl/hookrelayctl")
         run_demo(objects["overlays/demo"], images, work, ctl)
         nats_server = os.environ["HOOKRELAY_NATS_SERVER"]
-        check_jetstream_manifests(objects, nats_server)
+        check_jetstream_manifests(objects, nats_server, nats_pki)
         run_jetstream(objects["overlays/jetstream+demo"], images, work, ctl, nats_server)
     finally:
         if failures:

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options)
     }
     JetStreamJobStore::Options o;
     o.urls = options.nats_url;
+    o.connect = options.nats_connect;
     o.layout.replicas = options.nats_replicas;
     o.layout.dedup_replicas = options.nats_dedup_replicas;
     o.layout.ack_wait = options.lease_duration;
@@ -46,8 +47,9 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options)
 
 std::string DescribeJobStore(const JobStoreOptions& options) {
   if (options.engine == "jetstream") {
-    return absl::StrCat("jetstream at ", options.nats_url, ", ", options.nats_replicas,
-                        options.nats_replicas == 1 ? " replica" : " replicas");
+    return absl::StrCat("jetstream at ", RedactNatsUrls(options.nats_url), ", ",
+                        options.nats_replicas, options.nats_replicas == 1 ? " replica" : " replicas",
+                        ", ", DescribeNatsConnect(options.nats_connect));
   }
   return absl::StrCat(options.engine, " at ", options.data_dir);
 }

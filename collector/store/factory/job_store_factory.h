@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collector/store/jetstream/nats_connect.h"
 #include "collector/store/store.h"
 #include "common/clock.h"
 
@@ -31,6 +32,8 @@ struct JobStoreOptions {
   std::string nats_url;
   int nats_replicas = 3;
   int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+  // jetstream: credentials and TLS (--nats_creds_file, --nats_tls_ca_file, ...).
+  NatsConnectOptions nats_connect;
   // How long a dispatched job stays with a deliverer (jetstream: the consumer's ack wait).
   absl::Duration lease_duration = absl::Seconds(90);
   // A (source, messageId) is de-duplicated for this long.

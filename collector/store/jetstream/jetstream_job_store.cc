@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_user_data.h"
+#include "collector/store/jetstream/nats_connect.h"
 #include "collector/store/jetstream/nats_request.h"
 #include "common/log.h"
 #include "prometheus/counter.h"
@@ -47,8 +48,15 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(store->nats_options_, 250);
   // Publishes made while reconnecting wait in a bounded buffer (8 MB); beyond it they fail.
   if (s == NATS_OK) s = natsOptions_SetReconnectBufSize(store->nats_options_, 8 << 20);
+  if (s != NATS_OK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nats_url ", RedactNatsUrls(o.urls), ": ", natsStatus_GetText(s)));
+  }
+  if (absl::Status st = ApplyNatsConnectOptions(o.connect, store->nats_options_); !st.ok()) {
+    return st;
+  }
   store->events_ = new ConnectionEvents;
-  store->events_->urls = o.urls;
+  store->events_->urls = RedactNatsUrls(o.urls);
   store->events_->on_write_health = o.on_write_health;
   if (o.registry != nullptr) {
     try {
@@ -90,9 +98,17 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
     s = natsOptions_SetClosedCB(store->nats_options_, &JetStreamJobStore::OnClosed,
                                 store->events_);
   }
-  if (s != NATS_OK) return absl::InvalidArgumentError(absl::StrCat("--nats_url: ", natsStatus_GetText(s)));
+  if (s == NATS_OK) {
+    s = natsOptions_SetErrorHandler(store->nats_options_, &JetStreamJobStore::OnAsyncError,
+                                    store->events_);
+  }
+  if (s != NATS_OK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nats_url ", RedactNatsUrls(o.urls), ": ", natsStatus_GetText(s)));
+  }
   s = natsConnection_Connect(&store->nc_, store->nats_options_);
-  if (s != NATS_OK) return NatsError(absl::StrCat("connecting to ", o.urls), s);
+  // Refused credentials, a certificate that does not verify: said in the flags' terms.
+  if (s != NATS_OK) return NatsConnectError(o.urls, o.connect, s);
 
   const absl::Time deadline = absl::Now() + o.connect_timeout;
   absl::Status layout = EnsureJetStreamLayout(store->nc_, o.layout);
@@ -238,8 +254,9 @@ JetStreamJobStore::~JetStreamJobStore() {
   user_data_.reset();  // Before the connection goes.
   if (events_ != nullptr) events_->store_closed = true;
   if (nc_ != nullptr) {
-    natsConnection_Close(nc_);  // The closed callback frees events_.
+    natsConnection_Close(nc_);  // The closed callback releases the connection's reference.
     natsConnection_Destroy(nc_);
+    ConnectionEvents::Release(events_);
   } else {
     delete events_;  // No connection: no callback.
   }
@@ -264,8 +281,14 @@ absl::Status JetStreamJobStore::WriteHealth() const {
   if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) {
     return absl::OkStatus();
   }
-  return absl::UnavailableError("cannot store events now: the JetStream cluster is unreachable; "
-                                "retry later");
+  // The reason (refused credentials, a certificate that no longer verifies) is the client's
+  // error text: never a secret.
+  const std::string reason = events_->Reason();
+  return absl::UnavailableError(absl::StrCat(
+      "cannot store events now: the JetStream cluster is unreachable",
+      reason.empty() ? "" : " (", reason, reason.empty() ? "" : ")",
+      events_->connection_closed ? "; the NATS client gave up reconnecting: restart the collector"
+                                 : "; retry later"));
 }
 
 JobCounts JetStreamJobStore::Counts() {
@@ -345,21 +368,24 @@ absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> JetStreamJobStore::G
 absl::Status JetStreamJobStore::DropAudience(std::string_view audience_id) {
   return user_data_->DropAudience(audience_id);
 }
-void JetStreamJobStore::OnDisconnected(natsConnection*, void* closure) {
+void JetStreamJobStore::OnDisconnected(natsConnection* nc, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
   int64_t connected = 0;
   events->disconnected_since_ms.compare_exchange_strong(connected,
                                                         absl::ToUnixMillis(absl::Now()));
+  // The client clears its error as it starts reconnecting: keep what the error handler saw.
+  if (std::string reason = NatsLastError(nc); !reason.empty()) events->SetReason(std::move(reason));
   common::LogInfo("lost the connection to a JetStream server; reconnecting (publishes are "
                   "buffered meanwhile)",
-                  {{"nats_url", events->urls}});
+                  {{"nats_url", events->urls}, {"error", events->Reason()}});
 }
 
 void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   auto* events = static_cast<ConnectionEvents*>(closure);
   if (events->store_closed) return;
   events->disconnected_since_ms = 0;
+  events->SetReason("");
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});
@@ -372,18 +398,57 @@ void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
 void JetStreamJobStore::CheckConnection() {
   ConnectionEvents* events = events_;
   const int64_t since = events->disconnected_since_ms;
-  if (since == 0 || absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) return;
+  if (since == 0) return;
+  // While reconnecting, the client keeps the error of its last refused attempt (credentials
+  // refused, a certificate that does not verify); a server that cannot be reached at all
+  // leaves none, and the previous reason stays.
+  if (std::string reason = NatsLastError(nc_); !reason.empty()) events->SetReason(std::move(reason));
+  if (absl::Now() - absl::FromUnixMillis(since) < kWriteGrace) return;
   if (events->reported_down.exchange(true)) return;
   common::LogWarning("the JetStream cluster is unreachable: events are refused (503) until it is "
                      "back",
                      {{"nats_url", events->urls},
-                      {"disconnected_for", absl::FormatDuration(kWriteGrace)}});
+                      {"disconnected_for", absl::FormatDuration(kWriteGrace)},
+                      {"error", events->Reason()}});
   if (events->writable != nullptr) events->writable->Set(0);
   if (events->on_write_health) events->on_write_health(false);
 }
 
-void JetStreamJobStore::OnClosed(natsConnection*, void* closure) {
-  delete static_cast<ConnectionEvents*>(closure);  // The connection's last callback.
+void JetStreamJobStore::OnClosed(natsConnection* nc, void* closure) {
+  auto* events = static_cast<ConnectionEvents*>(closure);
+  if (!events->store_closed) {
+    // The client closed the connection by itself: it stops reconnecting when a server refuses
+    // the same credentials twice in a row. Nothing reconnects from here on; the store reports
+    // itself unwritable (CheckConnection) with the reason.
+    events->connection_closed = true;
+    if (std::string reason = NatsLastError(nc); !reason.empty()) events->SetReason(reason);
+    int64_t connected = 0;
+    events->disconnected_since_ms.compare_exchange_strong(connected,
+                                                          absl::ToUnixMillis(absl::Now()));
+    common::LogError("the NATS client closed the connection to the JetStream cluster and stopped "
+                     "reconnecting: the collector cannot store events until it is restarted",
+                     {{"nats_url", events->urls}, {"error", events->Reason()}});
+  }
+  ConnectionEvents::Release(events);  // The connection's last callback.
+}
+
+void JetStreamJobStore::OnAsyncError(natsConnection* nc, natsSubscription* sub, natsStatus s,
+                                     void* closure) {
+  auto* events = static_cast<ConnectionEvents*>(closure);
+  if (events->store_closed || sub != nullptr) return;  // A subscription's (slow consumer).
+  // A server's -ERR on the connection (a permission violation, an authorization expired): the
+  // connection drops and reconnects next; keep why.
+  std::string reason = NatsLastError(nc);
+  if (reason.empty()) reason = natsStatus_GetText(s);
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t logged = events->error_logged_ms;
+  if (now_ms - logged >= 10'000 &&
+      events->error_logged_ms.compare_exchange_strong(logged, now_ms)) {
+    common::LogWarning("NATS error on the JetStream connection (logged at most every 10 s)",
+                       {{"nats_url", events->urls}, {"error", reason}});
+  }
+  // A permission violation leaves the connection up: not a reason for it to be down.
+  if (s != NATS_NOT_PERMITTED) events->SetReason(std::move(reason));
 }
 
 }  // namespace hookrelay::collector

@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collector/store/jetstream/jetstream_layout.h"
+#include "collector/store/jetstream/nats_connect.h"
 // The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
 #include "collector/store/jetstream/jetstream_subjects.h"
 #include "collector/store/ready_signal.h"
@@ -68,6 +69,8 @@ class JetStreamJobStore final : public Store {
   struct Options {
     // --nats_url: comma-separated nats:// URLs.
     std::string urls;
+    // Credentials and TLS (--nats_creds_file, --nats_tls_ca_file, ...): nats_connect.h.
+    NatsConnectOptions connect;
     JetStreamLayout layout;
     // Time for attempt stamps, retry due times and held jobs (the server owns when a schedule
     // fires), and for the user data's audience locks. Waits for the cluster (passing failures
@@ -79,7 +82,8 @@ class JetStreamJobStore final : public Store {
     const common::Clock* clock = nullptr;
     // How long to wait for the cluster at start (streams created or checked).
     absl::Duration connect_timeout = absl::Seconds(30);
-    // Called with false when the connection to the cluster is lost and true when it is back.
+    // Called with false when the connection to the cluster is lost (or refused: credentials or
+    // certificates no longer accepted at a reconnect) and true when it is back.
     std::function<void(bool writable)> on_write_health;
     // Optional: hookrelay_store_writable, hookrelay_ingest_duplicates_total and
     // hookrelay_jetstream_dedup_lookup_failures_total are registered in it.
@@ -194,6 +198,31 @@ class JetStreamJobStore final : public Store {
     std::atomic<int64_t> disconnected_since_ms{0};
     // Whether the store was reported unwritable (on_write_health(false)).
     std::atomic<bool> reported_down{false};
+    // The store and the connection each hold one; the last to let go deletes (the connection's
+    // closed callback can run before or after the store is gone: a connection closed by the
+    // client itself, after a reconnect refused for its credentials, outlives nothing).
+    std::atomic<int> refs{2};
+    // Why the connection is down (the client's last error: "Authorization Violation", a TLS
+    // verification failure, ...): for WriteHealth and the logs. Never a secret.
+    mutable absl::Mutex reason_mu;
+    std::string reason ABSL_GUARDED_BY(reason_mu);
+    // The client gave up reconnecting (closed the connection): the store stays unwritable.
+    std::atomic<bool> connection_closed{false};
+    // When an asynchronous error was last logged (ms since the epoch): one line per 10 s, not
+    // one per refused publish.
+    std::atomic<int64_t> error_logged_ms{0};
+    void SetReason(std::string text) {
+      absl::MutexLock lock(&reason_mu);
+      reason = std::move(text);
+    }
+    std::string Reason() const {
+      absl::MutexLock lock(&reason_mu);
+      return reason;
+    }
+    // Drops one reference; deletes on the last.
+    static void Release(ConnectionEvents* events) {
+      if (events->refs.fetch_sub(1) == 1) delete events;
+    }
   };
   // Reports the store unwritable once the connection has been lost for longer than the grace
   // period (from the republisher thread).
@@ -201,6 +230,7 @@ class JetStreamJobStore final : public Store {
   static void OnDisconnected(natsConnection* nc, void* events);
   static void OnReconnected(natsConnection* nc, void* events);
   static void OnClosed(natsConnection* nc, void* events);
+  static void OnAsyncError(natsConnection* nc, natsSubscription* sub, natsStatus s, void* events);
   ConnectionEvents* events_ = nullptr;
   prometheus::Counter* duplicates_ = nullptr;
   prometheus::Counter* dedup_lookup_failures_ = nullptr;
