@@ -225,9 +225,21 @@ class Browser:
             options.add_argument(arg)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         options.unhandled_prompt_behavior = "ignore"
-        service = Service(executable_path=CHROMEDRIVER,
-                          log_output=os.path.join(work, "chromedriver.log"))
-        self.driver = webdriver.Chrome(service=service, options=options)
+        # Selenium picks chromedriver's port before chromedriver binds it: another process on the
+        # machine can take it in between ("bind() failed: Address already in use" in
+        # chromedriver.log, and chromedriver exits 1). Start again on a new port, 3 times at most.
+        from selenium.common.exceptions import WebDriverException
+        for attempt in range(1, 4):
+            service = Service(executable_path=CHROMEDRIVER,
+                              log_output=os.path.join(work, f"chromedriver-{attempt}.log"))
+            try:
+                self.driver = webdriver.Chrome(service=service, options=options)
+                break
+            except WebDriverException as e:
+                if attempt == 3 or "unexpectedly exited" not in str(e):
+                    raise
+                print(f"chromedriver did not start (attempt {attempt}: {e.msg}); again",
+                      flush=True)
         self.driver.set_page_load_timeout(30)
         self.driver.set_script_timeout(30)
         # The screenshots are exactly 1280×800 CSS pixels at scale 1.
