@@ -65,8 +65,8 @@ Send a first event; the receiver prints it with "X-Signature: verified":
     http://127.0.0.1:${http_port}/v1/batch
 
 Console:       http://127.0.0.1:8081/ (admin API on loopback, no token needed here)
-Set up more:   $bin/tools/hookrelayctl/hookrelayctl destinations list   (README "Set up at run time")
-Dead letters:  $bin/tools/hookrelayctl/hookrelayctl dead-letters list
+Set up more:   bazel-bin/tools/hookrelayctl/hookrelayctl destinations list   (README "Set up at run time")
+Dead letters:  bazel-bin/tools/hookrelayctl/hookrelayctl dead-letters list
 Metrics:       curl -s http://127.0.0.1:${metrics_port}/metrics http://127.0.0.1:${deliverer_metrics_port}/metrics | grep hookrelay_
 Stop with Ctrl-C.
 MSG
