@@ -209,7 +209,7 @@ wait_for deliverer "$logs/deliverer.log" 30 \
          grep -q '^hookrelay_deliverer_collectors_connected 2'"
 
 exit_if_interrupted
-ctl="$bin/tools/hookrelayctl/hookrelayctl"
+ctl="bazel-bin/tools/hookrelayctl/hookrelayctl"
 [ "$admin_port" = 8081 ] || ctl="HOOKRELAY_ADMIN_URL=http://127.0.0.1:${admin_port} $ctl"
 cat <<MSG
 
