@@ -135,8 +135,9 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max) {
     }
     out.push_back(std::move(leased));
   }
-  // Jobs held, jobs leased: the ready signal's timer looks at NextDue again.
-  ready_signal_->Reschedule();
+  // Jobs held or leased: the ready signal's timer looks at NextDue again (an empty Lease, the
+  // common case while idle, changed nothing and wakes no thread).
+  if (!msgs.empty()) ready_signal_->Reschedule();
   return out;
 }
 
