@@ -96,9 +96,9 @@ class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
     WebhookReceiver::Options options;
     options.threads = 2;
     // Slow enough that many jobs are in flight at any moment.
-    auto r = WebhookReceiver::Start(options, [](const ReceivedRequest&) {
+    auto r = WebhookReceiver::Start(options, [this](const ReceivedRequest&) {
       Response slow;
-      slow.delay = absl::Milliseconds(100);
+      slow.delay = absl::Milliseconds(answer_delay_ms_.load());
       return slow;
     });
     ASSERT_TRUE(r.ok()) << r.status();
@@ -117,6 +117,7 @@ class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::vector<std::string> engine_flags_;
+  std::atomic<int> answer_delay_ms_{100};
   std::unique_ptr<WebhookReceiver> receiver_;
   std::string dir_, config_path_, data_dir_;
 };
@@ -124,6 +125,9 @@ class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
 // kill -9 of the deliverer while it holds jobs: a new deliverer gets them once the leases
 // expire, and every event is delivered.
 TEST_P(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
+  // Each answer takes a second, so the deliverer's connections (64 at most) fill with unanswered
+  // requests at once and the kill always lands with most of the 400 jobs not yet sent.
+  answer_delay_ms_ = 1000;
   auto collector = StartCollectorProcess(config_path_, data_dir_, Flags({"--lease_duration=2s"}));
   ASSERT_TRUE(collector.ok()) << collector.status();
   const int grpc_port = (*collector)->IntField("grpc_port");
