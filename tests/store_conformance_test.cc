@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -464,6 +465,77 @@ TEST_P(StoreConformanceTest, SettleABatch) {
   EXPECT_EQ(retried.back().job.message_id(), "m2");
   EXPECT_EQ(retried.back().job.attempts(), 1);
   EXPECT_EQ(calls->load(), 1);
+}
+
+// The queue is per destination: Lease takes each destination's budget, asked at most once per
+// call, and leaves the jobs of a destination without budget queued (not leased, not written),
+// in their order, for a later Lease with budget. Also after a reopen (jobs paged in from disk)
+// and for a retried job (queued anew).
+TEST_P(StoreConformanceTest, LeaseWithinEachDestinationsBudget) {
+  Open();
+  AppendAll({Event("s1", "slow"), Event("f1", "fast"), Event("s2", "slow"), Event("f2", "fast"),
+             Event("s3", "slow"), Event("f3", "fast")});
+  Open();  // Reopened: the queue comes back from disk (or the servers) with its destinations.
+  absl::flat_hash_map<std::string, size_t> budgets = {{"slow", 0}};
+  // Leases with `budgets` (absent: unlimited) through a barrier job; the message ids leased on
+  // the way.
+  auto lease_through_barrier = [&](std::vector<LeasedJob>* leased_out) {
+    const std::string barrier = absl::StrCat("barrier-", ++barriers_);
+    clock_.Advance(absl::Milliseconds(1));
+    AppendAll({Event(barrier, "d-barrier", "u-barrier", "s-barrier")});
+    std::vector<std::string> ids;
+    // The budgets hold for the whole pass through the barrier (a Lease never exceeds what is
+    // left of them).
+    absl::flat_hash_map<std::string, size_t> left = budgets;
+    const absl::Time deadline = absl::Now() + kEventually;
+    while (absl::Now() < deadline) {
+      absl::flat_hash_map<std::string, int> asked;
+      absl::StatusOr<std::vector<LeasedJob>> got =
+          store_->Lease(8, [&](std::string_view destination) -> size_t {
+            const std::string d(destination);
+            EXPECT_EQ(++asked[d], 1) << "budget of " << d << " asked twice in one Lease";
+            auto it = left.find(d);
+            return it == left.end() ? ~size_t{0} : it->second;
+          });
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok()) break;
+      absl::flat_hash_map<std::string, size_t> per_destination;
+      for (LeasedJob& j : *got) {
+        const std::string& d = j.job.destination_id();
+        ++per_destination[d];
+        if (auto it = left.find(d); it != left.end()) {
+          EXPECT_LE(per_destination[d], it->second) << d << " leased beyond its budget";
+        }
+        if (j.job.message_id() == barrier) return ids;
+        ids.push_back(j.job.message_id());
+        if (leased_out != nullptr) leased_out->push_back(std::move(j));
+      }
+      for (auto& [d, n] : per_destination) {
+        if (auto it = left.find(d); it != left.end()) it->second -= std::min(it->second, n);
+      }
+      if (got->empty()) absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "barrier " << barrier << " never leased";
+    return ids;
+  };
+  std::vector<LeasedJob> fast;
+  EXPECT_THAT(lease_through_barrier(&fast), ElementsAre("f1", "f2", "f3"));
+  // The slow destination gets a budget of 2: its two oldest, in order.
+  budgets["slow"] = 2;
+  std::vector<LeasedJob> slow;
+  const std::vector<std::string> first = lease_through_barrier(&slow);
+  ASSERT_GE(first.size(), 2u);
+  EXPECT_EQ(first[0], "s1");
+  EXPECT_EQ(first[1], "s2");
+  // A retried fast job is queued anew and held back like the others.
+  budgets = {{"slow", 0}, {"fast", 0}};
+  ASSERT_TRUE(store_->Retry(fast[0].job.id(), fast[0].lease, clock_.Now(), MakeAttempt(clock_.Now(), 503)).ok());
+  std::vector<std::string> held = lease_through_barrier(nullptr);
+  EXPECT_THAT(held, testing::Not(testing::Contains("f1")));
+  EXPECT_THAT(held, testing::Not(testing::Contains("s3")));
+  budgets.clear();
+  std::vector<std::string> rest = lease_through_barrier(nullptr);
+  EXPECT_THAT(rest, testing::IsSupersetOf({"f1", "s3"}));
 }
 
 // The one ready signal: raised when jobs are stored, and when a retry falls due on the store's

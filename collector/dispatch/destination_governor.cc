@@ -108,7 +108,8 @@ void DestinationGovernor::OpenLocked(Dest& d, const DeliveryOptions& options, ab
 DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& destination,
                                                           const DeliveryOptions& options,
                                                           uint64_t job_id, absl::Time deadline,
-                                                          int64_t capacity, int rate_divisor) {
+                                                          int64_t capacity, int rate_divisor,
+                                                          bool within_headroom) {
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
   Dest& d = GetLocked(destination);
@@ -140,22 +141,9 @@ DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& des
   }
 
   // 2. Concurrency: the adaptive limit, and the fair share while others have work.
-  int active = 0;
-  for (const auto& [id, other] : dests_) {
-    if (!other.in_flight.empty() || now - other.last_active < options_.active_window) ++active;
-  }
-  int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(d.limit));
-  if (capacity > 0) {
-    // Alone and slow, 3/4 of the credits: the rest keeps the dispatcher leasing, so that jobs of
-    // other destinations queued behind its backlog are seen (and get their share). A fast one
-    // alone is bounded by the credits only (no jobs put back for nothing).
-    const int64_t share = active > 1 ? capacity / active
-                          : d.latency_ewma >= options_.headroom_latency ? capacity * 3 / 4
-                                                                        : capacity;
-    limit = std::min(limit, std::max<int64_t>(static_cast<int64_t>(options_.min_limit), share));
-  }
+  const int64_t limit = ConcurrencyLimitLocked(d, now, capacity);
   const bool already = d.in_flight.contains(job_id);
-  if (!already && static_cast<int64_t>(d.in_flight.size()) >= limit) {
+  if (!already && !within_headroom && static_cast<int64_t>(d.in_flight.size()) >= limit) {
     // At its limit, a slot frees at the destination's measured completion rate (before one is
     // measured: about every latency / limit).
     const absl::Duration pace = d.completion_rate > 0
@@ -194,6 +182,74 @@ DestinationGovernor::Admission DestinationGovernor::Admit(const std::string& des
     d.probe_deadline = deadline;
   }
   return {Verdict::kAdmit, absl::InfinitePast()};
+}
+
+int64_t DestinationGovernor::ConcurrencyLimitLocked(const Dest& d, absl::Time now,
+                                                    int64_t capacity) const {
+  int active = 0;
+  for (const auto& [id, other] : dests_) {
+    if (!other.in_flight.empty() || now - other.last_active < options_.active_window) ++active;
+  }
+  int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(d.limit));
+  if (capacity > 0) {
+    // Alone and slow, 3/4 of the credits: the rest keeps credits free for the jobs of other
+    // destinations that arrive meanwhile. A fast one alone is bounded by the credits only.
+    const int64_t share = active > 1 ? capacity / active
+                          : d.latency_ewma >= options_.headroom_latency ? capacity * 3 / 4
+                                                                        : capacity;
+    limit = std::min(limit, std::max<int64_t>(static_cast<int64_t>(options_.min_limit), share));
+  }
+  return limit;
+}
+
+DestinationGovernor::Headroom DestinationGovernor::HeadroomFor(
+    const std::string& destination, const DeliveryOptions& options, int64_t capacity,
+    int rate_divisor) {
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&mu_);
+  Dest& d = GetLocked(destination);
+  d.last_active = now;  // Asked because it has jobs waiting: it competes for the fair share.
+  PruneLocked(d, now);
+  Headroom room;
+  // 1. The breaker: open, nothing until the pause ends; half-open, one probe at a time.
+  const bool breaker = EffectiveBreaker(options).failures() > 0;
+  if (breaker && d.circuit == Circuit::kOpen && now < d.open_until) {
+    room.wake_at = d.open_until;
+    return room;
+  }
+  int64_t jobs = INT64_MAX;
+  if (breaker && d.circuit != Circuit::kClosed) {
+    if (d.probe_job != 0 && d.probe_deadline > now && d.circuit == Circuit::kHalfOpen) {
+      room.wake_at = d.probe_deadline;  // Or the probe's outcome, which wakes the dispatcher.
+      return room;
+    }
+    jobs = 1;
+  }
+  // 2. Concurrency (an outcome frees a slot and wakes the dispatcher; so does a lease running
+  // out, through the store's ready signal).
+  const int64_t limit = ConcurrencyLimitLocked(d, now, capacity);
+  jobs = std::min(jobs, std::max<int64_t>(0, limit - static_cast<int64_t>(d.in_flight.size())));
+  if (jobs == 0) {
+    room.wake_at = d.earliest_deadline;
+    return room;
+  }
+  // 3. The rate limit: whole tokens in the bucket (refilled as Admit refills it).
+  if (options.rate_limit_per_second() > 0) {
+    const double rate = static_cast<double>(options.rate_limit_per_second()) /
+                        static_cast<double>(std::max(1, rate_divisor));
+    const double burst = std::max(1.0, rate);
+    const double tokens =
+        d.tokens < 0 ? burst
+                     : std::min(burst, d.tokens + absl::ToDoubleSeconds(now - d.refilled_at) * rate);
+    const auto whole = static_cast<int64_t>(tokens + 1e-9);
+    jobs = std::min(jobs, whole);
+    if (jobs == 0) {
+      room.wake_at = now + absl::Seconds((1.0 - tokens) / rate);
+      return room;
+    }
+  }
+  room.jobs = static_cast<size_t>(jobs);
+  return room;
 }
 
 namespace {

@@ -3,9 +3,12 @@
 // (DeliveryOptions.circuit_breaker), so that one slow or failing receiver cannot take the credits
 // of the others (docs/DESIGN.md, "Per-destination fairness and protection").
 //
-// The dispatcher asks Admit() for every leased customer job before sending it. A refused job is
-// put back in the store without counting an attempt (JobQueue::Retry with an empty Attempt), due
-// at the returned time: refusals of one destination are spread out (one every interval after the
+// The dispatcher leases each destination's jobs within its HeadroomFor() (the store's lease
+// budget): a destination at its limits is not asked, and its jobs stay queued, unwritten. It
+// then asks Admit() for every leased customer job before sending it. A job refused all the same
+// (the headroom moved between the two, or the store could not tell the job's destination) is put
+// back in the store without counting an attempt (JobQueue::Retry with an empty Attempt), due at
+// the returned time: refusals of one destination are spread out (one every interval after the
 // previous refusal, at most kMaxDeferral ahead), so a backlog comes back at the pace the
 // destination can take, not all at once.
 //
@@ -103,8 +106,25 @@ class DestinationGovernor {
   // Whether job `job_id` of `destination` may be sent now under a lease ending at `deadline`.
   // `capacity`: the credits all connected deliverers granted (held + available); `rate_divisor`
   // (≥ 1): how many collectors share the destination's rate limit.
+  // `within_headroom`: the job was leased within a HeadroomFor of this pass, whose concurrency
+  // answer stands (the fair share may have moved since, as other destinations were asked: the
+  // next pass follows it, rather than this job being put back).
   Admission Admit(const std::string& destination, const hookrelay::v1::DeliveryOptions& options,
-                  uint64_t job_id, absl::Time deadline, int64_t capacity, int rate_divisor = 1);
+                  uint64_t job_id, absl::Time deadline, int64_t capacity, int rate_divisor = 1,
+                  bool within_headroom = false);
+
+  // How many jobs of `destination` Admit would take now (the dispatcher's lease budget, so that
+  // jobs it would refuse stay queued in the store), and, when none, the time that may change
+  // without an outcome (the circuit's pause ending, a token, a probe's lease running out;
+  // InfiniteFuture when only an outcome can). Marks the destination active (it has jobs
+  // waiting) for the fair share. Same arguments as Admit.
+  struct Headroom {
+    size_t jobs = 0;
+    absl::Time wake_at = absl::InfiniteFuture();
+  };
+  Headroom HeadroomFor(const std::string& destination,
+                       const hookrelay::v1::DeliveryOptions& options, int64_t capacity,
+                       int rate_divisor = 1);
 
   // The outcome of an admitted job: its latency and kind drive the limit and the breaker.
   // `options` are the destination's current ones (its breaker settings). Returns true when this
@@ -152,6 +172,9 @@ class DestinationGovernor {
   };
 
   Dest& GetLocked(const std::string& destination) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The adaptive limit, capped by the fair share of `capacity` among active destinations.
+  int64_t ConcurrencyLimitLocked(const Dest& d, absl::Time now, int64_t capacity) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops in-flight entries whose lease passed.
   void PruneLocked(Dest& d, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time DeferLocked(Dest& d, absl::Time earliest, absl::Duration interval, absl::Time now)

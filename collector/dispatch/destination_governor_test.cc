@@ -328,3 +328,71 @@ TEST_F(DestinationGovernorTest, NoBreakerWithoutSettings) {
 
 }  // namespace
 }  // namespace hookrelay::collector
+
+namespace hookrelay::collector {
+namespace {
+
+// HeadroomFor says how many jobs Admit would take now, without taking any, and when a
+// destination held back by time may take jobs again: the concurrency left, whole rate tokens,
+// nothing while the breaker is open (until its pause ends), one probe when half-open.
+TEST(DestinationGovernorHeadroomTest, MatchesWhatAdmitWouldTake) {
+  common::ManualClock clock{absl::FromUnixSeconds(1'800'000'000)};
+  DestinationGovernor::Options options;
+  options.initial_limit = 4;
+  options.min_limit = 1;
+  DestinationGovernor governor(options, clock, nullptr);
+  const absl::Time deadline = clock.Now() + absl::Seconds(90);
+
+  // Concurrency: 4 free, then 1 after three are admitted; asking takes nothing.
+  EXPECT_EQ(governor.HeadroomFor("c", {}, 256).jobs, 4u);
+  EXPECT_EQ(governor.HeadroomFor("c", {}, 256).jobs, 4u);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_EQ(governor.Admit("c", {}, id, deadline, 256).verdict,
+              DestinationGovernor::Verdict::kAdmit);
+  }
+  EXPECT_EQ(governor.HeadroomFor("c", {}, 256).jobs, 1u);
+  ASSERT_EQ(governor.Admit("c", {}, 4, deadline, 256).verdict,
+            DestinationGovernor::Verdict::kAdmit);
+  const DestinationGovernor::Headroom full = governor.HeadroomFor("c", {}, 256);
+  EXPECT_EQ(full.jobs, 0u);
+  EXPECT_EQ(full.wake_at, deadline) << "the in-flight leases' end frees slots without an outcome";
+
+  // Rate: 2/s holds two tokens; none left after two admissions, the next due in half a second.
+  DeliveryOptions rated;
+  rated.set_rate_limit_per_second(2);
+  EXPECT_EQ(governor.HeadroomFor("r", rated, 256).jobs, 2u);
+  ASSERT_EQ(governor.Admit("r", rated, 10, deadline, 256).verdict,
+            DestinationGovernor::Verdict::kAdmit);
+  ASSERT_EQ(governor.Admit("r", rated, 11, deadline, 256).verdict,
+            DestinationGovernor::Verdict::kAdmit);
+  const DestinationGovernor::Headroom dry = governor.HeadroomFor("r", rated, 256);
+  EXPECT_EQ(dry.jobs, 0u);
+  EXPECT_EQ(dry.wake_at, clock.Now() + absl::Milliseconds(500));
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(governor.HeadroomFor("r", rated, 256).jobs, 1u);
+
+  // Breaker: open for its pause (nothing, wake at its end), then one probe at a time.
+  DeliveryOptions breaker;
+  breaker.mutable_circuit_breaker()->set_failures(1);
+  breaker.mutable_circuit_breaker()->set_pause_ms(1000);
+  ASSERT_EQ(governor.Admit("b", breaker, 20, deadline, 256).verdict,
+            DestinationGovernor::Verdict::kAdmit);
+  Outcome failed;
+  failed.set_job_id(20);
+  failed.set_kind(Outcome::RETRY);
+  failed.mutable_attempt()->add_urls()->set_status(503);
+  ASSERT_TRUE(governor.OnOutcome("b", breaker, failed));
+  const DestinationGovernor::Headroom open = governor.HeadroomFor("b", breaker, 256);
+  EXPECT_EQ(open.jobs, 0u);
+  EXPECT_EQ(open.wake_at, clock.Now() + absl::Seconds(1));
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(governor.HeadroomFor("b", breaker, 256).jobs, 1u);
+  ASSERT_EQ(governor.Admit("b", breaker, 21, clock.Now() + absl::Seconds(90), 256).verdict,
+            DestinationGovernor::Verdict::kAdmit);
+  const DestinationGovernor::Headroom probing = governor.HeadroomFor("b", breaker, 256);
+  EXPECT_EQ(probing.jobs, 0u) << "one probe at a time while half-open";
+  EXPECT_EQ(probing.wake_at, clock.Now() + absl::Seconds(90));
+}
+
+}  // namespace
+}  // namespace hookrelay::collector

@@ -82,7 +82,24 @@ Dispatcher::Dispatcher(Options options, JobQueue& store, const RoutingHolder& ro
 
 Dispatcher::~Dispatcher() { Shutdown(); }
 
-void Dispatcher::Start() { thread_ = std::thread([this] { Run(); }); }
+void Dispatcher::Start() {
+  hold_signal_.Set([this] { Notify(); });
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Dispatcher::HoldUntil(absl::Time at) {
+  {
+    absl::MutexLock lock(&hold_mu_);
+    if (at >= hold_until_) return;
+    hold_until_ = at;
+  }
+  hold_signal_.Reschedule();
+}
+
+absl::Time Dispatcher::TakeHoldWake() {
+  absl::MutexLock lock(&hold_mu_);
+  return hold_until_;
+}
 
 void Dispatcher::Notify() {
   absl::MutexLock lock(&mu_);
@@ -134,6 +151,11 @@ void Dispatcher::Run() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &Dispatcher::WakeOrStopping));
       wake_ = false;
+      {
+        // This pass looks at every held destination again, and holds them anew.
+        absl::MutexLock hold_lock(&hold_mu_);
+        hold_until_ = absl::InfiniteFuture();
+      }
       ++passes_;
       if (stopping_) return;
       streams.reserve(streams_.size());
@@ -181,10 +203,28 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
   // Jobs held back by their destination's limits leave room in the batch: lease again for it
   // (a few rounds at most), so that a slow destination's jobs do not shrink every response.
   bool full = false;  // the last lease returned all it was asked for
+  // The lease budget: each destination's headroom, so that jobs its limits would refuse stay
+  // queued in the store (not leased, not written back). A destination that is gone or disabled
+  // has no limit: its jobs are leased to be dead-lettered below.
+  const int64_t capacity = capacity_.load(std::memory_order_relaxed);
+  const int share = rate_share_.load(std::memory_order_relaxed);
+  absl::Time held_wake = absl::InfiniteFuture();
+  // What each destination was granted and has not used yet: its jobs are admitted within it.
+  absl::flat_hash_map<std::string, size_t> granted;
+  auto budget = [&](std::string_view destination_id) -> size_t {
+    const hookrelay::v1::Destination* destination = routing->FindDestination(destination_id);
+    if (destination == nullptr || !destination->enabled()) return ~size_t{0};
+    std::string id(destination_id);
+    const DestinationGovernor::Headroom room =
+        governor_.HeadroomFor(id, destination->options(), capacity, share);
+    if (room.jobs == 0) held_wake = std::min(held_wake, room.wake_at);
+    granted[std::move(id)] = room.jobs;
+    return room.jobs;
+  };
   for (int round = 0; round < 4; ++round) {
     const size_t ask = want - static_cast<size_t>(response.deliveries_size());
     if (ask == 0) break;
-    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask);
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_.Lease(ask, budget);
     if (!leased.ok()) {
       static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
       common::LogRateLimited(*limiter, common::LogLevel::kError, "leasing jobs failed",
@@ -220,9 +260,12 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
         continue;
       }
       if (!lj.job.test()) {
-        const DestinationGovernor::Admission admission = governor_.Admit(
-            lj.job.destination_id(), destination->options(), lj.job.id(), lj.deadline,
-            capacity_.load(std::memory_order_relaxed), rate_share_.load(std::memory_order_relaxed));
+        auto grant = granted.find(lj.job.destination_id());
+        const bool within = grant != granted.end() && grant->second > 0;
+        if (within) --grant->second;
+        const DestinationGovernor::Admission admission =
+            governor_.Admit(lj.job.destination_id(), destination->options(), lj.job.id(),
+                            lj.deadline, capacity, share, within);
         if (admission.verdict != DestinationGovernor::Verdict::kAdmit) {
           // Back to the store, due when the destination can take it; no attempt is counted.
           put_back.push_back(Settlement::Retry(lj.job.id(), lj.lease, admission.retry_at,
@@ -245,6 +288,8 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
     }
     if (deferred == 0 || !full) break;
   }
+  // A destination held back by time (its circuit's pause, its rate) is looked at again then.
+  if (held_wake != absl::InfiniteFuture()) HoldUntil(held_wake);
   if (!put_back.empty()) {
     store_.Settle(std::move(put_back), [](std::vector<absl::Status> statuses) {
       for (const absl::Status& st : statuses) {
@@ -494,6 +539,7 @@ void Dispatcher::Shutdown() {
     stopping_ = true;
     for (const auto& [key, s] : streams_) streams.push_back(s);
   }
+  hold_signal_.Stop();
   if (thread_.joinable()) thread_.join();
   // Let outcomes of jobs already sent arrive (reads continue; nothing new is sent).
   const absl::Time deadline = absl::Now() + options_.drain_timeout;

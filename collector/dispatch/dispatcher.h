@@ -50,6 +50,7 @@
 #include "collector/dispatch/destination_governor.h"
 #include "collector/routing/routing.h"
 #include "collector/store/job_queue.h"
+#include "collector/store/ready_signal.h"
 #include "common/clock.h"
 #include "hookrelay/v1/collector.pb.h"
 
@@ -200,6 +201,10 @@ class Dispatcher {
   void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
   bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A destination with jobs waiting may take some at `at` (its circuit's pause or its rate
+  // limit): the hold signal wakes the dispatch thread then, on the injected clock.
+  void HoldUntil(absl::Time at);
+  absl::Time TakeHoldWake();
 
   const Options options_;
   JobQueue& store_;
@@ -233,6 +238,11 @@ class Dispatcher {
   absl::flat_hash_map<std::string, DestinationStats> stats_ ABSL_GUARDED_BY(stats_mu_);
   // Destinations being disabled after a 410 Gone.
   absl::flat_hash_set<std::string> disabling_ ABSL_GUARDED_BY(stats_mu_);
+  // Destinations held back by time: the earliest time one may take jobs again, and the signal
+  // whose timer (on clock_) calls Notify then.
+  absl::Mutex hold_mu_;
+  absl::Time hold_until_ ABSL_GUARDED_BY(hold_mu_) = absl::InfiniteFuture();
+  ReadySignal hold_signal_{clock_, [this] { return TakeHoldWake(); }};
   std::thread thread_;
 };
 

@@ -58,4 +58,55 @@ void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms,
   }
 }
 
+namespace {
+
+// A base-128 varint at p (at most 10 bytes); false when truncated or too long.
+bool ReadVarint(const char*& p, const char* end, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const auto byte = static_cast<unsigned char>(*p++);
+    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::string_view> SerializedJobDestination(std::string_view serialized) {
+  constexpr uint64_t kDestinationField = 3;  // Job.destination_id (proto/hookrelay/v1/job.proto)
+  const char* p = serialized.data();
+  const char* const end = p + serialized.size();
+  while (p < end) {
+    uint64_t tag = 0;
+    if (!ReadVarint(p, end, tag)) return std::nullopt;
+    const uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0: {  // varint
+        uint64_t ignored = 0;
+        if (!ReadVarint(p, end, ignored)) return std::nullopt;
+        break;
+      }
+      case 1:  // 64-bit
+        if (end - p < 8) return std::nullopt;
+        p += 8;
+        break;
+      case 2: {  // length-delimited
+        uint64_t len = 0;
+        if (!ReadVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return std::nullopt;
+        if (field == kDestinationField) return std::string_view(p, static_cast<size_t>(len));
+        p += len;
+        break;
+      }
+      case 5:  // 32-bit
+        if (end - p < 4) return std::nullopt;
+        p += 4;
+        break;
+      default:  // groups: never in a Job
+        return std::nullopt;
+    }
+  }
+  return std::string_view();
+}
+
 }  // namespace hookrelay::collector

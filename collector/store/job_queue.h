@@ -14,12 +14,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -120,12 +122,32 @@ class JobQueue {
   // may share one fsync (group commit). Never blocks on I/O.
   virtual void Append(std::vector<AppendItem> items, AppendCallback done) = 0;
 
-  // Leases up to `max` ready jobs (due <= now), oldest due first, each for lease_duration(): the
-  // deadline is now + lease_duration() (an engine whose leases are kept by its servers counts on
-  // their time: JetStream's consumer ack wait). Never waits: an engine that fetches jobs from
-  // elsewhere returns what it has at hand, possibly none while more are ready (SetReadyCallback
-  // says when to ask again).
-  virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) = 0;
+  // Leases up to `max` ready jobs (due <= now), each for lease_duration(): the deadline is now +
+  // lease_duration() (an engine whose leases are kept by its servers counts on their time:
+  // JetStream's consumer ack wait). Never waits: an engine that fetches jobs from elsewhere
+  // returns what it has at hand, possibly none while more are ready (SetReadyCallback says when
+  // to ask again).
+  //
+  // The queue is per destination. `budget` says how many jobs of each destination may be leased
+  // in this call (the dispatcher's admission: a throttled destination — concurrency, rate limit,
+  // open circuit — gets 0 and is simply not asked; its jobs stay queued, unleased and unwritten).
+  // The engine asks it at most once per destination with ready jobs per call (so "asked" means
+  // "has work"), on the calling thread, possibly under the engine's lock: it must not call the
+  // store. Within the budgets, jobs go oldest due first across destinations, and in due order
+  // within one. An engine that cannot tell a job's destination without reading it (records
+  // written before destinations were kept with the queue) treats it as within budget.
+  //
+  // Per-key order (a later delivery feature) fits the same shape: a queue keeps, per destination,
+  // the keys with a job leased; while a key is in that set, its later jobs are passed over like
+  // a destination with no budget (they stay queued in order), and the settlement of the leased
+  // job (complete, bury, or a retry that keeps its place as the key's next job) clears the key.
+  // No other method changes.
+  using LeaseBudget = absl::FunctionRef<size_t(std::string_view destination_id)>;
+  virtual absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) = 0;
+  // Every destination within budget (tools, tests, the admin paths).
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) {
+    return Lease(max, [](std::string_view) { return ~size_t{0}; });
+  }
   // How long a lease lasts; fixed when the store opens (JobStoreOptions::lease_duration).
   virtual absl::Duration lease_duration() const = 0;
 
@@ -190,6 +212,11 @@ class JobQueue {
 // job back without spending its retries.
 inline constexpr int kMaxJobHistory = 10;
 void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, hookrelay::v1::Job& job);
+
+// The destination_id of a serialized v1::Job, read from the wire format without parsing the
+// rest (engines page queued jobs in by it); nullopt when the bytes are not a Job. A Job written
+// by this code holds the field once; an absent field is "".
+std::optional<std::string_view> SerializedJobDestination(std::string_view serialized);
 
 // The dedup key of an event: unique per (source, messageId).
 inline std::string DedupKey(std::string_view source_id, std::string_view message_id) {

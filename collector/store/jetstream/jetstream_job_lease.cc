@@ -71,7 +71,7 @@ void JetStreamJobStore::FetchLoop() {
   }
 }
 
-absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max) {
+absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, LeaseBudget budget) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   absl::MutexLock fetch_lock(&fetch_mu_);
@@ -89,11 +89,35 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max) {
     // A lease is the ack wait counted from the fetch: a job waiting here too long is handed
     // back rather than given to a deliverer with little of its lease left.
     const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
+    // Jobs of destinations without budget stay here, in order, until a Lease has budget for
+    // them or they go back to the consumer as stale; the others pass them.
+    absl::flat_hash_map<std::string, size_t> allowance;
+    std::vector<std::pair<absl::Time, natsMsg*>> passed_over;
     while (!fetched_.empty() && msgs.size() < max) {
       auto [at, msg] = fetched_.front();
       fetched_.pop_front();
-      (at < fresh_after ? stale : msgs).push_back(msg);
+      if (at < fresh_after) {
+        stale.push_back(msg);
+        continue;
+      }
+      const std::string_view destination =
+          SerializedJobDestination(
+              std::string_view(natsMsg_GetData(msg),
+                               static_cast<size_t>(natsMsg_GetDataLength(msg))))
+              .value_or(std::string_view());
+      if (!destination.empty()) {
+        const absl::string_view key(destination.data(), destination.size());
+        auto it = allowance.find(key);
+        if (it == allowance.end()) it = allowance.emplace(std::string(key), budget(destination)).first;
+        if (it->second == 0) {
+          passed_over.emplace_back(at, msg);
+          continue;
+        }
+        --it->second;
+      }
+      msgs.push_back(msg);
     }
+    for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) fetched_.push_front(*it);
     demand_ = max - msgs.size();
   }
   for (natsMsg* msg : stale) {

@@ -98,7 +98,11 @@ class JetStreamJobStore final : public Store {
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
   // Never waits for the cluster: returns what was fetched ahead (see FetchLoop) and held jobs
   // now due; what it could not return becomes the fetcher's demand.
-  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) override;
+  // Per destination within what the fetcher brought: jobs of a destination without budget wait
+  // in the fetched buffer (they count against the consumer's max_ack_pending) and go back to
+  // the consumer after a quarter of the ack wait, as any fetched job not leased does.
+  using JobQueue::Lease;
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   // The consumer's ack wait.
   absl::Duration lease_duration() const override { return options_.layout.ack_wait; }
   void SetReadyCallback(std::function<void()> ready) override;

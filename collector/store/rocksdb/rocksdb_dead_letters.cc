@@ -63,6 +63,7 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   rocksdb::WriteBatch batch;
   std::vector<uint64_t> ids;
   std::vector<uint64_t> user_hashes;
+  std::vector<uint32_t> tags;  // Parallel to ids.
   size_t replayed = 0;
   std::string value;
   auto write_chunk = [&]() -> absl::Status {
@@ -83,11 +84,14 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
       RevertDueCountsLocked(deltas);
       return WriteFailed(s, "replaying dead letters");
     }
-    for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      QueueLocked(now_ms, ids[i], tags[i], now_ms, /*dirty=*/false);
+    }
     CountJobLocked(now_ms, n);
     dead_count_ -= n;
     replayed += ids.size();
     ids.clear();
+    tags.clear();
     user_hashes.clear();
     batch.Clear();
     return absl::OkStatus();
@@ -108,7 +112,8 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, it->key(), value);
-    PutJobKeys(now_ms, job.id(), UserHash(job.user_id()), batch);
+    PutJobKeys(now_ms, job.id(), UserHash(job.user_id()), job.destination_id(), batch);
+    tags.push_back(DestinationTag(job.destination_id()));
     batch.Delete(dead_cf_, it->key());
     if (!job.user_id().empty()) {
       batch.Delete(users_cf_, DeadIndexKey(job.user_id(), job.source_id(), job.id()));

@@ -303,7 +303,10 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     }
     EraseFromWindowLocked(from_window);
     dead_count_ -= static_cast<int64_t>(dead);
-    for (uint64_t id : new_ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    for (size_t i = 0; i < new_ids.size(); ++i) {
+      QueueLocked(now_ms, new_ids[i], DestinationTag(plan.notifications[i].destination_id()),
+                  now_ms, /*dirty=*/false);
+    }
     if (!new_ids.empty()) {
       CountJobLocked(now_ms, static_cast<int64_t>(new_ids.size()));
       published_id_ = std::max(published_id_, new_ids.back());

@@ -23,6 +23,7 @@ using hookrelay::v1::Job;
 using rocksdb_internal::DecodeU64;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
+using rocksdb_internal::HeaderSize;
 using rocksdb_internal::EncodeJobValue;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::LogKey;
@@ -283,9 +284,10 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
             group.batch.Put(users_cf_, PendingKeyBytes(job_user, id).slice(), rocksdb::Slice());
           }
         } else {
-          PutJobKeys(now_ms, id, job_user, group.batch);
+          PutJobKeys(now_ms, id, job_user, job.destination_id(), group.batch);
         }
         group.new_ids.push_back(id);
+        group.new_tags.push_back(DestinationTag(job.destination_id()));
       }
     }
   }
@@ -324,7 +326,15 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         if (it != overlay_.end() && it->second.seq == op.seq) {
           const int64_t new_due = DueOf(it->second.value);
           group.batch.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
-          group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(), rocksdb::Slice());
+          const rocksdb::Slice record = it->second.value;
+          const size_t header = HeaderSize(record);
+          const std::string_view destination =
+              header > 0 ? SerializedJobDestination(std::string_view(record.data() + header,
+                                                                      record.size() - header))
+                               .value_or(std::string_view())
+                         : std::string_view();
+          group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(),
+                          rocksdb::Slice(destination.data(), destination.size()));
           // The record on disk moves from its due time to the new one.
           op.disk_due_ms = it->second.disk_due_ms;
           --due_deltas[SecondOf(op.disk_due_ms)];
@@ -391,10 +401,11 @@ void RocksDbJobStore::MaybePutFreshFloorLocked(Group& group, const Group* inflig
       }
     }
   }
-  for (const std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
-    for (const QueuedJob& job : *heap) {
-      if (job.fresh) floor = std::min(floor, job.id);
-    }
+  ready_.ForEach([&](const QueuedJob& job) {
+    if (job.fresh) floor = std::min(floor, job.id);
+  });
+  for (const QueuedJob& job : scheduled_) {
+    if (job.fresh) floor = std::min(floor, job.id);
   }
   for (const auto& [id, info] : leased_) {
     if (info.fresh) floor = std::min(floor, id);
@@ -459,8 +470,9 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       seen_cache_[seen & (kSeenCacheSlots - 1)].store(seen, std::memory_order_relaxed);
     }
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : group.new_ids) {
-      QueueLocked(group.now_ms, id, group.now_ms, /*dirty=*/false, group.fresh);
+    for (size_t i = 0; i < group.new_ids.size(); ++i) {
+      QueueLocked(group.now_ms, group.new_ids[i], group.new_tags[i], group.now_ms,
+                  /*dirty=*/false, group.fresh);
     }
     if (!group.new_ids.empty()) {
       published_id_ = std::max(published_id_, group.new_ids.back());
@@ -547,7 +559,7 @@ std::vector<uint64_t> RocksDbJobStore::PutNewJobs(std::vector<Job>& jobs, int64_
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
-    PutJobKeys(now_ms, id, UserHash(job.user_id()), batch);
+    PutJobKeys(now_ms, id, UserHash(job.user_id()), job.destination_id(), batch);
     ids.push_back(id);
   }
   if (!ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
@@ -573,7 +585,10 @@ absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
   }
   {
     absl::MutexLock lock(&mu_);
-    for (uint64_t id : ids) QueueLocked(now_ms, id, now_ms, /*dirty=*/false);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      QueueLocked(now_ms, ids[i], DestinationTag(jobs[i].destination_id()), now_ms,
+                  /*dirty=*/false);
+    }
     if (!ids.empty()) {
       CountJobLocked(now_ms, static_cast<int64_t>(ids.size()));
       published_id_ = std::max(published_id_, ids.back());

@@ -23,6 +23,8 @@ struct RocksDbJobStore::Group {
   // Parallel to ops; only the kAppend entries are used.
   std::vector<AppendResult> results;
   std::vector<uint64_t> new_ids;
+  // Parallel to new_ids: the jobs' destination tags.
+  std::vector<uint32_t> new_tags;
   // SeenHash of the sources-seen keys this group writes (cached once written).
   std::vector<uint64_t> seen_hashes;
   // What the group adds to the persisted due-time counts (reverted if the write fails).
@@ -49,6 +51,7 @@ struct RocksDbJobStore::Group {
     ops.clear();
     results.clear();
     new_ids.clear();
+    new_tags.clear();
     seen_hashes.clear();
     due_deltas.clear();
     stored_keys.clear();

@@ -365,7 +365,12 @@ absl::Status RocksDbJobStore::MigrateLayout() {
       const uint64_t id = DecodeU64(it->key().data());
       uint64_t user_hash = 0;
       if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
-      PutJobKeys(DueOf(it->value()), id, user_hash, batch);
+      const size_t header = HeaderSize(it->value());
+      PutJobKeys(DueOf(it->value()), id, user_hash,
+                 SerializedJobDestination(std::string_view(it->value().data() + header,
+                                                           it->value().size() - header))
+                     .value_or(std::string_view()),
+                 batch);
       ++due_counts[SecondOf(DueOf(it->value()))];
       ++jobs;
       if (++pending >= kAdminChunk) {

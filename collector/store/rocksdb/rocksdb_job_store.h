@@ -85,6 +85,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -163,7 +164,12 @@ class RocksDbJobStore final : public Store {
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
   // A lease stays valid until it is noticed to have expired (by Lease or Counts), even if its
   // deadline has passed. Errors: a read error.
-  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) override;
+  // Per destination: jobs in memory are queued by destination (a tag interned per destination
+  // id), so a destination without budget is passed over without reading or writing its jobs. A
+  // window full of such jobs (more than Options::window_size held back) makes Lease hand out the
+  // oldest of them anyway, so the pager can reach other destinations' jobs behind them on disk.
+  using JobQueue::Lease;
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }
   // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
   void Settle(std::vector<Settlement> batch, SettleCallback done) override;
@@ -266,6 +272,9 @@ class RocksDbJobStore final : public Store {
     int64_t due_ms;
     uint64_t id;
     bool fresh = false;  // Not part of the order.
+    // The job's destination (DestinationTag); 0 when unknown (always within budget). Not part
+    // of the order.
+    uint32_t dest = 0;
     bool operator<(const QueuedJob& o) const {
       return due_ms != o.due_ms ? due_ms < o.due_ms : id < o.id;
     }
@@ -281,6 +290,33 @@ class RocksDbJobStore final : public Store {
     int64_t due_ms;  // Where the job goes back in the ready order if the lease expires.
     uint64_t user_hash;  // Of the record read by Lease, for its pending-index key.
     bool fresh;  // Leased from its fresh record (no `due` key).
+    uint32_t dest;  // Its destination's tag, for the ready queues.
+  };
+  // The ready jobs of the window, one min-heap by (due, id) per destination tag.
+  class ReadyQueues {
+   public:
+    static constexpr size_t kUnasked = ~size_t{0};
+    void Push(const QueuedJob& job);
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    // The oldest ready job; requires !empty().
+    const QueuedJob& Oldest() const;
+    // Pops the oldest job of the destinations whose `allowance` (indexed by tag; grown and
+    // filled by `ask` for a tag seen first) is above 0, and spends one of it. False when no
+    // destination with jobs has any left.
+    bool PopWithin(std::vector<size_t>& allowance, absl::FunctionRef<size_t(uint32_t)> ask,
+                   QueuedJob* out);
+    // Pops the oldest job whatever its destination.
+    QueuedJob PopOldest();
+    // Removes the jobs `drop` selects.
+    void RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop);
+    void ForEach(absl::FunctionRef<void(const QueuedJob&)> f) const;
+
+   private:
+    // The tag whose heap has the oldest top among those `eligible` selects; -1 for none.
+    int OldestHeap(absl::FunctionRef<bool(uint32_t)> eligible) const;
+    std::vector<std::vector<QueuedJob>> heaps_;
+    size_t size_ = 0;
   };
   // A record rewritten by Retry whose write is not yet committed: Lease and Retry read it from
   // here so they never see the older record on disk.
@@ -332,7 +368,9 @@ class RocksDbJobStore final : public Store {
   // scan of jobs and dead letters. Open only.
   absl::Status MigrateLayout();
   // Puts the `due` key and pending-index key of a new or replayed job in `batch`.
-  void PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, rocksdb::WriteBatch& batch);
+  // The `due` key's value is the job's destination id (the pager queues the job by it).
+  void PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, std::string_view destination,
+                  rocksdb::WriteBatch& batch);
   // Deletes them (a fresh record has no `due` key).
   void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
                      rocksdb::WriteBatch& batch);
@@ -357,8 +395,12 @@ class RocksDbJobStore final : public Store {
   // A queued job (not leased) with key (due_ms, id): into the window when below the cursor,
   // else (`dirty`: its `due` key is not written yet) into parked_, else nothing (on disk).
   // `fresh`: a just-published fresh record (no `due` key; the pager finds it by id).
-  void QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty, bool fresh = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, int64_t now_ms, bool dirty,
+                   bool fresh = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A small number per destination id, for the ready queues (0: unknown). Interned for the
+  // store's life (destinations are few). Any thread, with or without mu_.
+  uint32_t DestinationTag(std::string_view destination_id) ABSL_LOCKS_EXCLUDED(tags_mu_);
+  std::string DestinationOfTag(uint32_t tag) ABSL_LOCKS_EXCLUDED(tags_mu_);
   // Keeps the lower half of an overfull window and moves the cursor down.
   void ShrinkWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the next chunk of `due` keys at the cursor into the window when it has room.
@@ -460,10 +502,16 @@ class RocksDbJobStore final : public Store {
   int unwritten_ ABSL_GUARDED_BY(pipe_mu_) = 0;
   bool preparer_done_ ABSL_GUARDED_BY(pipe_mu_) = false;
 
+  // Destination tags (DestinationTag): a leaf lock.
+  absl::Mutex tags_mu_;
+  absl::flat_hash_map<std::string, uint32_t> tags_ ABSL_GUARDED_BY(tags_mu_);
+  std::vector<std::string> tag_names_ ABSL_GUARDED_BY(tags_mu_) = {""};
+
   // The in-memory state of jobs.
   absl::Mutex mu_;
-  // The window: every queued job with (due, id) below cursor_, in two min-heaps by (due, id).
-  std::vector<QueuedJob> ready_ ABSL_GUARDED_BY(mu_);
+  // The window: every queued job with (due, id) below cursor_: the ready ones by destination,
+  // the scheduled ones in one min-heap by (due, id).
+  ReadyQueues ready_ ABSL_GUARDED_BY(mu_);
   std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);
   QueuedJob cursor_ ABSL_GUARDED_BY(mu_) = {0, 0};
   // The pager's place in the fresh records (the `jobs` family by id): the published fresh

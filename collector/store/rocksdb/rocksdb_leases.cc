@@ -47,6 +47,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     HOOKRELAY_CHECK(it != leased_.end(), "a lease deadline without its lease");
     const int64_t due_ms = it->second.due_ms;
     const bool fresh = it->second.fresh;
+    const uint32_t dest = it->second.dest;
     leased_.erase(it);
     // A job purged while leased has no record left: it ends here.
     if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) {
@@ -55,8 +56,9 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     }
     // A leased job was due when leased, so it goes back to ready at its old place in line (below
     // the lease floor, hence below the cursor).
-    ready_.push_back({due_ms, id, fresh});
-    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    QueuedJob back{due_ms, id, fresh};
+    back.dest = dest;
+    ready_.Push(back);
   }
 }
 
@@ -73,7 +75,7 @@ uint64_t RocksDbJobStore::NextLeaseLocked() {
   return (lease_epoch_ << kLeaseEpochShift) | lease_counter_;
 }
 
-absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max) {
+absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseBudget budget) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   const absl::Time now = clock_.Now();
@@ -93,20 +95,30 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max) {
     PromoteDueLocked(now_ms);
     absl::Status paged = MaybePageLocked(now_ms);
     picks.reserve(std::min(max, ready_.size()));
+    // Each destination's budget, asked when one of its jobs is first at hand.
+    std::vector<size_t> allowance;
+    auto ask = [&](uint32_t tag) { return budget(DestinationOfTag(tag)); };
     while (picks.size() < max && paged.ok()) {
-      if (ready_.empty()) {
-        // The window ran dry: page in more while the next keys on disk may be due.
+      QueuedJob job;
+      if (!ready_.PopWithin(allowance, ask, &job)) {
+        // Nothing within budget in the window: page in more while the next keys on disk may be
+        // due and the window has room.
         const QueuedJob before = cursor_;
         if (now_ms < cursor_.due_ms) break;
         paged = MaybePageLocked(now_ms);
-        if (ready_.empty() && !(before < cursor_)) break;
-        continue;
+        if (before < cursor_) continue;
+        // No room: the window is full of jobs held back (or the disk holds no more). Past
+        // options_.window_size of them, the oldest go out anyway (the dispatcher puts them back,
+        // due later, which moves them out of the window) so that jobs behind them are reached.
+        const size_t window = std::max<size_t>(options_.window_size, 2);
+        const QueuedJob kEnd{INT64_MAX, UINT64_MAX};
+        if (ready_.empty() || !(cursor_ < kEnd) || WindowSizeLocked() + page_chunk_ <= window) {
+          break;
+        }
+        job = ready_.PopOldest();
       }
-      std::pop_heap(ready_.begin(), ready_.end(), LaterFirst());
-      const QueuedJob job = ready_.back();
-      ready_.pop_back();
       const uint64_t lease = NextLeaseLocked();
-      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh};
+      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh, job.dest};
       lease_deadlines_.emplace(deadline, job.id);
       lease_floor_ = std::max(lease_floor_, QueuedJob{job.due_ms, job.id + 1});
       Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
@@ -182,10 +194,7 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max) {
     if (it == leased_.end() || it->second.lease != pick.lease) return false;
     lease_deadlines_.erase({it->second.deadline, pick.job.id});
     leased_.erase(it);
-    if (back_to_ready) {
-      ready_.push_back(pick.job);
-      std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
-    }
+    if (back_to_ready) ready_.Push(pick.job);
     return true;
   };
   if (!read_error.ok()) {
@@ -313,8 +322,9 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     const bool mine = settling_.erase(job_id) > 0;
     const bool purged = purged_leased_.erase(job_id) > 0;
     if (mine && read_error) {
-      ready_.push_back({info->due_ms, job_id, info->fresh});
-      std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+      QueuedJob back{info->due_ms, job_id, info->fresh};
+      back.dest = info->dest;
+      ready_.Push(back);
     } else if (mine && (purged || !not_found)) {
       // Purged while leased, or broken. (Missing otherwise: its deletion counts it.)
       CountJobLocked(info->due_ms, -1);
@@ -346,7 +356,7 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   pending.value = std::move(value);
   CountJobLocked(info.due_ms, -1);
   CountJobLocked(job.due_unix_ms(), +1);
-  QueueLocked(job.due_unix_ms(), job_id, now_ms, /*dirty=*/true);
+  QueueLocked(job.due_unix_ms(), job_id, info.dest, now_ms, /*dirty=*/true);
   WriteOp op;
   op.kind = WriteOp::Kind::kPutJob;
   op.id = job_id;

@@ -10,6 +10,7 @@
 #include "rocksdb/iterator.h"
 #include "collector/store/rocksdb/rocksdb_layout.h"
 #include "collector/store/rocksdb/rocksdb_status.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 
 namespace hookrelay::collector {
@@ -20,6 +21,7 @@ using rocksdb_internal::DueCountKey;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
 using rocksdb_internal::FromRocks;
+using rocksdb_internal::HeaderSize;
 using rocksdb_internal::IsFresh;
 using rocksdb_internal::Malformed;
 using rocksdb_internal::PendingKeyBytes;
@@ -34,8 +36,9 @@ using rocksdb_internal::kJobsCf;
 }  // namespace
 
 void RocksDbJobStore::PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash,
-                                 rocksdb::WriteBatch& batch) {
-  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(), rocksdb::Slice());
+                                 std::string_view destination, rocksdb::WriteBatch& batch) {
+  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(),
+            rocksdb::Slice(destination.data(), destination.size()));
   if (user_hash != 0) batch.Put(users_cf_, PendingKeyBytes(user_hash, id).slice(), rocksdb::Slice());
 }
 
@@ -99,15 +102,111 @@ void RocksDbJobStore::CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBat
   if (dead != 0) batch.Merge(meta_cf_, kDeadCountKey, U64Bytes(static_cast<uint64_t>(dead)).slice());
 }
 
-void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
-  std::vector<QueuedJob>& heap = job.due_ms <= now_ms ? ready_ : scheduled_;
+void RocksDbJobStore::ReadyQueues::Push(const QueuedJob& job) {
+  if (job.dest >= heaps_.size()) heaps_.resize(job.dest + 1);
+  std::vector<QueuedJob>& heap = heaps_[job.dest];
   heap.push_back(job);
   std::push_heap(heap.begin(), heap.end(), LaterFirst());
+  ++size_;
 }
 
-void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, int64_t now_ms, bool dirty,
-                                  bool fresh) {
-  const QueuedJob job{due_ms, id, fresh};
+int RocksDbJobStore::ReadyQueues::OldestHeap(absl::FunctionRef<bool(uint32_t)> eligible) const {
+  int best = -1;
+  for (size_t tag = 0; tag < heaps_.size(); ++tag) {
+    const std::vector<QueuedJob>& heap = heaps_[tag];
+    if (heap.empty() || !eligible(static_cast<uint32_t>(tag))) continue;
+    if (best < 0 || heap.front() < heaps_[static_cast<size_t>(best)].front()) {
+      best = static_cast<int>(tag);
+    }
+  }
+  return best;
+}
+
+const RocksDbJobStore::QueuedJob& RocksDbJobStore::ReadyQueues::Oldest() const {
+  const int tag = OldestHeap([](uint32_t) { return true; });
+  HOOKRELAY_CHECK(tag >= 0, "Oldest() of empty ready queues");
+  return heaps_[static_cast<size_t>(tag)].front();
+}
+
+bool RocksDbJobStore::ReadyQueues::PopWithin(std::vector<size_t>& allowance,
+                                             absl::FunctionRef<size_t(uint32_t)> ask,
+                                             QueuedJob* out) {
+  if (allowance.size() < heaps_.size()) {
+    // kUnasked: the budget of that destination is asked when it first has a job at hand.
+    allowance.resize(heaps_.size(), kUnasked);
+  }
+  const int tag = OldestHeap([&](uint32_t t) {
+    if (allowance[t] == kUnasked) allowance[t] = t == 0 ? kUnasked - 1 : std::min(ask(t), kUnasked - 1);
+    return allowance[t] > 0;
+  });
+  if (tag < 0) return false;
+  std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
+  std::pop_heap(heap.begin(), heap.end(), LaterFirst());
+  *out = heap.back();
+  heap.pop_back();
+  --size_;
+  --allowance[static_cast<size_t>(tag)];
+  return true;
+}
+
+RocksDbJobStore::QueuedJob RocksDbJobStore::ReadyQueues::PopOldest() {
+  const int tag = OldestHeap([](uint32_t) { return true; });
+  HOOKRELAY_CHECK(tag >= 0, "PopOldest() of empty ready queues");
+  std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
+  std::pop_heap(heap.begin(), heap.end(), LaterFirst());
+  const QueuedJob job = heap.back();
+  heap.pop_back();
+  --size_;
+  return job;
+}
+
+void RocksDbJobStore::ReadyQueues::RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop) {
+  for (std::vector<QueuedJob>& heap : heaps_) {
+    const size_t before = heap.size();
+    heap.erase(std::remove_if(heap.begin(), heap.end(),
+                              [&](const QueuedJob& job) { return drop(job); }),
+               heap.end());
+    if (heap.size() == before) continue;
+    size_ -= before - heap.size();
+    std::make_heap(heap.begin(), heap.end(), LaterFirst());
+  }
+}
+
+void RocksDbJobStore::ReadyQueues::ForEach(absl::FunctionRef<void(const QueuedJob&)> f) const {
+  for (const std::vector<QueuedJob>& heap : heaps_) {
+    for (const QueuedJob& job : heap) f(job);
+  }
+}
+
+uint32_t RocksDbJobStore::DestinationTag(std::string_view destination_id) {
+  if (destination_id.empty()) return 0;
+  const absl::string_view key(destination_id.data(), destination_id.size());
+  absl::MutexLock lock(&tags_mu_);
+  if (auto it = tags_.find(key); it != tags_.end()) return it->second;
+  const auto tag = static_cast<uint32_t>(tag_names_.size());
+  tags_.emplace(std::string(destination_id), tag);
+  tag_names_.emplace_back(destination_id);
+  return tag;
+}
+
+std::string RocksDbJobStore::DestinationOfTag(uint32_t tag) {
+  absl::MutexLock lock(&tags_mu_);
+  return tag < tag_names_.size() ? tag_names_[tag] : std::string();
+}
+
+void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
+  if (job.due_ms <= now_ms) {
+    ready_.Push(job);
+    return;
+  }
+  scheduled_.push_back(job);
+  std::push_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
+}
+
+void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, int64_t now_ms,
+                                  bool dirty, bool fresh) {
+  QueuedJob job{due_ms, id, fresh};
+  job.dest = dest;
   if (job < cursor_) {
     // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
     // (publications come in id order, and no fresh record between is on disk only: its key
@@ -125,7 +224,7 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   const size_t window = std::max<size_t>(options_.window_size, 2);
   std::vector<QueuedJob> all;
   all.reserve(WindowSizeLocked());
-  all.insert(all.end(), ready_.begin(), ready_.end());
+  ready_.ForEach([&](const QueuedJob& job) { all.push_back(job); });
   all.insert(all.end(), scheduled_.begin(), scheduled_.end());
   const size_t keep = window / 2;
   std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
@@ -135,20 +234,16 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   if (!(cut < cursor_)) return;
   // The lowest fresh record evicted is where the pager reads fresh records again.
   uint64_t fresh_from = fresh_cursor_id_;
-  auto evict = [&](std::vector<QueuedJob>& heap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    heap.erase(std::remove_if(heap.begin(), heap.end(),
-                              [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                if (job < cut) return false;
-                                if (job.fresh) fresh_from = std::min(fresh_from, job.id);
-                                // A retry not yet written has no `due` key to page it back in.
-                                if (overlay_.contains(job.id)) parked_.insert(job);
-                                return true;
-                              }),
-               heap.end());
-    std::make_heap(heap.begin(), heap.end(), LaterFirst());
+  auto drop = [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (job < cut) return false;
+    if (job.fresh) fresh_from = std::min(fresh_from, job.id);
+    // A retry not yet written has no `due` key to page it back in.
+    if (overlay_.contains(job.id)) parked_.insert(job);
+    return true;
   };
-  evict(ready_);
-  evict(scheduled_);
+  ready_.RemoveIf(drop);
+  scheduled_.erase(std::remove_if(scheduled_.begin(), scheduled_.end(), drop), scheduled_.end());
+  std::make_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
   cursor_ = cut;
   fresh_cursor_id_ = fresh_from;
 }
@@ -172,8 +267,8 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
     size_t n = 0;
     for (it->Seek(DueKeyBytes(cursor_.due_ms, cursor_.id).slice()); it->Valid(); it->Next()) {
       if (it->key().size() != 16) return Malformed(kDueCf, 0);
-      const QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
-                          DecodeU64(it->key().data() + 8)};
+      QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
+                    DecodeU64(it->key().data() + 8)};
       if (n == page_chunk_) {
         next_due = job;
         break;
@@ -182,6 +277,8 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
       if (job.id > published_id_ || (!unpublished_.empty() && unpublished_.contains(job.id))) {
         continue;  // Queued by its publication.
       }
+      // The value is the destination id (empty in keys written before it was kept there).
+      job.dest = DestinationTag(std::string_view(it->value().data(), it->value().size()));
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in due jobs"));
@@ -201,13 +298,20 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
       if (id > published_id_) break;
       fresh_end = id + 1;
       if (!IsFresh(it->value())) continue;
-      const QueuedJob job{DueOf(it->value()), id, true};
+      QueuedJob job{DueOf(it->value()), id, true};
       if (n == page_chunk_ || !(job < next_due)) {
         next_fresh = job;
         fresh_end = id;
         break;
       }
       ++n;
+      const rocksdb::Slice value = it->value();
+      const size_t header = HeaderSize(value);
+      if (header > 0) {
+        job.dest = DestinationTag(
+            SerializedJobDestination(std::string_view(value.data() + header, value.size() - header))
+                .value_or(std::string_view()));
+      }
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
@@ -243,12 +347,11 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
 
 void RocksDbJobStore::EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>& ids) {
   if (ids.empty()) return;
-  for (std::vector<QueuedJob>* heap : {&ready_, &scheduled_}) {
-    heap->erase(std::remove_if(heap->begin(), heap->end(),
-                               [&](const QueuedJob& job) { return ids.contains(job.id); }),
-                heap->end());
-    std::make_heap(heap->begin(), heap->end(), LaterFirst());
-  }
+  ready_.RemoveIf([&](const QueuedJob& job) { return ids.contains(job.id); });
+  scheduled_.erase(std::remove_if(scheduled_.begin(), scheduled_.end(),
+                                  [&](const QueuedJob& job) { return ids.contains(job.id); }),
+                   scheduled_.end());
+  std::make_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
 }
 
 void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
@@ -256,8 +359,7 @@ void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
     std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
     const QueuedJob job = scheduled_.back();
     scheduled_.pop_back();
-    ready_.push_back(job);
-    std::push_heap(ready_.begin(), ready_.end(), LaterFirst());
+    ready_.Push(job);
   }
 }
 
@@ -295,7 +397,7 @@ JobCounts RocksDbJobStore::Counts() {
   counts.scheduled = std::min(scheduled, queued);
   counts.ready = queued - counts.scheduled;
   if (!ready_.empty()) {
-    counts.oldest_ready_due = absl::FromUnixMillis(ready_.front().due_ms);
+    counts.oldest_ready_due = absl::FromUnixMillis(ready_.Oldest().due_ms);
   } else if (!parked_.empty() && parked_.begin()->due_ms <= now_ms) {
     counts.oldest_ready_due = absl::FromUnixMillis(parked_.begin()->due_ms);
   } else if (counts.ready > 0 && cursor_.due_ms <= now_ms) {
