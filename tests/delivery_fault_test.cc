@@ -35,18 +35,7 @@ constexpr absl::Duration kDeliveryWait = absl::Seconds(90);
 
 // hookrelay_jobs{state="..."} from the collector's /metrics, or -1.
 double JobsGauge(int metrics_port, const std::string& state) {
-  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(metrics_port);
-  if (!c.ok()) return -1;
-  absl::StatusOr<HttpResponse> r = (*c)->Request("GET", "/metrics", "", {});
-  if (!r.ok()) return -1;
-  const std::string prefix = absl::StrCat("hookrelay_jobs{state=\"", state, "\"} ");
-  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
-    if (absl::StartsWith(line, prefix)) {
-      double v = -1;
-      if (absl::SimpleAtod(line.substr(prefix.size()), &v)) return v;
-    }
-  }
-  return -1;
+  return ScrapeMetric(metrics_port, absl::StrCat("hookrelay_jobs{state=\"", state, "\"}"));
 }
 
 bool WaitStoreEmpty(int metrics_port) {

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/strings.h"
 #include "prometheus/metric_family.h"
 
@@ -157,6 +160,21 @@ destinations:
   for (const std::string& url : urls) absl::StrAppend(&yaml, "      - url: ", url, "\n");
   absl::StrAppend(&yaml, common::ToAbsl(extra_destination_yaml));
   return yaml;
+}
+
+double ScrapeMetric(int metrics_port, std::string_view series) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(metrics_port);
+  if (!c.ok()) return -1;
+  absl::StatusOr<HttpResponse> r = (*c)->Request("GET", "/metrics", "", {});
+  if (!r.ok()) return -1;
+  const std::string prefix = absl::StrCat(common::ToAbsl(series), " ");
+  for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+    if (absl::StartsWith(line, prefix)) {
+      double v = -1;
+      if (absl::SimpleAtod(line.substr(prefix.size()), &v)) return v;
+    }
+  }
+  return -1;
 }
 
 std::set<std::string> DeliveredIds(const receiver::WebhookReceiver& r) {

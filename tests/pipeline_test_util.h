@@ -87,6 +87,10 @@ std::string HmacSha1HexForTest(std::string_view key, std::string_view data);
 double MetricValue(prometheus::Registry& registry, std::string_view name,
                    const std::map<std::string, std::string>& labels);
 
+// The value of sample `series` (a metric's name with its labels, as /metrics prints it:
+// `hookrelay_jobs{state="ready"}`) scraped from a process's metrics port, or -1.
+double ScrapeMetric(int metrics_port, std::string_view series);
+
 // A config with source "web" (write key kWebKey) and one destination "hook" for it, enabled,
 // with the given URLs, shared secret (may be empty) and extra YAML lines under the destination
 // (e.g. "    options:\n      timeout_ms: 300\n").
