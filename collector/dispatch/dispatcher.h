@@ -14,11 +14,14 @@
 // ("destination ... disabled"), never delivered: replay brings it back once the destination is
 // enabled again.
 //
-// Per-destination protection (collector/dispatch/destination_governor.h): every customer job leased is
-// admitted by the destination's adaptive concurrency limit (with a fair share of the deliverers'
-// credits while other destinations have work), its rate limit and its circuit breaker; a job
-// refused is put back in the store without counting an attempt (Retry with an empty Attempt),
-// due when the destination can take it. A failed attempt whose every URL answered 410 Gone
+// Per-destination protection (collector/dispatch/destination_governor.h): the store's queue is
+// per destination, and each Lease carries every destination's headroom under its adaptive
+// concurrency limit (with a fair share of the deliverers' credits while other destinations have
+// work), its rate limit and its circuit breaker, so a destination at its limits is not asked and
+// its jobs stay queued; a destination held back by time wakes the dispatcher when that time comes
+// (a ReadySignal of its own, on the clock). Every customer job leased is then admitted; one
+// refused all the same (see JobQueue::Lease) is put back in the store without counting an attempt
+// (Retry with an empty Attempt), due when the destination can take it. A failed attempt whose every URL answered 410 Gone
 // disables the destination through Options::on_destination_gone (the admin API's path).
 //
 // One dispatch thread leases for every stream, round robin, woken by Notify() only: the store's
