@@ -55,7 +55,8 @@ ABSL_FLAG(std::string, admin_http_address, "127.0.0.1:8081",
           "admin API as JSON over HTTP (/admin/v1/...) and the web console (/); empty = off");
 ABSL_FLAG(int, http_threads, 2, "HTTP I/O threads");
 ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
-          "how long a deliverer holds a job before it is handed out again");
+          "how long a deliverer holds a job before it is handed out again; every destination's "
+          "timeout must leave a quarter of it (at least 1s) to spare");
 ABSL_FLAG(absl::Duration, lame_duck, absl::ZeroDuration(),
           "on SIGTERM, report not ready (readiness probes, gRPC health) for this long while still "
           "serving, then drain and stop; lets load balancers stop sending first (Kubernetes: a few "

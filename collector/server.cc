@@ -210,7 +210,8 @@ absl::Status Server::Start() {
         if (s.dispatcher) s.dispatcher->Notify();
         common::LogInfo("configuration in effect", {{"summary", Summary(snapshot->merged)},
                                                     {"version", snapshot->version}});
-      });
+      },
+      s.store->lease_duration());
   {
     AudienceSyncer::Options audience_options;
     audience_options.clock = s.options.clock;

@@ -95,7 +95,10 @@ class DeliveryFaultTest : public ::testing::TestWithParam<std::string> {
     dir_ = MakeTempDir("fault");
     config_path_ = dir_ + "/config.yaml";
     data_dir_ = dir_ + "/data";
-    ASSERT_TRUE(WriteFile(config_path_, PipelineConfig({receiver_->Url()}, "s")).ok());
+    // A timeout that fits the short leases below (a quarter of the lease to spare).
+    ASSERT_TRUE(WriteFile(config_path_, PipelineConfig({receiver_->Url()}, "s",
+                                                       "    options:\n      timeout_ms: 2500\n"))
+                    .ok());
   }
 
   // The engine's flags plus `extra`.
@@ -117,7 +120,7 @@ TEST_P(DeliveryFaultTest, KillDelivererWithJobsInFlight) {
   // Each answer takes a second, so the deliverer's connections (64 at most) fill with unanswered
   // requests at once and the kill always lands with most of the 400 jobs not yet sent.
   answer_delay_ms_ = 1000;
-  auto collector = StartCollectorProcess(config_path_, data_dir_, Flags({"--lease_duration=2s"}));
+  auto collector = StartCollectorProcess(config_path_, data_dir_, Flags({"--lease_duration=4s"}));
   ASSERT_TRUE(collector.ok()) << collector.status();
   const int grpc_port = (*collector)->IntField("grpc_port");
   auto first = StartDelivererProcess({grpc_port});

@@ -71,7 +71,7 @@ TEST(JetStreamEndToEndTest, TwoCollectorsTwoDeliverersOneCluster) {
   r = Admin(admin_a, "POST", "/admin/v1/destinations",
             absl::StrCat(R"({"id":"orders","sources":["shop"],"enabled":true,"sharedSecret":")",
                          kSecret, R"(","urls":[{"url":")", (*receiver)->Url(), R"("}],)",
-                         R"("options":{"initialBackoffMs":500}})"));
+                         R"("options":{"initialBackoffMs":500,"timeoutMs":3000}})"));
   ASSERT_EQ(r.status, 200) << r.body;
 
   // A second collector reads that configuration from the cluster.

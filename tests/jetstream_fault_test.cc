@@ -392,7 +392,7 @@ TEST(JetStreamFaultTest, NodesAndCollectorKilledUnderLoad) {
   r = Request(admin_a, "POST", "/admin/v1/destinations",
               absl::StrCat(R"({"id":"orders","sources":["shop"],"enabled":true,)",
                            R"("urls":[{"url":")", (*receiver)->Url(), R"("}],)",
-                           R"("options":{"initialBackoffMs":500}})"));
+                           R"("options":{"initialBackoffMs":500,"timeoutMs":3000}})"));
   ASSERT_EQ(r.status, 200) << r.body;
   auto b = StartCollectorProcess("", dir + "/b", b_flags);
   ASSERT_TRUE(b.ok()) << b.status();

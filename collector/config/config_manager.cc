@@ -1,5 +1,6 @@
 #include "collector/config/config_manager.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -133,8 +134,33 @@ std::string ConfigManager::Snapshot::AudienceManagedBy(const std::string& id) co
   return file_audiences.contains(id) ? absl::StrCat("file:", file_path) : "api";
 }
 
-ConfigManager::ConfigManager(ConfigStore& store, std::string file_path, Publish publish)
-    : store_(store), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
+ConfigManager::ConfigManager(ConfigStore& store, std::string file_path, Publish publish,
+                             absl::Duration lease)
+    : store_(store), lease_(lease), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
+
+absl::Duration LeaseMargin(absl::Duration lease) {
+  return std::max(absl::Seconds(1), lease / 4);
+}
+
+absl::Status CheckTimeoutsFitLease(const Config& config, absl::Duration lease) {
+  if (lease == absl::InfiniteDuration()) return absl::OkStatus();
+  const absl::Duration margin = LeaseMargin(lease);
+  std::vector<std::string> errors;
+  for (int i = 0; i < config.destinations_size(); ++i) {
+    const hookrelay::v1::Destination& d = config.destinations(i);
+    const absl::Duration timeout =
+        absl::Milliseconds(common::EffectiveOptions(d).timeout_ms());
+    if (timeout + margin <= lease) continue;
+    errors.push_back(absl::StrCat(
+        "destinations[", i, "].options.timeout_ms: ", absl::ToInt64Milliseconds(timeout),
+        " ms does not fit inside the job lease of ", absl::FormatDuration(lease),
+        " (--lease_duration) with ", absl::FormatDuration(margin),
+        " to spare: at most ", absl::ToInt64Milliseconds(lease - margin),
+        " ms, or a longer --lease_duration"));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
 
 absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
     Config api, uint64_t version, const Focus* focus) const {
@@ -145,6 +171,10 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
                            &snapshot->file_audiences);
   snapshot->api = std::move(api);
   absl::Status valid = common::ValidateConfig(snapshot->merged);
+  if (absl::Status fits = CheckTimeoutsFitLease(snapshot->merged, lease_); !fits.ok()) {
+    valid = valid.ok() ? fits
+                       : absl::InvalidArgumentError(absl::StrCat(valid.message(), "; ", fits.message()));
+  }
   if (valid.ok()) return snapshot;
   if (focus == nullptr) return valid;
   // The focus object's index in the merged config: its errors are reported relative to it.

@@ -53,8 +53,11 @@ class ConfigManager {
   using Publish = std::function<void(const std::shared_ptr<const Snapshot>&)>;
 
   // `store` must outlive the manager. `publish` runs after each successful change (under the
-  // manager's lock, so snapshots arrive in order).
-  ConfigManager(ConfigStore& store, std::string file_path, Publish publish);
+  // manager's lock, so snapshots arrive in order). `lease`: the job queue's lease duration; every
+  // destination's timeout must fit inside it with LeaseMargin(lease) to spare (the job's wait in
+  // the deliverer and its outcome's way back), or the change is refused naming both values.
+  ConfigManager(ConfigStore& store, std::string file_path, Publish publish,
+                absl::Duration lease = absl::InfiniteDuration());
 
   // Loads the stored API objects and the file, validates the merge, publishes. An invalid file
   // or a merge that does not validate is an error (the collector does not start).
@@ -106,6 +109,7 @@ class ConfigManager {
   absl::Status AdoptStoredLocked(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConfigStore& store_;
+  const absl::Duration lease_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   const std::string file_path_;
   const Publish publish_;
@@ -114,6 +118,12 @@ class ConfigManager {
   hookrelay::v1::Config file_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
 };
+
+// What a destination's timeout must leave of a job's lease: a quarter of it, at least 1 s.
+absl::Duration LeaseMargin(absl::Duration lease);
+// A destination whose timeout does not fit inside `lease` with LeaseMargin to spare: errors in
+// the validator's form ("destinations[i].options.timeout_ms: ...").
+absl::Status CheckTimeoutsFitLease(const hookrelay::v1::Config& config, absl::Duration lease);
 
 // "destinations[2].urls[1].shared_secret" → "urls[1].sharedSecret" when the focus is
 // destinations[2]: the field paths of the validator relative to one object, in JSON names.

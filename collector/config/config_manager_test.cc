@@ -115,6 +115,60 @@ TEST_F(ConfigManagerTest, InvalidChangeIsRefusedWhole) {
   EXPECT_EQ(manager->Get()->version, 1u);
 }
 
+// A destination's timeout must fit inside the job lease with a quarter of it to spare: through
+// the API the change is refused on timeoutMs naming both values; a file that does not fit stops
+// the start.
+TEST_F(ConfigManagerTest, TimeoutMustFitInsideTheLease) {
+  Open();
+  auto manager = std::make_unique<ConfigManager>(
+      *store_, "", [](const std::shared_ptr<const ConfigManager::Snapshot>&) {},
+      absl::Seconds(8));
+  ASSERT_TRUE(manager->Start().ok());
+  auto add = [&](uint32_t timeout_ms) {
+    return manager->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kDestination, "d"},
+                          [&](Config& api) {
+                            api.clear_sources();
+                            api.clear_destinations();
+                            *api.add_sources() = Source("a", "wk_a");
+                            hookrelay::v1::Destination* d = api.add_destinations();
+                            d->set_id("d");
+                            d->set_type("webhooks");
+                            d->add_sources("a");
+                            d->add_urls()->set_url("https://example.com/hook");
+                            if (timeout_ms > 0) d->mutable_options()->set_timeout_ms(timeout_ms);
+                            return absl::OkStatus();
+                          });
+  };
+  // 8 s lease: 2 s to spare, so at most 6000 ms; the default 5000 fits.
+  EXPECT_TRUE(add(0).ok());
+  EXPECT_TRUE(add(6000).ok());
+  auto refused = add(6001);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<FieldViolation> v = Violations(refused.status());
+  ASSERT_EQ(v.size(), 1u) << refused.status();
+  EXPECT_EQ(v[0].field, "options.timeoutMs");
+  for (const char* part : {"6001 ms", "8s", "--lease_duration", "at most 6000 ms"}) {
+    EXPECT_NE(v[0].description.find(part), std::string::npos) << v[0].description;
+  }
+  EXPECT_EQ(LeaseMargin(absl::Seconds(2)), absl::Seconds(1));
+
+  const std::string file = TempPath("config.yaml");
+  Write(file, R"(sources:
+  - {id: f, name: F, kind: web, write_keys: [wk_f]}
+destinations:
+  - {id: g, type: webhooks, sources: [f], enabled: true, urls: [{url: "https://example.com/g"}]}
+)");
+  auto short_lease = std::make_unique<ConfigManager>(
+      *store_, file, [](const std::shared_ptr<const ConfigManager::Snapshot>&) {},
+      absl::Seconds(4));
+  absl::Status start = short_lease->Start();
+  EXPECT_EQ(start.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(start.message().find("timeout_ms: 5000 ms does not fit inside the job lease of 4s"),
+            std::string::npos)
+      << start;
+}
+
 // File objects win over API objects of the same id; a bad file on reload keeps the running one.
 TEST_F(ConfigManagerTest, FileObjectsWinAndBadReloadsAreRefused) {
   Open();

@@ -17,6 +17,7 @@
 #   BIN_DIR=$(bazel info -c opt bazel-bin) tools/bench/run_fairness_bench.sh   # prebuilt -c opt
 #   EVENTS=20000 SLOW_DELAY=2s RESULTS=/tmp/fair tools/bench/run_fairness_bench.sh
 #   DELIVERER_FLAGS=--credits=128 tools/bench/run_fairness_bench.sh   # extra deliverer flags
+#   COLLECTOR_FLAGS="--store=jetstream --nats_url=..." tools/bench/run_fairness_bench.sh
 #
 # Bounded: each phase at most $PHASE_TIMEOUT s (default 120). Everything on 127.0.0.1, ports 0.
 # Needs jq, curl.
@@ -85,7 +86,7 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
   } >"$TMP/$name/config.yaml"
   "$BIN_DIR/collector/collector" --config="$TMP/$name/config.yaml" --data_dir="$TMP/$name/data" \
     --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
-    --admin_http_address=127.0.0.1:0 >"$TMP/$name.collector.log" 2>&1 &
+    --admin_http_address=127.0.0.1:0 ${COLLECTOR_FLAGS:-} >"$TMP/$name.collector.log" 2>&1 &
   local cpid=$!; PIDS+=("$cpid")
   local serving http grpc metrics
   serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$cpid")
