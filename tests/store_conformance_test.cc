@@ -45,6 +45,7 @@ using hookrelay::v1::Job;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 
 constexpr absl::Duration kLease = absl::Seconds(90);
@@ -536,6 +537,36 @@ TEST_P(StoreConformanceTest, LeaseWithinEachDestinationsBudget) {
   budgets.clear();
   std::vector<std::string> rest = lease_through_barrier(nullptr);
   EXPECT_THAT(rest, testing::IsSupersetOf({"f1", "s3"}));
+}
+
+// An attempt still running as its lease nears its end keeps its job: ExtendLeases moves the
+// deadline (JetStream: InProgress restarts the servers' ack wait, in real time), the job is not
+// handed out again past its first deadline, and the same lease still settles it. A lease that
+// ended is refused.
+TEST_P(StoreConformanceTest, ExtendedLeaseOutlivesItsFirstDeadline) {
+  const absl::Duration lease = absl::Seconds(3);
+  Open(lease);
+  // JetStream's leases run on the servers' clock: real time passes with the manual one.
+  auto pass = [&](absl::Duration d) {
+    if (engine_.engine == "jetstream") absl::SleepFor(d);
+    clock_.Advance(d);
+  };
+  AppendAll({Event("m1")});
+  std::vector<LeasedJob> leased = LeaseN(1);
+  ASSERT_EQ(leased.size(), 1u);
+  pass(absl::Milliseconds(1500));
+  std::vector<absl::StatusOr<absl::Time>> extended =
+      store_->ExtendLeases({{leased[0].job.id(), leased[0].lease}});
+  ASSERT_EQ(extended.size(), 1u);
+  ASSERT_TRUE(extended[0].ok()) << extended[0].status();
+  EXPECT_GT(*extended[0], leased[0].deadline);
+  pass(absl::Milliseconds(2000));  // Past the first deadline, before the new one.
+  EXPECT_THAT(LeaseThroughBarrier(), Not(Contains("m1")));
+  EXPECT_TRUE(store_->Complete(leased[0].job.id(), leased[0].lease).ok());
+  std::vector<absl::StatusOr<absl::Time>> ended =
+      store_->ExtendLeases({{leased[0].job.id(), leased[0].lease}});
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_FALSE(ended[0].ok());
 }
 
 // The one ready signal: raised when jobs are stored, and when a retry falls due on the store's

@@ -252,6 +252,17 @@ DestinationGovernor::Headroom DestinationGovernor::HeadroomFor(
   return room;
 }
 
+void DestinationGovernor::ExtendInFlight(const std::string& destination, uint64_t job_id,
+                                         absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto d = dests_.find(destination);
+  if (d == dests_.end()) return;
+  auto it = d->second.in_flight.find(job_id);
+  if (it == d->second.in_flight.end()) return;
+  it->second = std::max(it->second, deadline);
+  // earliest_deadline only ever errs early: a prune then finds nothing to drop.
+}
+
 namespace {
 
 // A retryable failure: no URL delivered and the outcome is a retry, or a dead letter whose

@@ -132,6 +132,9 @@ class DestinationGovernor {
   bool OnOutcome(const std::string& destination, const hookrelay::v1::DeliveryOptions& options,
                  const hookrelay::v1::Outcome& outcome);
 
+  // An admitted job's lease was extended: its slot stays taken until `deadline`.
+  void ExtendInFlight(const std::string& destination, uint64_t job_id, absl::Time deadline);
+
   State Get(const std::string& destination) const;
   static const char* CircuitName(Circuit circuit);
 

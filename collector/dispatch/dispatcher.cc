@@ -72,6 +72,13 @@ Dispatcher::Dispatcher(Options options, JobQueue& store, const RoutingHolder& ro
              .Help("Jobs dead-lettered at dispatch: their destination was removed or disabled.")
              .Register(*registry)
              .Add({});
+    metrics_.extended =
+        &prometheus::BuildCounter()
+             .Name("hookrelay_dispatch_leases_extended_total")
+             .Help("Leases of jobs still in flight at a connected deliverer extended as they neared "
+                   "their end (JetStream: InProgress), so a long attempt keeps its job.")
+             .Register(*registry)
+             .Add({});
     metrics_.streams = &prometheus::BuildGauge()
                             .Name("hookrelay_dispatch_streams")
                             .Help("Deliverer streams connected.")
@@ -126,6 +133,52 @@ void Dispatcher::Unregister(DeliveryStream* stream) {
     wake_ = true;
   }
   if (erased && metrics_.streams) metrics_.streams->Decrement();
+  // Its jobs' leases are not extended any more: they run out and the jobs go to others.
+  absl::MutexLock lock(&stats_mu_);
+  for (auto& [job_id, entry] : in_flight_) {
+    if (entry.stream != stream) continue;
+    lease_ends_.erase({entry.deadline, job_id});
+    entry.stream = nullptr;
+  }
+}
+
+void Dispatcher::ExtendRunningLeases() {
+  const absl::Duration lease = store_.lease_duration();
+  const absl::Duration ahead = lease / 4;
+  const absl::Time now = clock_.Now();
+  std::vector<std::pair<uint64_t, uint64_t>> due;
+  std::vector<std::string> destinations;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    for (auto it = lease_ends_.begin(); it != lease_ends_.end() && it->first <= now + ahead; ++it) {
+      const InFlight& entry = in_flight_.at(it->second);
+      due.emplace_back(it->second, entry.lease);
+      destinations.push_back(entry.destination_id);
+    }
+  }
+  if (!due.empty()) {
+    std::vector<absl::StatusOr<absl::Time>> extended = store_.ExtendLeases(due);
+    absl::MutexLock lock(&stats_mu_);
+    for (size_t i = 0; i < due.size() && i < extended.size(); ++i) {
+      auto it = in_flight_.find(due[i].first);
+      if (it == in_flight_.end() || it->second.stream == nullptr) continue;  // settled meanwhile
+      lease_ends_.erase({it->second.deadline, due[i].first});
+      if (!extended[i].ok()) {
+        it->second.stream = nullptr;  // The lease ended: nothing more to extend.
+        continue;
+      }
+      it->second.deadline = *extended[i];
+      lease_ends_.emplace(it->second.deadline, due[i].first);
+      governor_.ExtendInFlight(destinations[i], due[i].first, it->second.deadline);
+    }
+    if (metrics_.extended) metrics_.extended->Increment(static_cast<double>(due.size()));
+  }
+  absl::Time next = absl::InfiniteFuture();
+  {
+    absl::MutexLock lock(&stats_mu_);
+    if (!lease_ends_.empty()) next = lease_ends_.begin()->first - ahead;
+  }
+  if (next != absl::InfiniteFuture()) HoldUntil(std::max(next, now));
 }
 
 bool Dispatcher::WakeOrStopping() const { return wake_ || stopping_; }
@@ -162,6 +215,8 @@ void Dispatcher::Run() {
       for (const auto& [key, s] : streams_) streams.push_back(s);
     }
     if (streams.empty()) continue;
+    // Attempts still running as their lease nears its end keep their job.
+    ExtendRunningLeases();
     // Keep filling while some stream takes a full batch (a backlog), one batch per stream per
     // pass so that streams share the backlog.
     bool more = true;
@@ -197,6 +252,8 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
     return 0;
   }
   SubscribeResponse& response = stream.response();
+  // Parallel to response.deliveries(): each job's lease deadline.
+  std::vector<absl::Time> deadlines;
   // Jobs leased and not sent: undeliverable ones buried, held-back ones deferred; settled in one
   // batch after the leases.
   std::vector<Settlement> put_back;
@@ -282,6 +339,7 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
         }
       }
       hookrelay::v1::Delivery* delivery = response.add_deliveries();
+      deadlines.push_back(lj.deadline);
       *delivery->mutable_job() = std::move(lj.job);
       delivery->set_lease(lj.lease);
       *delivery->mutable_destination() = *destination;
@@ -303,10 +361,15 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
   if (response.deliveries_size() > 0) {
     // One lock per batch: each job's destination (stats) and test flag, until its outcome.
     absl::MutexLock lock(&stats_mu_);
-    for (const hookrelay::v1::Delivery& d : response.deliveries()) {
+    for (int i = 0; i < response.deliveries_size(); ++i) {
+      const hookrelay::v1::Delivery& d = response.deliveries(i);
       const hookrelay::v1::Job& job = d.job();
-      in_flight_[job.id()] = InFlight{job.destination_id(), job.test(),
-                                      job.test() ? job.message_id() : std::string()};
+      InFlight& entry = in_flight_[job.id()];
+      if (entry.stream != nullptr) lease_ends_.erase({entry.deadline, job.id()});
+      entry = InFlight{job.destination_id(), job.test(),
+                       job.test() ? job.message_id() : std::string(), d.lease(),
+                       deadlines[static_cast<size_t>(i)], &stream};
+      lease_ends_.emplace(entry.deadline, job.id());
     }
   }
   const size_t sent = static_cast<size_t>(response.deliveries_size());
@@ -446,6 +509,7 @@ void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>
       auto it = in_flight_.find(outcome.job_id());
       if (it == in_flight_.end()) continue;
       jobs[i] = std::move(it->second);
+      if (jobs[i].stream != nullptr) lease_ends_.erase({jobs[i].deadline, outcome.job_id()});
       in_flight_.erase(it);
       if (!jobs[i].test) CountOutcomeLocked(jobs[i].destination_id, outcome);
     }

@@ -45,6 +45,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -189,6 +190,7 @@ class Dispatcher {
     prometheus::Counter* deferred_rate = nullptr;
     prometheus::Counter* deferred_circuit = nullptr;
     prometheus::Counter* disabled_gone = nullptr;
+    prometheus::Counter* extended = nullptr;
     // Receipt → handed to a deliverer's stream, first attempts never held back (the collector's
     // part of the deliverer's hookrelay_delivery_pickup_seconds).
     prometheus::Histogram* dispatch_latency = nullptr;
@@ -204,6 +206,9 @@ class Dispatcher {
   void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);
   bool WakeOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extends the leases of jobs in flight at connected deliverers that end within a quarter of
+  // the lease duration (JobQueue::ExtendLeases), and holds until the next one does.
+  void ExtendRunningLeases();
   // A destination with jobs waiting may take some at `at` (its circuit's pause or its rate
   // limit): the hold signal wakes the dispatch thread then, on the injected clock.
   void HoldUntil(absl::Time at);
@@ -235,9 +240,15 @@ class Dispatcher {
     std::string destination_id;
     bool test = false;
     std::string message_id;  // test jobs only
+    uint64_t lease = 0;
+    absl::Time deadline;
+    // The stream it went to; null once that stream is gone (its lease is left to run out).
+    DeliveryStream* stream = nullptr;
   };
   mutable absl::Mutex stats_mu_;
   absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(stats_mu_);
+  // (deadline, job id) of the in-flight jobs of connected streams: the leases to extend.
+  absl::btree_set<std::pair<absl::Time, uint64_t>> lease_ends_ ABSL_GUARDED_BY(stats_mu_);
   absl::flat_hash_map<std::string, DestinationStats> stats_ ABSL_GUARDED_BY(stats_mu_);
   // Destinations being disabled after a 410 Gone.
   absl::flat_hash_set<std::string> disabling_ ABSL_GUARDED_BY(stats_mu_);

@@ -275,6 +275,35 @@ TEST_F(DispatcherTest, DispatchLatencyIsObservedFromReceiptForFirstAttempts) {
   stream.Close();
 }
 
+// An attempt still running as its lease nears its end keeps its job: the dispatcher extends the
+// lease of a job in flight at a connected deliverer (on the store's clock, woken by its hold
+// signal), the job is not handed out again past its first deadline, and its outcome settles it.
+TEST_F(DispatcherTest, RunningAttemptsLeaseIsExtended) {
+  Stream stream(*stub_, 10);
+  Append(1, "hook");
+  std::vector<Delivery> first = stream.Read(1);
+  ASSERT_EQ(first.size(), 1u);
+  // Within the last quarter of the lease: extended.
+  ASSERT_TRUE(AdvanceAndWaitForPass(kLease * 0.8));
+  ASSERT_TRUE(WaitCounts([this](const JobCounts&) {
+    return Counter("hookrelay_dispatch_leases_extended_total", "", "") >= 1;
+  }));
+  // Past the first deadline: a new job goes out, the running one is not handed out again.
+  ASSERT_TRUE(AdvanceAndWaitForPass(kLease * 0.5));
+  Append(1, "hook");
+  std::vector<Delivery> next = stream.Read(1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NE(next[0].job().id(), first[0].job().id()) << "a running attempt's job was handed out again";
+  stream.Settle(first[0], Outcome::DELIVERED, first[0].lease());
+  stream.Settle(next[0], Outcome::DELIVERED, next[0].lease());
+  ASSERT_TRUE(WaitCounts([this](const JobCounts& c) {
+    return c.leased == 0 && c.ready == 0 &&
+           Counter("hookrelay_dispatch_outcomes_total", "outcome", "delivered") == 2;
+  }));
+  EXPECT_EQ(Counter("hookrelay_dispatch_outcomes_total", "outcome", "stale"), 0);
+  stream.Close();
+}
+
 // A lease that runs out on the clock (no waiting in real time) hands the job out again with a
 // new lease; an outcome carrying the old lease is ignored and counted as stale.
 TEST_F(DispatcherTest, ExpiredLeaseRedeliversAndStaleOutcomeIsIgnored) {

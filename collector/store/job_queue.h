@@ -175,6 +175,13 @@ class JobQueue {
   absl::Status Bury(uint64_t job_id, uint64_t lease, std::string_view reason,
                     const hookrelay::v1::Attempt& attempt);
 
+  // Extends leases whose attempt is still running (the dispatcher calls it for jobs in flight at
+  // a connected deliverer as their deadline nears): each deadline becomes now + lease_duration()
+  // (JetStream: InProgress resets the consumer's ack wait). Per (job id, lease), in order: the
+  // new deadline, or NOT_FOUND / FAILED_PRECONDITION as for Settle (the lease already ended).
+  virtual std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
+      const std::vector<std::pair<uint64_t, uint64_t>>& leases) = 0;
+
   // Dead letters matching `filter`, ordered by id (a dead letter's own id where burying stores
   // the job anew).
   virtual absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter& filter) = 0;

@@ -165,6 +165,36 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
   return out;
 }
 
+std::vector<absl::StatusOr<absl::Time>> JetStreamJobStore::ExtendLeases(
+    const std::vector<std::pair<uint64_t, uint64_t>>& leases) {
+  std::vector<absl::StatusOr<absl::Time>> out;
+  out.reserve(leases.size());
+  const absl::Time deadline = clock_.Now() + options_.layout.ack_wait;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [job_id, lease] : leases) {
+    auto it = leased_.find(job_id);
+    if (it == leased_.end()) {
+      out.push_back(absl::NotFoundError(absl::StrFormat("job %d not leased here", job_id)));
+      continue;
+    }
+    if (it->second.lease != lease) {
+      out.push_back(absl::FailedPreconditionError(
+          absl::StrFormat("job %d: lease %d is not the job's current lease", job_id, lease)));
+      continue;
+    }
+    // A publish to the server, not waited for (as acks are): the ack wait restarts when it
+    // arrives. An error means the connection is down; the lease then runs out as it would.
+    const natsStatus s = natsMsg_InProgress(it->second.msg, nullptr);
+    if (s != NATS_OK) {
+      out.push_back(absl::UnavailableError(
+          absl::StrCat("extending the lease of job ", job_id, ": ", natsStatus_GetText(s))));
+      continue;
+    }
+    out.push_back(deadline);
+  }
+  return out;
+}
+
 absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t lease) {
   absl::MutexLock lock(&mu_);
   auto it = leased_.find(job_id);

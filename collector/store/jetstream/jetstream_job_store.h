@@ -102,6 +102,9 @@ class JetStreamJobStore final : public Store {
   // in the fetched buffer (they count against the consumer's max_ack_pending) and go back to
   // the consumer after a quarter of the ack wait, as any fetched job not leased does.
   using JobQueue::Lease;
+  // InProgress on each message: its ack wait starts again on the servers.
+  std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
+      const std::vector<std::pair<uint64_t, uint64_t>>& leases) override;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   // The consumer's ack wait.
   absl::Duration lease_duration() const override { return options_.layout.ack_wait; }

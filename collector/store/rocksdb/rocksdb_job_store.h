@@ -171,6 +171,8 @@ class RocksDbJobStore final : public Store {
   using JobQueue::Lease;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }
+  std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
+      const std::vector<std::pair<uint64_t, uint64_t>>& leases) override;
   // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
   void Settle(std::vector<Settlement> batch, SettleCallback done) override;
   // The time range is half-open: from <= dead_at < to.

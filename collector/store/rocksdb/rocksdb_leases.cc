@@ -225,6 +225,35 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
   return out;
 }
 
+std::vector<absl::StatusOr<absl::Time>> RocksDbJobStore::ExtendLeases(
+    const std::vector<std::pair<uint64_t, uint64_t>>& leases) {
+  std::vector<absl::StatusOr<absl::Time>> out;
+  out.reserve(leases.size());
+  const absl::Time now = clock_.Now();
+  const absl::Time deadline = now + options_.lease_duration;
+  std::vector<std::pair<size_t, LeaseCheck>> refused;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job_id, lease] : leases) {
+      auto it = leased_.find(job_id);
+      // A lease past its deadline has run out, noticed or not: too late to extend.
+      if (it == leased_.end() || it->second.lease != lease || it->second.deadline <= now) {
+        refused.emplace_back(out.size(),
+                             it == leased_.end() ? LeaseCheck::kNotLeased : LeaseCheck::kOtherLease);
+        out.push_back(absl::Time());
+        continue;
+      }
+      lease_deadlines_.erase({it->second.deadline, job_id});
+      it->second.deadline = std::max(it->second.deadline, deadline);
+      lease_deadlines_.emplace(it->second.deadline, job_id);
+      out.push_back(it->second.deadline);
+    }
+  }
+  for (const auto& [i, check] : refused) out[i] = RefusedLease(leases[i].first, leases[i].second, check);
+  if (!leases.empty()) ready_signal_->Reschedule();  // The earliest lease expiry moved.
+  return out;
+}
+
 RocksDbJobStore::LeaseCheck RocksDbJobStore::EndLeaseLocked(uint64_t job_id, uint64_t lease,
                                                             LeaseInfo* info) {
   auto it = leased_.find(job_id);
