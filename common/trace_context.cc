@@ -66,6 +66,15 @@ std::string SanitizeTracestate(std::string_view value) {
   return std::string(value);
 }
 
+TraceContext TraceContextFromHeaders(std::string_view traceparent, std::string_view tracestate) {
+  TraceContext out;
+  std::optional<TraceParent> parent = ParseTraceparent(traceparent);
+  if (!parent.has_value()) return out;
+  out.traceparent = parent->ToString();
+  out.tracestate = SanitizeTracestate(tracestate);
+  return out;
+}
+
 std::string NewSpanId(absl::BitGenRef gen) {
   uint64_t id = 0;
   while (id == 0) id = absl::Uniform<uint64_t>(gen);

@@ -46,6 +46,14 @@ std::optional<TraceParent> ParseTraceparent(std::string_view value);
 // kMaxTracestateBytes, printable ASCII only), else "".
 std::string SanitizeTracestate(std::string_view value);
 
+// What an ingest request's trace context headers leave to keep with its jobs: both empty unless
+// the traceparent is valid; then the traceparent as version 00 and the sanitized tracestate.
+struct TraceContext {
+  std::string traceparent;
+  std::string tracestate;
+};
+TraceContext TraceContextFromHeaders(std::string_view traceparent, std::string_view tracestate);
+
 // 16 lowercase hex digits, never all zero: a new parent id for an outgoing request.
 std::string NewSpanId(absl::BitGenRef gen);
 

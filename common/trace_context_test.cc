@@ -98,5 +98,18 @@ TEST(TraceContextTest, TracestateIsBounded) {
   EXPECT_EQ(SanitizeTracestate("a=\xc3\xa9"), "");
 }
 
+// Headers become a context only with a valid traceparent; tracestate alone is not kept.
+TEST(TraceContextTest, ContextFromHeaders) {
+  TraceContext c = TraceContextFromHeaders(
+      "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later", "rojo=1");
+  EXPECT_EQ(c.traceparent, kValid);
+  EXPECT_EQ(c.tracestate, "rojo=1");
+  c = TraceContextFromHeaders("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "rojo=1");
+  EXPECT_EQ(c.traceparent, "");
+  EXPECT_EQ(c.tracestate, "");
+  c = TraceContextFromHeaders("", "");
+  EXPECT_EQ(c.traceparent, "");
+}
+
 }  // namespace
 }  // namespace hookrelay::common

@@ -169,7 +169,7 @@ void HttpServer::Impl::Handle(HttpRequest req, HttpResponder responder) {
   IngestCall& call = std::get<IngestCall>(routed);
   const bool single = call.single;
   // The answer is written on the connection's strand, whatever thread completes the call.
-  ingestor.Ingest(call.write_key, std::move(call.events),
+  ingestor.Ingest(call.write_key, std::move(call.events), call.trace,
                   [this, responder = std::move(responder), started, keep_alive, version,
                    single](absl::StatusOr<IngestOutcome> r) mutable {
                     Send(std::move(responder), started,
