@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/config_validate.h"
 #include "common/log.h"
+#include "common/trace_context.h"
 #include "common/pickup.h"
 #include "common/proto_time.h"
 #include "common/redact.h"
@@ -619,9 +620,19 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  // Ours (at most 5), and the URL's own when there is one URL (see below).
-  headers.reserve(5 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
+  // Ours (at most 7), and the URL's own when there is one URL (see below).
+  headers.reserve(7 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
+  // The ingest request's trace context (W3C): this attempt is a new span of the same trace, so
+  // a receiver's tracing links it to the client's request. Never invented when none came.
+  if (std::string traceparent = common::ChildTraceparent(job->delivery.job().traceparent(),
+                                                         ThreadBitGen());
+      !traceparent.empty()) {
+    headers.emplace_back(common::kTraceparentHeader, std::move(traceparent));
+    if (!job->delivery.job().tracestate().empty()) {
+      headers.emplace_back(common::kTracestateHeader, job->delivery.job().tracestate());
+    }
+  }
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
     headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
@@ -726,6 +737,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
         {{"destination", destination.id()},
          {"job_id", j.id()},
          {"message_id", j.message_id()},
+         {"trace_id", common::TraceIdOf(j.traceparent())},
          {"attempt", j.attempts() + 1},
          {"result", decision.reason},
          {"error", job->details.empty() ? std::string() : job->details.front()},
@@ -742,6 +754,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
                    {{"destination", job->delivery.destination().id()},
                     {"job_id", j.id()},
                     {"message_id", j.message_id()},
+                    {"trace_id", common::TraceIdOf(j.traceparent())},
                     {"reason", reason}});
   Outcome outcome;
   outcome.set_job_id(j.id());
