@@ -332,13 +332,15 @@ class YamlMapper {
         MapString(value, child, c.mutable_event());
       } else if (key == "within") {
         MapString(value, child, c.mutable_within());
-      } else if (key == "count_gte" || key == "count_lte") {
+      } else if (key == "count_gte" || key == "count_lte" || key == "countGte" ||
+                 key == "countLte") {
+        // countGte / countLte: the admin API's JSON spelling, so a rule copied from it reads.
         if (value.IsScalar() && value.Scalar() == "0") {
           number = 0;  // count_lte: 0 ("never") is meaningful here
         } else {
           MapOption(value, child, &number);
         }
-        if (key == "count_gte") {
+        if (key == "count_gte" || key == "countGte") {
           c.set_count_gte(number);
         } else {
           c.set_count_lte(number);

@@ -784,8 +784,8 @@ audiences:
   EXPECT_EQ(a.rule().conditions(6).count_lte(), 0u);
 }
 
-// The rule's canonical shape (match + conditions, as in the admin API's JSON) and the shorthand
-// (all: / any: list) read as the same rule.
+// The rule's canonical shape (match + conditions, as in the admin API's JSON), the shorthand
+// (all: / any: list) and the API's JSON itself read as the same rule.
 TEST(AudienceConfigTest, CanonicalAndShorthandRulesAreTheSame) {
   absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kAudienceBase, R"yaml(
 audiences:
@@ -804,14 +804,22 @@ audiences:
       any:
         - {trait: plan, op: eq, value: pro}
         - {event: Order Completed, count_gte: 3, within: 30d}
+  - id: json
+    name: Json
+    sources: [web]
+    rule: {"match": "any", "conditions": [{"trait": "plan", "op": "eq", "value": "pro"},
+           {"event": "Order Completed", "countGte": 3, "within": "30d"}]}
 )yaml"));
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
-  ASSERT_EQ(config->audiences_size(), 2);
+  ASSERT_EQ(config->audiences_size(), 3);
   EXPECT_EQ(config->audiences(0).rule().match(), "any");
   ASSERT_EQ(config->audiences(0).rule().conditions_size(), 2);
   EXPECT_EQ(config->audiences(0).rule().SerializeAsString(),
             config->audiences(1).rule().SerializeAsString());
+  // The admin API's JSON, pasted into the file (YAML is a superset of JSON), is the same rule.
+  EXPECT_EQ(config->audiences(0).rule().SerializeAsString(),
+            config->audiences(2).rule().SerializeAsString());
 }
 
 // Each bad audience is refused with the field path and the rule broken.
