@@ -12,6 +12,7 @@
 
 #include "absl/random/distributions.h"
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -625,9 +626,11 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
   // The ingest request's trace context (W3C): this attempt is a new span of the same trace, so
   // a receiver's tracing links it to the client's request. Never invented when none came.
+  bool traced = false;
   if (std::string traceparent = common::ChildTraceparent(job->delivery.job().traceparent(),
                                                          ThreadBitGen());
       !traceparent.empty()) {
+    traced = true;
     headers.emplace_back(common::kTraceparentHeader, std::move(traceparent));
     if (!job->delivery.job().tracestate().empty()) {
       headers.emplace_back(common::kTracestateHeader, job->delivery.job().tracestate());
@@ -663,7 +666,15 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
       request.headers = headers;
     }
     request.headers.reserve(request.headers.size() + url.headers_size());
-    for (const auto& h : url.headers()) request.headers.emplace_back(h.name(), h.value());
+    for (const auto& h : url.headers()) {
+      // The event's own trace context replaces a URL's static one: a receiver gets one trace.
+      if (traced &&
+          (absl::EqualsIgnoreCase(h.name(), common::ToAbsl(common::kTraceparentHeader)) ||
+           absl::EqualsIgnoreCase(h.name(), common::ToAbsl(common::kTracestateHeader)))) {
+        continue;
+      }
+      request.headers.emplace_back(h.name(), h.value());
+    }
     request.body = shared_body;
     request.timeout = timeout;
     if (metrics_) metrics_->RequestStarted();

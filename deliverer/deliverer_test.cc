@@ -244,7 +244,8 @@ constexpr char kTraceparent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba
 
 // A job with a trace context sends `traceparent` on every attempt: the same trace id and flags,
 // a new parent id each time (a retry included), and its tracestate unchanged; the failed
-// attempt's log line names the trace id. A job without one sends no traceparent.
+// attempt's log line names the trace id. A URL's static traceparent gives way to the event's; a
+// job without a trace context sends only what the URL says.
 TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
   std::vector<std::string> lines;
   absl::Mutex lines_mu;
@@ -261,6 +262,13 @@ TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
   hookrelay::v1::Delivery traced = Job(1);
   traced.mutable_job()->set_traceparent(kTraceparent);
   traced.mutable_job()->set_tracestate("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+  // A URL's static traceparent gives way to the event's own; without one it is sent as is.
+  const std::string kStatic = "00-11111111111111111111111111111111-2222222222222222-00";
+  hookrelay::v1::Header* fixed = traced.mutable_destination()->mutable_urls(0)->add_headers();
+  fixed->set_name("TraceParent");
+  fixed->set_value(kStatic);
+  hookrelay::v1::Delivery plain = Job(2);
+  *plain.mutable_destination() = traced.destination();
   ASSERT_TRUE(collector_.Send({traced}));
   std::vector<Outcome> outcomes = collector_.WaitOutcomes(1);
   ASSERT_EQ(outcomes.size(), 1u);
@@ -268,7 +276,7 @@ TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
   // The collector hands the job out again, as after its retry time.
   traced.set_lease(2001);
   traced.mutable_job()->set_attempts(1);
-  ASSERT_TRUE(collector_.Send({traced, Job(2)}));
+  ASSERT_TRUE(collector_.Send({traced, plain}));
   outcomes = collector_.WaitOutcomes(3);
   ASSERT_EQ(outcomes.size(), 3u);
   common::SetLogSinkForTesting(nullptr);
@@ -277,8 +285,13 @@ TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
   ASSERT_EQ(requests.size(), 3u);
   std::vector<common::TraceParent> sent;
   for (const ReceivedRequest& r : requests) {
+    int traceparents = 0;
+    for (const auto& [name, value] : r.headers) {
+      if (absl::EqualsIgnoreCase(name, "traceparent")) ++traceparents;
+    }
+    EXPECT_EQ(traceparents, 1) << r.Header("Idempotency-Key");
     if (r.Header("Idempotency-Key") == "m-2") {
-      EXPECT_EQ(r.Header("traceparent"), "");
+      EXPECT_EQ(r.Header("traceparent"), kStatic);
       EXPECT_EQ(r.Header("tracestate"), "");
       continue;
     }
