@@ -1,12 +1,13 @@
 #include "common/audience_rule_json.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <string>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/config.pb.h"
-#include <google/protobuf/util/json_util.h>
 
 namespace hookrelay::common {
 namespace {
