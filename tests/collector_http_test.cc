@@ -21,6 +21,7 @@ namespace hookrelay::test {
 namespace {
 
 using ::hookrelay::v1::Job;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -127,6 +128,21 @@ TEST_P(CollectorHttpTest, TraceparentHeaderIsKeptWithEachJob) {
   EXPECT_EQ(jobs.at("invalid")[0].tracestate(), "");
   ASSERT_THAT(jobs.at("plain"), SizeIs(1));
   EXPECT_EQ(jobs.at("plain")[0].traceparent(), "");
+}
+
+// A browser's CORS preflight for a request with trace context headers is allowed.
+TEST_P(CollectorHttpTest, PreflightAllowsTraceContextHeaders) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(collector_->http_port());
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<HttpResponse> r =
+      (*c)->Request("OPTIONS", "/v1/track", "",
+                    {{"Origin", "https://shop.example"},
+                     {"Access-Control-Request-Method", "POST"},
+                     {"Access-Control-Request-Headers", "content-type,traceparent,tracestate"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 204);
+  EXPECT_THAT(r->Header("Access-Control-Allow-Headers"),
+              AllOf(HasSubstr("Content-Type"), HasSubstr("traceparent"), HasSubstr("tracestate")));
 }
 
 // Every endpoint accepts Basic auth and a body writeKey, storing one job of the right type.

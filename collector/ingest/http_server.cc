@@ -31,7 +31,10 @@ HttpResponse MakeResponse(http::status status, std::string body, bool keep_alive
   res.set(http::field::access_control_allow_origin, "*");
   if (status == http::status::no_content) {
     res.set(http::field::access_control_allow_methods, "POST, OPTIONS");
-    res.set(http::field::access_control_allow_headers, "Content-Type, Authorization, Content-Encoding");
+    // traceparent / tracestate: browsers with tracing add them, and a preflight that does not
+    // allow them would block the request.
+    res.set(http::field::access_control_allow_headers,
+            "Content-Type, Authorization, Content-Encoding, traceparent, tracestate");
   } else {
     res.set(http::field::content_type, "application/json");
   }
