@@ -273,25 +273,44 @@ class YamlMapper {
     }
   }
 
+  // The rule's one shape is the admin API's: `match: all|any` and `conditions: [...]`. The
+  // shorthand `all: [...]` / `any: [...]` is accepted too and read as that shape.
   void MapRule(const YAML::Node& node, const std::string& path, hookrelay::v1::AudienceRule& rule) {
     if (!node.IsMap()) {
-      Error(node, path, absl::StrCat("expected a mapping with \"all\" or \"any\", got ",
+      Error(node, path, absl::StrCat("expected a mapping with match and conditions, got ",
                                      TypeName(node)));
       return;
     }
+    bool canonical = false, shorthand = false;
     ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
                                const std::string& child) {
-      if (key != "all" && key != "any") return false;
-      if (!rule.match().empty()) {
-        Error(value, child, "give \"all\" or \"any\", not both");
-        return true;
+      if (key == "match") {
+        canonical = true;
+        MapString(value, child, rule.mutable_match());
+      } else if (key == "conditions") {
+        canonical = true;
+        ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
+          MapCondition(item, item_path, *rule.add_conditions());
+        });
+      } else if (key == "all" || key == "any") {
+        if (shorthand) {
+          Error(value, child, "give \"all\" or \"any\", not both");
+          return true;
+        }
+        shorthand = true;
+        rule.set_match(std::string(key));
+        ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
+          MapCondition(item, item_path, *rule.add_conditions());
+        });
+      } else {
+        return false;
       }
-      rule.set_match(std::string(key));
-      ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
-        MapCondition(item, item_path, *rule.add_conditions());
-      });
       return true;
     });
+    if (canonical && shorthand) {
+      Error(node, path,
+            "give match and conditions, or the shorthand all: / any: list, not both");
+    }
   }
 
   void MapCondition(const YAML::Node& node, const std::string& path,
@@ -313,13 +332,15 @@ class YamlMapper {
         MapString(value, child, c.mutable_event());
       } else if (key == "within") {
         MapString(value, child, c.mutable_within());
-      } else if (key == "count_gte" || key == "count_lte") {
+      } else if (key == "count_gte" || key == "count_lte" || key == "countGte" ||
+                 key == "countLte") {
+        // countGte / countLte: the admin API's JSON spelling, so a rule copied from it reads.
         if (value.IsScalar() && value.Scalar() == "0") {
           number = 0;  // count_lte: 0 ("never") is meaningful here
         } else {
           MapOption(value, child, &number);
         }
-        if (key == "count_gte") {
+        if (key == "count_gte" || key == "countGte") {
           c.set_count_gte(number);
         } else {
           c.set_count_lte(number);

@@ -784,27 +784,73 @@ audiences:
   EXPECT_EQ(a.rule().conditions(6).count_lte(), 0u);
 }
 
+// The rule's canonical shape (match + conditions, as in the admin API's JSON), the shorthand
+// (all: / any: list) and the API's JSON itself read as the same rule.
+TEST(AudienceConfigTest, CanonicalAndShorthandRulesAreTheSame) {
+  absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kAudienceBase, R"yaml(
+audiences:
+  - id: canonical
+    name: Canonical
+    sources: [web]
+    rule:
+      match: any
+      conditions:
+        - {trait: plan, op: eq, value: pro}
+        - {event: Order Completed, count_gte: 3, within: 30d}
+  - id: shorthand
+    name: Shorthand
+    sources: [web]
+    rule:
+      any:
+        - {trait: plan, op: eq, value: pro}
+        - {event: Order Completed, count_gte: 3, within: 30d}
+  - id: json
+    name: Json
+    sources: [web]
+    rule: {"match": "any", "conditions": [{"trait": "plan", "op": "eq", "value": "pro"},
+           {"event": "Order Completed", "countGte": 3, "within": "30d"}]}
+)yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
+  ASSERT_EQ(config->audiences_size(), 3);
+  EXPECT_EQ(config->audiences(0).rule().match(), "any");
+  ASSERT_EQ(config->audiences(0).rule().conditions_size(), 2);
+  EXPECT_EQ(config->audiences(0).rule().SerializeAsString(),
+            config->audiences(1).rule().SerializeAsString());
+  // The admin API's JSON, pasted into the file (YAML is a superset of JSON), is the same rule.
+  EXPECT_EQ(config->audiences(0).rule().SerializeAsString(),
+            config->audiences(2).rule().SerializeAsString());
+}
+
 // Each bad audience is refused with the field path and the rule broken.
 TEST(AudienceConfigTest, ViolationsNameTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{id: a, name: A, sources: [web], rule: {all: [{trait: plan, op: like, value: x}]}}",
-       "audiences[0].rule.all[0].op: \"like\" is not one of eq, neq"},
+       "audiences[0].rule.conditions[0].op: \"like\" is not one of eq, neq"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 2w}]}}",
-       "audiences[0].rule.all[0].within: \"2w\" expected a unit m"},
+       "audiences[0].rule.conditions[0].within: \"2w\" expected a unit m"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 1, within: 91d}]}}",
        "within: \"91d\" at most 90d"},
       {"{id: a, name: A, sources: [nope], rule: {any: [{trait: t, op: exists}]}}",
        "audiences[0].sources: unknown source \"nope\""},
       {"{id: a, name: A, sources: [web], rule: {all: [{trait: n, op: gt, value: big}]}}",
-       "audiences[0].rule.all[0].value: op gt compares numbers"},
+       "audiences[0].rule.conditions[0].value: op gt compares numbers"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, within: 1h}]}}",
-       "audiences[0].rule.all[0]: an event condition needs count_gte and/or count_lte"},
+       "audiences[0].rule.conditions[0]: an event condition needs count_gte and/or count_lte"},
       {"{id: a, name: A, sources: [web], rule: {all: [{trait: t, op: eq, value: x, event: E}]}}",
-       "audiences[0].rule.all[0]: give either a trait condition"},
+       "audiences[0].rule.conditions[0]: give either a trait condition"},
       {"{id: a, name: '!!!', sources: [web], rule: {all: [{trait: t, op: exists}]}}",
        "audiences[0].name \"!!!\": needs a letter or digit"},
       {"{id: a, name: A, sources: [web], rule: {}}",
-       "audiences[0].rule: give \"all\" or \"any\""},
+       "audiences[0].rule.match: missing; give match \"all\" or \"any\""},
+      {"{id: a, name: A, sources: [web], rule: {match: some, conditions: [{trait: t, op: exists}]}}",
+       "audiences[0].rule.match: \"some\" is not \"all\" or \"any\""},
+      {"{id: a, name: A, sources: [web], rule: {match: all, conditions: []}}",
+       "audiences[0].rule.conditions: no conditions, at least 1"},
+      {"{id: a, name: A, sources: [web], rule: {match: all, all: [{trait: t, op: exists}]}}",
+       "audiences[0].rule: give match and conditions, or the shorthand"},
+      {"{id: a, name: A, sources: [web], rule: {all: [{trait: t, op: exists}], any: []}}",
+       "audiences[0].rule.any: give \"all\" or \"any\", not both"},
       {"{id: a, name: A, sources: [web], rule: {all: [{event: E, count_gte: 5, count_lte: 2, within: 1d}]}}",
        "count_lte: 2 is below count_gte 5"},
       {"{id: a, name: A, sources: [web], sync_interval: 2s, rule: {all: [{trait: t, op: exists}]}}",

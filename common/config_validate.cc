@@ -473,20 +473,21 @@ void ValidateAudiences(const Config& config, ErrorList& errors) {
     }
     const std::string rule_path = absl::StrCat(path, ".rule");
     if (a.rule().match() != "all" && a.rule().match() != "any") {
-      errors.Add(absl::StrCat(rule_path, ": give \"all\" or \"any\" with a list of conditions"));
-    } else if (a.rule().conditions_size() == 0) {
-      errors.Add(absl::StrCat(rule_path, ".", a.rule().match(), ": no conditions, at least 1"));
+      errors.Add(absl::StrCat(
+          rule_path, ".match: ",
+          a.rule().match().empty()
+              ? std::string("missing; give match \"all\" or \"any\" and a list of conditions")
+              : absl::StrCat(Quote(a.rule().match()), " is not \"all\" or \"any\"")));
+    }
+    if (a.rule().conditions_size() == 0) {
+      errors.Add(absl::StrCat(rule_path, ".conditions: no conditions, at least 1"));
     } else if (a.rule().conditions_size() > kMaxAudienceConditions) {
-      errors.Add(absl::StrCat(rule_path, ".", a.rule().match(), ": ", a.rule().conditions_size(),
+      errors.Add(absl::StrCat(rule_path, ".conditions: ", a.rule().conditions_size(),
                               " conditions, at most ", kMaxAudienceConditions));
     }
     for (int j = 0; j < a.rule().conditions_size(); ++j) {
       ValidateCondition(a.rule().conditions(j),
-                        Index(absl::StrCat(rule_path, ".", a.rule().match().empty()
-                                                             ? "conditions"
-                                                             : a.rule().match()),
-                              j),
-                        errors);
+                        Index(absl::StrCat(rule_path, ".conditions"), j), errors);
     }
     if (a.sync_interval_seconds() != 0 &&
         (a.sync_interval_seconds() < kMinAudienceSyncSeconds ||

@@ -12,6 +12,7 @@
 
 #include "absl/random/distributions.h"
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -22,6 +23,7 @@
 #include "common/redact.h"
 #include "common/strings.h"
 #include "common/time_format.h"
+#include "common/trace_context.h"
 #include "deliverer/renderer.h"
 #include "deliverer/signer.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
@@ -619,9 +621,21 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   std::vector<std::pair<std::string, std::string>> headers;
-  // Ours (at most 5), and the URL's own when there is one URL (see below).
-  headers.reserve(5 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
+  // Ours (at most 7), and the URL's own when there is one URL (see below).
+  headers.reserve(7 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
+  // The ingest request's trace context (W3C): this attempt is a new span of the same trace, so
+  // a receiver's tracing links it to the client's request. Never invented when none came.
+  bool traced = false;
+  if (std::string traceparent = common::ChildTraceparent(job->delivery.job().traceparent(),
+                                                         ThreadBitGen());
+      !traceparent.empty()) {
+    traced = true;
+    headers.emplace_back(common::kTraceparentHeader, std::move(traceparent));
+    if (!job->delivery.job().tracestate().empty()) {
+      headers.emplace_back(common::kTracestateHeader, job->delivery.job().tracestate());
+    }
+  }
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
     headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
@@ -652,7 +666,15 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
       request.headers = headers;
     }
     request.headers.reserve(request.headers.size() + url.headers_size());
-    for (const auto& h : url.headers()) request.headers.emplace_back(h.name(), h.value());
+    for (const auto& h : url.headers()) {
+      // The event's own trace context replaces a URL's static one: a receiver gets one trace.
+      if (traced &&
+          (absl::EqualsIgnoreCase(h.name(), common::ToAbsl(common::kTraceparentHeader)) ||
+           absl::EqualsIgnoreCase(h.name(), common::ToAbsl(common::kTracestateHeader)))) {
+        continue;
+      }
+      request.headers.emplace_back(h.name(), h.value());
+    }
     request.body = shared_body;
     request.timeout = timeout;
     if (metrics_) metrics_->RequestStarted();
@@ -726,6 +748,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
         {{"destination", destination.id()},
          {"job_id", j.id()},
          {"message_id", j.message_id()},
+         {"trace_id", common::TraceIdOf(j.traceparent())},
          {"attempt", j.attempts() + 1},
          {"result", decision.reason},
          {"error", job->details.empty() ? std::string() : job->details.front()},
@@ -742,6 +765,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
                    {{"destination", job->delivery.destination().id()},
                     {"job_id", j.id()},
                     {"message_id", j.message_id()},
+                    {"trace_id", common::TraceIdOf(j.traceparent())},
                     {"reason", reason}});
   Outcome outcome;
   outcome.set_job_id(j.id());

@@ -12,13 +12,15 @@
 // Requests (SPEC §5.1/5.2): POST of the rendered body with `User-Agent: hookrelay/1.0`,
 // `Content-Type: application/json`, `Idempotency-Key: <messageId>` (the same on every attempt
 // of a job), `X-Signature` when the destination has a shared secret, Standard Webhooks headers
-// when the destination asks for them, then the URL's static headers. Timeout per the
+// when the destination asks for them, `traceparent` (and `tracestate`) when the job came with a W3C
+// trace context (the same trace id and flags, a new parent id per attempt; common/trace_context.h),
+// then the URL's static headers. Timeout per the
 // destination's options (5 s default), counted from when the request gets one of the sender's
 // connection slots for its host (http_sender.h); the wait for the slot is not the receiver's and
 // goes to hookrelay_delivery_queue_seconds instead.
 //
-// Logs: every failed attempt at warning (destination, job, message id, each URL's host and status
-// or error, next attempt or dead), rate-limited to 100 lines/s with a count of lines dropped.
+// Logs: every failed attempt at warning (destination, job, message id, trace id (empty without a
+// trace context), each URL's host and status or error, next attempt or dead), rate-limited to 100 lines/s with a count of lines dropped.
 // Never the secret, header values or URL paths.
 //
 // Shutdown drains: each stream is told to stop sending (Credit.drain), the jobs held finish and

@@ -3,21 +3,29 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/proto_time.h"
+#include "common/trace_context.h"
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/fake_collector.h"
 #include "deliverer/http_sender.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 #include "prometheus/metric_family.h"
@@ -27,6 +35,7 @@
 namespace hookrelay::deliverer {
 namespace {
 
+using ::testing::HasSubstr;
 using hookrelay::v1::Outcome;
 using receiver::ReceivedRequest;
 using receiver::Response;
@@ -229,6 +238,198 @@ TEST_F(DelivererTest, JobsWaitingForAConnectionDoNotTimeOut) {
       Histogram("hookrelay_delivery_attempt_duration_seconds");
   EXPECT_EQ(attempts, kJobs);
   EXPECT_LT(attempt_seconds, kJobs * 1.0);
+}
+
+constexpr char kTraceparent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+// A job with a trace context sends `traceparent` on every attempt: the same trace id and flags,
+// a new parent id each time (a retry included), and its tracestate unchanged; the failed
+// attempt's log line names the trace id. A URL's static traceparent gives way to the event's; a
+// job without a trace context sends only what the URL says.
+TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
+  std::vector<std::string> lines;
+  absl::Mutex lines_mu;
+  common::SetLogSinkForTesting([&](std::string_view line) {
+    absl::MutexLock lock(&lines_mu);
+    lines.emplace_back(line);
+  });
+  std::atomic<int> calls{0};
+  Start([&](const ReceivedRequest&) {
+    Response r;
+    r.status = calls.fetch_add(1) == 0 ? 503 : 200;
+    return r;
+  });
+  hookrelay::v1::Delivery traced = Job(1);
+  traced.mutable_job()->set_traceparent(kTraceparent);
+  traced.mutable_job()->set_tracestate("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+  // A URL's static traceparent gives way to the event's own; without one it is sent as is.
+  const std::string kStatic = "00-11111111111111111111111111111111-2222222222222222-00";
+  hookrelay::v1::Header* fixed = traced.mutable_destination()->mutable_urls(0)->add_headers();
+  fixed->set_name("TraceParent");
+  fixed->set_value(kStatic);
+  hookrelay::v1::Delivery plain = Job(2);
+  *plain.mutable_destination() = traced.destination();
+  ASSERT_TRUE(collector_.Send({traced}));
+  std::vector<Outcome> outcomes = collector_.WaitOutcomes(1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].kind(), Outcome::RETRY);
+  // The collector hands the job out again, as after its retry time.
+  traced.set_lease(2001);
+  traced.mutable_job()->set_attempts(1);
+  ASSERT_TRUE(collector_.Send({traced, plain}));
+  outcomes = collector_.WaitOutcomes(3);
+  ASSERT_EQ(outcomes.size(), 3u);
+  common::SetLogSinkForTesting(nullptr);
+
+  const std::vector<ReceivedRequest> requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  std::vector<common::TraceParent> sent;
+  for (const ReceivedRequest& r : requests) {
+    int traceparents = 0;
+    for (const auto& [name, value] : r.headers) {
+      if (absl::EqualsIgnoreCase(name, "traceparent")) ++traceparents;
+    }
+    EXPECT_EQ(traceparents, 1) << r.Header("Idempotency-Key");
+    if (r.Header("Idempotency-Key") == "m-2") {
+      EXPECT_EQ(r.Header("traceparent"), kStatic);
+      EXPECT_EQ(r.Header("tracestate"), "");
+      continue;
+    }
+    std::optional<common::TraceParent> p = common::ParseTraceparent(r.Header("traceparent"));
+    ASSERT_TRUE(p.has_value()) << r.Header("traceparent");
+    EXPECT_EQ(r.Header("tracestate"), "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+    sent.push_back(*std::move(p));
+  }
+  ASSERT_EQ(sent.size(), 2u);
+  for (const common::TraceParent& p : sent) {
+    EXPECT_EQ(p.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    EXPECT_EQ(p.flags, "01");
+    EXPECT_NE(p.parent_id, "00f067aa0ba902b7");
+  }
+  EXPECT_NE(sent[0].parent_id, sent[1].parent_id);
+
+  absl::MutexLock lock(&lines_mu);
+  int failed = 0;
+  for (const std::string& line : lines) {
+    if (!absl::StrContains(line, "delivery attempt failed")) continue;
+    ++failed;
+    EXPECT_THAT(line, HasSubstr(R"("trace_id":"4bf92f3577b34da6a3ce929d0e0e4736")"));
+  }
+  EXPECT_EQ(failed, 1);
+}
+
+// A receiver that speaks HTTP/2 (a gRPC server over TLS, which libcurl reaches through
+// deliverer/http/curl_sender.h) gets the same traceparent header: the trace id kept, a new parent
+// id per request.
+TEST(DelivererHttp2Test, TraceparentGoesOutOverHttp2) {
+  absl::StatusOr<receiver::SelfSignedCert> cert = receiver::GenerateSelfSignedCert();
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string ca_file = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/h2_trace_ca.pem");
+  std::ofstream(ca_file) << cert->cert_pem;
+
+  // Records each call's metadata and ends it at once: the HTTP status is 200 either way.
+  class RecordingService : public grpc::CallbackGenericService {
+   public:
+    grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+      {
+        absl::MutexLock lock(&mu);
+        std::string traceparent;
+        for (auto [it, end] = ctx->client_metadata().equal_range("traceparent"); it != end; ++it) {
+          traceparent.append(it->second.data(), it->second.size());
+        }
+        seen.push_back(std::move(traceparent));
+      }
+      // Reads the whole request before answering, so the stream ends cleanly.
+      class Reactor : public grpc::ServerGenericBidiReactor {
+       public:
+        Reactor() { StartRead(&buffer_); }
+        void OnReadDone(bool ok) override {
+          if (ok) {
+            StartRead(&buffer_);
+          } else {
+            Finish(grpc::Status::OK);
+          }
+        }
+        void OnDone() override { delete this; }
+
+       private:
+        grpc::ByteBuffer buffer_;
+      };
+      return new Reactor;
+    }
+    absl::Mutex mu;
+    std::vector<std::string> seen ABSL_GUARDED_BY(mu);
+  } h2;
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({cert->key_pem, cert->cert_pem});
+  int h2_port = 0;
+  grpc::ServerBuilder h2_builder;
+  h2_builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(ssl), &h2_port);
+  h2_builder.RegisterCallbackGenericService(&h2);
+  std::unique_ptr<grpc::Server> h2_server = h2_builder.BuildAndStart();
+  ASSERT_NE(h2_server, nullptr);
+
+  ServedCollector collector;
+  auto sender = HttpSender::Create(
+      {.allow_private_networks = true, .ca_file = ca_file, .threads = 1});
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  common::ManualClock clock;
+  Deliverer::Options options;
+  options.collectors = {collector.endpoint()};
+  options.drain_timeout = absl::Seconds(5);
+  auto deliverer = std::make_unique<Deliverer>(options, **sender, clock, nullptr);
+  ASSERT_TRUE(deliverer->Start().ok());
+
+  std::vector<hookrelay::v1::Delivery> jobs;
+  for (uint64_t id = 1; id <= 2; ++id) {
+    hookrelay::v1::Delivery& d = jobs.emplace_back();
+    d.set_lease(id);
+    hookrelay::v1::Job& job = *d.mutable_job();
+    job.set_id(id);
+    job.set_message_id(absl::StrCat("m-", id));
+    job.set_traceparent(kTraceparent);
+    job.set_event_json(R"({"type":"track","messageId":"m","userId":"u","event":"E",)"
+                       R"("timestamp":"2023-11-14T22:13:20.000Z"})");
+    hookrelay::v1::Destination& dest = *d.mutable_destination();
+    dest.set_id("hook");
+    dest.set_enabled(true);
+    hookrelay::v1::WebhookUrl& url = *dest.add_urls();
+    url.set_url(absl::StrCat("https://localhost:", h2_port, "/hookrelay.Test/Hook"));
+    // What a gRPC server needs to take the request as a call.
+    hookrelay::v1::Header* content_type = url.add_headers();
+    content_type->set_name("Content-Type");
+    content_type->set_value("application/grpc");
+    hookrelay::v1::Header* te = url.add_headers();
+    te->set_name("TE");
+    te->set_value("trailers");
+  }
+  // One job first, so that the second finds the host known as HTTP/2.
+  ASSERT_TRUE(collector.service.Send({jobs[0]}));
+  ASSERT_EQ(collector.service.WaitOutcomes(1).size(), 1u);
+  ASSERT_TRUE(collector.service.Send({jobs[1]}));
+  const std::vector<Outcome> outcomes = collector.service.WaitOutcomes(2);
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const Outcome& o : outcomes) {
+    ASSERT_EQ(o.attempt().urls_size(), 1);
+    EXPECT_EQ(o.attempt().urls(0).status(), 200) << o.attempt().urls(0).error();
+  }
+  deliverer->Shutdown();
+  sender->reset();
+  deliverer.reset();
+  h2_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+
+  absl::MutexLock lock(&h2.mu);
+  ASSERT_EQ(h2.seen.size(), 2u);
+  std::vector<std::string> parents;
+  for (const std::string& value : h2.seen) {
+    std::optional<common::TraceParent> p = common::ParseTraceparent(value);
+    ASSERT_TRUE(p.has_value()) << value;
+    EXPECT_EQ(p->trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    EXPECT_EQ(p->flags, "01");
+    parents.push_back(p->parent_id);
+  }
+  EXPECT_NE(parents[0], parents[1]);
 }
 
 // What a test's DNS answers, changed while the deliverer runs.

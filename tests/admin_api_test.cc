@@ -652,6 +652,76 @@ destinations:
   EXPECT_TRUE(WaitFor(*receiver_b_, "file-1").has_value());
 }
 
+// An audience rule has one shape: the YAML file's `match` + `conditions` and its `all:` / `any:`
+// shorthand read as the same rule, and the admin API takes the canonical JSON and the shorthand
+// {"all":[...]} alike, always answering the canonical {"match":...,"conditions":[...]}.
+TEST_P(AdminApiTest, AudienceRuleHasOneShape) {
+  const std::string config = dir_ + "/config.yaml";
+  ASSERT_TRUE(WriteFile(config, R"(sources:
+  - {id: web, name: Web, kind: web, write_keys: [wk_rule_key]}
+audiences:
+  - id: canonical
+    name: Canonical
+    sources: [web]
+    rule:
+      match: any
+      conditions:
+        - {trait: plan, op: eq, value: pro}
+        - {event: Order Completed, count_gte: 3, within: 30d}
+  - id: shorthand
+    name: Shorthand
+    sources: [web]
+    rule:
+      any:
+        - {trait: plan, op: eq, value: pro}
+        - {event: Order Completed, count_gte: 3, within: 30d}
+)").ok());
+  StartCollector(config);
+  const std::string kRule =
+      R"({"match":"any","conditions":[{"trait":"plan","op":"eq","value":"pro"},)"
+      R"({"event":"Order Completed","countGte":3,"within":"30d"}]})";
+  HttpResponse r = admin_->Call("GET", "/admin/v1/audiences/canonical");
+  ASSERT_EQ(r.status, 200) << r.body;
+  // The API prints every field (empty ones included): that text is the reference.
+  const std::string printed = JsonAt(r.body, "/rule");
+  EXPECT_EQ(JsonStr(printed, "/match"), "any");
+  EXPECT_EQ(JsonStr(printed, "/conditions/0/trait"), "plan");
+  EXPECT_EQ(JsonStr(printed, "/conditions/1/event"), "Order Completed");
+  EXPECT_EQ(JsonAt(printed, "/conditions/1/countGte"), "3");
+  r = admin_->Call("GET", "/admin/v1/audiences/shorthand");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/rule"), printed);
+
+  // Through the API: the canonical JSON, the API's own output fed back, and the shorthand give
+  // one rule.
+  const std::string conditions =
+      R"([{"trait":"plan","op":"eq","value":"pro"},)"
+      R"({"event":"Order Completed","countGte":3,"within":"30d"}])";
+  for (const std::string& rule :
+       {std::string(kRule), printed, absl::StrCat(R"({"any":)", conditions, "}")}) {
+    r = admin_->Call("POST", "/admin/v1/audiences?validate_only=true",
+                     absl::StrCat(R"({"name":"Pro","sources":["web"],"rule":)", rule, "}"));
+    ASSERT_EQ(r.status, 200) << rule << ": " << r.body;
+    EXPECT_EQ(JsonAt(r.body, "/rule"), printed) << rule;
+  }
+  r = admin_->Call(
+      "POST", "/admin/v1/audiences",
+      absl::StrCat(R"({"id":"api","name":"Api","sources":["web"],"rule":{"all":)", conditions,
+                   "}}"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = admin_->Call("GET", "/admin/v1/audiences/api");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/rule/match"), "all");
+  EXPECT_EQ(JsonAt(r.body, "/rule/conditions"), JsonAt(printed, "/conditions"));
+
+  // Both spellings at once are ambiguous: refused, naming the rule.
+  r = admin_->Call("POST", "/admin/v1/audiences?validate_only=true",
+                   absl::StrCat(R"({"name":"Pro","sources":["web"],"rule":{"match":"all","all":)",
+                                conditions, "}}"));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(JsonStr(r.body, "/error/fieldViolations/0/field"), "rule") << r.body;
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, AdminApiTest, EngineParams(), EngineParamName);
 
 }  // namespace

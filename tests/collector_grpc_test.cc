@@ -272,6 +272,41 @@ TEST_P(CollectorGrpcTest, IngestAuthenticatesByWriteKeyOrBasicAuth) {
   EXPECT_EQ(JsonStr(by_id.at(r2.message_ids(0)).event_json(), "/traits/plan"), "pro");
 }
 
+// `traceparent` / `tracestate` metadata on Ingest is kept with each job; an invalid traceparent
+// is ignored (the call still succeeds) and none is invented without one.
+TEST_P(CollectorGrpcTest, TraceparentMetadataIsKeptWithEachJob) {
+  constexpr char kParent[] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+  IngestRequest traced;
+  *traced.add_events() = Track("u1", "A", "traced-1");
+  *traced.add_events() = Track("u1", "B", "traced-2");
+  IngestResponse response;
+  grpc::Status s = Ingest(traced, &response,
+                          {{"x-write-key", kWebKey},
+                           {"traceparent", kParent},
+                           {"tracestate", "congo=t61rcWkgMzE"}});
+  ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  IngestRequest invalid;
+  *invalid.add_events() = Track("u1", "C", "invalid");
+  s = Ingest(invalid, &response,
+             {{"x-write-key", kWebKey},
+              {"traceparent", "00-00000000000000000000000000000000-b7ad6b7169203331-01"}});
+  ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  IngestRequest plain;
+  *plain.add_events() = Track("u1", "D", "plain");
+  s = Ingest(plain, &response);
+  ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+
+  const auto by_id = ByMessageId(StopAndLeaseAll());
+  ASSERT_EQ(by_id.size(), 4u);
+  for (const char* id : {"traced-1", "traced-2"}) {
+    EXPECT_EQ(by_id.at(id).traceparent(), kParent) << id;
+    EXPECT_EQ(by_id.at(id).tracestate(), "congo=t61rcWkgMzE") << id;
+  }
+  EXPECT_EQ(by_id.at("invalid").traceparent(), "");
+  EXPECT_EQ(by_id.at("plain").traceparent(), "");
+  EXPECT_EQ(by_id.at("plain").tracestate(), "");
+}
+
 // An unknown, malformed or missing write key is UNAUTHENTICATED and stores nothing.
 TEST_P(CollectorGrpcTest, UnknownWriteKeyIsUnauthenticated) {
   IngestRequest request;

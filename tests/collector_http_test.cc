@@ -21,6 +21,7 @@ namespace hookrelay::test {
 namespace {
 
 using ::hookrelay::v1::Job;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -90,6 +91,59 @@ class CollectorHttpTest : public ::testing::TestWithParam<std::string> {
 
   std::unique_ptr<InProcessCollector> collector_;
 };
+
+// A valid traceparent (and its tracestate) is kept with every job of the request, a batch's and
+// a fan-out's included; an invalid one is ignored and the events are still stored.
+TEST_P(CollectorHttpTest, TraceparentHeaderIsKeptWithEachJob) {
+  constexpr char kParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const HttpResponse traced =
+      Post("/v1/track", SmallTrack("traced"), kWebKey,
+           {{"traceparent", kParent}, {"tracestate", "rojo=00f067aa0ba902b7"}});
+  EXPECT_EQ(traced.status, 200) << traced.body;
+  const HttpResponse batch = Post(
+      "/v1/batch", absl::StrCat(R"({"batch":[)", SmallTrack("fan-1"), ",", SmallTrack("fan-2"), "]}"),
+      kFanKey, {{"Traceparent", kParent}});
+  EXPECT_EQ(batch.status, 200) << batch.body;
+  // Uppercase hex is invalid (W3C): ignored, never an ingest error.
+  const HttpResponse invalid = Post(
+      "/v1/track", SmallTrack("invalid"), kWebKey,
+      {{"traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01"},
+       {"tracestate", "rojo=1"}});
+  EXPECT_EQ(invalid.status, 200) << invalid.body;
+  EXPECT_EQ(Post("/v1/track", SmallTrack("plain")).status, 200);
+
+  const auto jobs = ByMessageId(StopAndLeaseAll());
+  ASSERT_THAT(jobs.at("traced"), SizeIs(1));
+  EXPECT_EQ(jobs.at("traced")[0].traceparent(), kParent);
+  EXPECT_EQ(jobs.at("traced")[0].tracestate(), "rojo=00f067aa0ba902b7");
+  for (const char* id : {"fan-1", "fan-2"}) {
+    ASSERT_THAT(jobs.at(id), SizeIs(2)) << id;
+    for (const Job& job : jobs.at(id)) {
+      EXPECT_EQ(job.traceparent(), kParent) << id;
+      EXPECT_EQ(job.tracestate(), "") << id;
+    }
+  }
+  ASSERT_THAT(jobs.at("invalid"), SizeIs(1));
+  EXPECT_EQ(jobs.at("invalid")[0].traceparent(), "");
+  EXPECT_EQ(jobs.at("invalid")[0].tracestate(), "");
+  ASSERT_THAT(jobs.at("plain"), SizeIs(1));
+  EXPECT_EQ(jobs.at("plain")[0].traceparent(), "");
+}
+
+// A browser's CORS preflight for a request with trace context headers is allowed.
+TEST_P(CollectorHttpTest, PreflightAllowsTraceContextHeaders) {
+  absl::StatusOr<std::unique_ptr<HttpConnection>> c = HttpConnection::Connect(collector_->http_port());
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<HttpResponse> r =
+      (*c)->Request("OPTIONS", "/v1/track", "",
+                    {{"Origin", "https://shop.example"},
+                     {"Access-Control-Request-Method", "POST"},
+                     {"Access-Control-Request-Headers", "content-type,traceparent,tracestate"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 204);
+  EXPECT_THAT(r->Header("Access-Control-Allow-Headers"),
+              AllOf(HasSubstr("Content-Type"), HasSubstr("traceparent"), HasSubstr("tracestate")));
+}
 
 // Every endpoint accepts Basic auth and a body writeKey, storing one job of the right type.
 TEST_P(CollectorHttpTest, EveryEndpointAcceptsBasicAuthAndBodyWriteKey) {

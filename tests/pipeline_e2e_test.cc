@@ -7,9 +7,11 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -207,6 +209,102 @@ TEST_P(PipelineE2eTest, EveryTypeOverHttpAndGrpcReachesTheReceiverSigned) {
   EXPECT_EQ(JsonStr(by_id["g-screen"].body, "/type"), "screen");
   EXPECT_EQ(JsonStr(by_id["g-group"].body, "/groupId"), "g2");
   EXPECT_EQ(JsonStr(by_id["g-alias"].body, "/Previous ID"), "anon-2");
+}
+
+// A W3C traceparent sent with an ingest request (HTTP header or gRPC metadata) reaches the
+// receiver on every attempt of its job, a retry included: the same trace id and flags, a new
+// parent id each attempt, the tracestate unchanged. An event sent without one gets none.
+TEST_P(PipelineE2eTest, TraceparentTravelsFromIngestToEveryAttempt) {
+  // Every message's first attempt fails (503), its second is delivered.
+  absl::Mutex mu;
+  std::map<std::string, int> seen;
+  auto on = WebhookReceiver::Start({}, [&](const ReceivedRequest& r) {
+    absl::MutexLock lock(&mu);
+    receiver::Response response;
+    if (seen[r.Header("Idempotency-Key")]++ == 0) response.status = 503;
+    return response;
+  });
+  ASSERT_TRUE(on.ok()) << on.status();
+  absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  InProcessPipeline::Options options;
+  options.engine = *engine;
+  InProcessPipeline p("e2e_trace", PipelineConfig({(*on)->Url()}, kSecret), options);
+  ASSERT_TRUE(p.Start().ok());
+
+  constexpr char kHttpParent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  constexpr char kGrpcParent[] = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+  absl::StatusOr<HttpResponse> http = HttpPost(
+      p.collector().http_port(), "/v1/track",
+      R"({"type":"track","userId":"u1","event":"E","messageId":"t-http"})", kWebKey,
+      {{"traceparent", kHttpParent}, {"tracestate", "rojo=00f067aa0ba902b7"}});
+  ASSERT_TRUE(http.ok()) << http.status();
+  ASSERT_EQ(http->status, 200) << http->body;
+  http = HttpPost(p.collector().http_port(), "/v1/track",
+                  R"({"type":"track","userId":"u1","event":"E","messageId":"t-none"})", kWebKey);
+  ASSERT_TRUE(http.ok()) << http.status();
+  ASSERT_EQ(http->status, 200) << http->body;
+
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", p.collector().grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = hookrelay::v1::Collector::NewStub(channel);
+  hookrelay::v1::IngestRequest request;
+  hookrelay::v1::Event event = GrpcEvent(hookrelay::v1::TRACK, "t-grpc");
+  event.set_event("E");
+  *request.add_events() = event;
+  hookrelay::v1::IngestResponse response;
+  grpc::ClientContext context;
+  context.AddMetadata("x-write-key", kWebKey);
+  context.AddMetadata("traceparent", kGrpcParent);
+  const grpc::Status st = stub->Ingest(&context, request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+
+  // Three failed first attempts, then the retries once they are due.
+  ASSERT_TRUE((*on)->WaitForRequests(3, kPipelineWait)) << (*on)->request_count();
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.ready == 0 && c.leased == 0 && c.scheduled == 3;
+  }));
+  while (p.store().Counts().scheduled > 0) {
+    ASSERT_TRUE(p.AdvanceToNextDue());
+    ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+      return c.ready == 0 && c.leased == 0;
+    }));
+  }
+  ASSERT_TRUE(WaitDelivered(**on, {"t-http", "t-grpc", "t-none"}, kPipelineWait));
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.ready == 0 && c.leased == 0 && c.scheduled == 0 && c.dead == 0;
+  }));
+
+  std::map<std::string, std::vector<ReceivedRequest>> by_id;
+  for (const ReceivedRequest& r : (*on)->Requests()) by_id[r.Header("Idempotency-Key")].push_back(r);
+  ASSERT_EQ(by_id.size(), 3u);
+  const std::vector<std::pair<std::string, std::string>> traced = {{"t-http", kHttpParent},
+                                                                   {"t-grpc", kGrpcParent}};
+  for (const auto& [id, parent] : traced) {
+    ASSERT_EQ(by_id[id].size(), 2u) << id;
+    const std::string trace_id = parent.substr(3, 32);
+    const std::string flags = parent.substr(53);
+    std::vector<std::string> parent_ids;
+    for (const ReceivedRequest& r : by_id[id]) {
+      const std::string sent = r.Header("traceparent");
+      ASSERT_EQ(sent.size(), 55u) << id << ": " << sent;
+      EXPECT_EQ(sent.substr(0, 3), "00-") << id;
+      EXPECT_EQ(sent.substr(3, 32), trace_id) << id;
+      EXPECT_EQ(sent.substr(53), flags) << id;
+      EXPECT_NE(sent.substr(36, 16), parent.substr(36, 16)) << id;
+      parent_ids.push_back(sent.substr(36, 16));
+    }
+    EXPECT_NE(parent_ids[0], parent_ids[1]) << id;
+  }
+  for (const ReceivedRequest& r : by_id["t-http"]) {
+    EXPECT_EQ(r.Header("tracestate"), "rojo=00f067aa0ba902b7");
+  }
+  for (const ReceivedRequest& r : by_id["t-grpc"]) EXPECT_EQ(r.Header("tracestate"), "");
+  ASSERT_EQ(by_id["t-none"].size(), 2u);
+  for (const ReceivedRequest& r : by_id["t-none"]) {
+    EXPECT_EQ(r.Header("traceparent"), "");
+    EXPECT_EQ(r.Header("tracestate"), "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, PipelineE2eTest, EngineParams(), EngineParamName);

@@ -232,6 +232,9 @@ TEST_P(StoreConformanceTest, AppendThenLeaseKeepsTheJob) {
   Open();
   const absl::Time appended_at = clock_.Now();
   AppendItem item = Event("m1");
+  // The ingest request's trace context (common/trace_context.h) travels with the job.
+  item.jobs[0].set_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  item.jobs[0].set_tracestate("rojo=00f067aa0ba902b7");
   item.jobs.push_back(item.jobs[0]);
   item.jobs[1].set_destination_id("d2");  // One event fanned out to two destinations.
   const Job sent = item.jobs[0];
@@ -258,6 +261,10 @@ TEST_P(StoreConformanceTest, AppendThenLeaseKeepsTheJob) {
   EXPECT_EQ(job.attempts(), 0);
   EXPECT_EQ(job.history_size(), 0);
   EXPECT_EQ(job.deferrals(), 0);
+  for (const LeasedJob& l : leased) {
+    EXPECT_EQ(l.job.traceparent(), sent.traceparent());
+    EXPECT_EQ(l.job.tracestate(), sent.tracestate());
+  }
 }
 
 // A store closed and opened again on the same data has every appended job not yet settled,

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 targets=(http_request_fuzzer json_event_fuzzer ingest_request_fuzzer config_fuzzer
-         renderer_fuzzer signer_fuzzer)
+         renderer_fuzzer signer_fuzzer trace_context_fuzzer)
 mode="${1:-smoke}"
 output_base="${FUZZ_OUTPUT_BASE:-$HOME/.cache/hookrelay-bazel-fuzz}"
 work="${FUZZ_WORK:-${TMPDIR:-/tmp}/hookrelay-fuzz}"

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "collector/api/admin_errors.h"
+#include "common/audience_rule_json.h"
 #include "common/http_listener.h"
 #include "common/json_writer.h"
 #include "common/log.h"
@@ -392,7 +393,15 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
           return ErrorReply(st);
         }
         req.set_validate_only(validate_only);
-        if (!(st = ParseBody(body, req.mutable_audience())).ok()) return ErrorReply(st);
+        // The rule's shorthand {"all":[...]} / {"any":[...]} is read as match + conditions.
+        absl::StatusOr<std::string> audience = common::CanonicalAudienceJson(body);
+        if (!audience.ok()) {
+          // "<field path>: <problem>", the path naming the rule's key.
+          const std::string message(audience.status().message());
+          const size_t colon = message.find(": ");
+          return ErrorReply(InvalidField(message.substr(0, colon), message.substr(colon + 2)));
+        }
+        if (!(st = ParseBody(*audience, req.mutable_audience())).ok()) return ErrorReply(st);
         return Call(core, who, req, &AdminCore::CreateAudience);
       }
       return MethodNotAllowed("GET, POST");

@@ -202,14 +202,9 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
       absl::ConsumePrefix(&field, ".");
     }
     std::string json_field = JsonFieldPath(field);
-    // The file writes a rule as `all:` / `any:` lists; the API as match + conditions.
-    if (focus->kind == Focus::Kind::kAudience) {
-      for (const char* list : {"rule.all[", "rule.any["}) {
-        if (absl::StartsWith(json_field, list)) {
-          json_field = absl::StrCat("rule.conditions[", json_field.substr(9));
-        }
-      }
-      if (json_field == "syncInterval") json_field = "syncIntervalSeconds";
+    // The file writes the interval as a duration; the API in seconds.
+    if (focus->kind == Focus::Kind::kAudience && json_field == "syncInterval") {
+      json_field = "syncIntervalSeconds";
     }
     texts.push_back(json_field.empty() ? problem : absl::StrCat(json_field, ": ", problem));
     violations.push_back({std::move(json_field), std::move(problem)});

@@ -2,6 +2,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/trace_context.h"
 
 namespace hookrelay::collector {
 
@@ -33,6 +35,21 @@ std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context) {
     }
   }
   return {};
+}
+
+common::TraceContext TraceContextFromMetadata(const grpc::CallbackServerContext& context) {
+  const auto& md = context.client_metadata();
+  const auto parents = md.equal_range(std::string(common::kTraceparentHeader));
+  // Two traceparents are ambiguous: none is kept (as on the HTTP API).
+  if (parents.first == parents.second || std::next(parents.first) != parents.second) return {};
+  std::string tracestate;
+  for (auto [it, end] = md.equal_range(std::string(common::kTracestateHeader)); it != end; ++it) {
+    if (!tracestate.empty()) tracestate.push_back(',');
+    tracestate.append(it->second.data(), it->second.size());
+  }
+  const grpc::string_ref parent = parents.first->second;
+  return common::TraceContextFromHeaders(std::string_view(parent.data(), parent.size()),
+                                         tracestate);
 }
 
 grpc::Status BadRequestStatus(grpc::StatusCode code, const std::string& message,
@@ -104,7 +121,7 @@ grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* 
     }
   }
   ingestor_.Ingest(
-      WriteKeyFromMetadata(*context), std::move(events),
+      WriteKeyFromMetadata(*context), std::move(events), TraceContextFromMetadata(*context),
       [this, reactor, response_bytes, n, started](absl::StatusOr<IngestOutcome> r) {
         if (metrics_) metrics_->ObserveRequest("grpc", absl::ToDoubleSeconds(absl::Now() - started));
         if (!r.ok()) {

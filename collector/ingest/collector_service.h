@@ -13,6 +13,7 @@
 #include "collector/dispatch/dispatcher.h"
 #include "collector/ingest/ingest_metrics.h"
 #include "collector/ingest/ingestor.h"
+#include "common/trace_context.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 
 namespace hookrelay::collector {
@@ -50,6 +51,10 @@ class CollectorService final
 
 // The write key of a call: `x-write-key`, or the user of `authorization: Basic base64(key:)`.
 std::string WriteKeyFromMetadata(const grpc::CallbackServerContext& context);
+
+// The call's W3C trace context: `traceparent` (exactly one, valid; else nothing is kept) and
+// `tracestate` metadata.
+common::TraceContext TraceContextFromMetadata(const grpc::CallbackServerContext& context);
 
 // A gRPC status whose details (grpc-status-details-bin) are a google.rpc.Status with the same
 // code and message and one google.rpc.BadRequest listing `violations`.

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "collector/ingest/http_event_parser.h"
 #include "common/json_writer.h"
 #include "common/strings.h"
+#include "common/trace_context.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -25,6 +27,21 @@ absl::string_view ToAbsl(boost::beast::string_view s) { return absl::string_view
 
 EarlyAnswer Answer(int status, std::string body, std::string reason = {}) {
   return EarlyAnswer{status, std::move(body), std::move(reason)};
+}
+
+// The request's W3C trace context. Two traceparent headers are ambiguous: none is kept. Several
+// tracestate headers are one list (RFC 9110 §5.3).
+common::TraceContext TraceContextOf(const http::request<http::string_body>& req) {
+  const auto parents = req.equal_range(common::kTraceparentHeader);
+  if (parents.first == parents.second || std::next(parents.first) != parents.second) return {};
+  std::string tracestate;
+  for (auto [it, end] = req.equal_range(common::kTracestateHeader); it != end; ++it) {
+    if (!tracestate.empty()) tracestate.push_back(',');
+    tracestate.append(it->value().data(), it->value().size());
+  }
+  const auto parent = parents.first->value();
+  return common::TraceContextFromHeaders(std::string_view(parent.data(), parent.size()),
+                                         tracestate);
 }
 
 EarlyAnswer Rejected(const absl::Status& s) {
@@ -146,6 +163,7 @@ RouteResult RouteRequest(http::request<http::string_body>& req) {
   if (call.write_key.empty()) call.write_key = std::move(parsed->write_key);
   call.events = std::move(parsed->events);
   call.single = endpoint != "batch";
+  call.trace = TraceContextOf(req);
   return call;
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "collector/model/event.h"
+#include "common/trace_context.h"
 
 namespace hookrelay::collector {
 
@@ -26,11 +27,14 @@ struct EarlyAnswer {
 };
 
 // The request asks to ingest `events` with `write_key` (Basic auth, else the body's writeKey;
-// empty when neither). `single`: a single-event endpoint (not /v1/batch).
+// empty when neither). `single`: a single-event endpoint (not /v1/batch). `trace`: the
+// request's `traceparent` / `tracestate` headers when the traceparent is valid (an invalid one is
+// ignored, never an error).
 struct IngestCall {
   std::string write_key;
   std::vector<RawEvent> events;
   bool single = false;
+  common::TraceContext trace;
 };
 
 using RouteResult = std::variant<EarlyAnswer, IngestCall>;

@@ -31,7 +31,10 @@ HttpResponse MakeResponse(http::status status, std::string body, bool keep_alive
   res.set(http::field::access_control_allow_origin, "*");
   if (status == http::status::no_content) {
     res.set(http::field::access_control_allow_methods, "POST, OPTIONS");
-    res.set(http::field::access_control_allow_headers, "Content-Type, Authorization, Content-Encoding");
+    // traceparent / tracestate: browsers with tracing add them, and a preflight that does not
+    // allow them would block the request.
+    res.set(http::field::access_control_allow_headers,
+            "Content-Type, Authorization, Content-Encoding, traceparent, tracestate");
   } else {
     res.set(http::field::content_type, "application/json");
   }
@@ -169,7 +172,7 @@ void HttpServer::Impl::Handle(HttpRequest req, HttpResponder responder) {
   IngestCall& call = std::get<IngestCall>(routed);
   const bool single = call.single;
   // The answer is written on the connection's strand, whatever thread completes the call.
-  ingestor.Ingest(call.write_key, std::move(call.events),
+  ingestor.Ingest(call.write_key, std::move(call.events), call.trace,
                   [this, responder = std::move(responder), started, keep_alive, version,
                    single](absl::StatusOr<IngestOutcome> r) mutable {
                     Send(std::move(responder), started,

@@ -13,7 +13,8 @@ Ingestor::Ingestor(Options options, const RoutingHolder& routing, JobQueue& stor
                    const common::Clock& clock, IngestMetrics* metrics)
     : options_(options), routing_(routing), store_(store), clock_(clock), metrics_(metrics) {}
 
-void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done) {
+void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
+                      const common::TraceContext& trace, Done done) {
   std::shared_ptr<const Routing> routing = routing_.Get();
   const SourceRoute* route = write_key.empty() ? nullptr : routing->FindByWriteKey(write_key);
   if (route == nullptr) {
@@ -97,6 +98,10 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events, 
       job.set_user_id(ev.user_id);
       job.set_received_at_unix_ms(now_ms);
       job.set_received_at_unix_us(now_us);
+      if (!trace.traceparent.empty()) {
+        job.set_traceparent(trace.traceparent);
+        job.set_tracestate(trace.tracestate);
+      }
       if (d + 1 == fanout) {
         job.set_event_json(std::move(ev.json));
       } else {

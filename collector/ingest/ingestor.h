@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,6 +21,7 @@
 #include "collector/store/job_queue.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
+#include "common/trace_context.h"
 
 namespace hookrelay::collector {
 
@@ -56,7 +58,14 @@ class Ingestor {
   // (overloaded), UNAVAILABLE (shutting down, or the store cannot write: JobQueue::WriteHealth),
   // or the store's error. Per-event problems are in
   // IngestOutcome::rejected, with status OK.
-  void Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done);
+  // `trace` (the request's W3C trace context, already validated by
+  // common::TraceContextFromHeaders) is kept with every job the request makes.
+  void Ingest(std::string_view write_key, std::vector<RawEvent> events,
+              const common::TraceContext& trace, Done done);
+  // Without a trace context.
+  void Ingest(std::string_view write_key, std::vector<RawEvent> events, Done done) {
+    Ingest(write_key, std::move(events), common::TraceContext{}, std::move(done));
+  }
 
   // Refuses new requests from now on (UNAVAILABLE).
   void BeginShutdown();

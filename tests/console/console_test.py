@@ -28,6 +28,8 @@ through the console served at / on the collector's admin HTTP address:
     identify; Sync now after a second user's identify updates the row (a new last sync, one
     entered, two members); Delete confirms in the row, Cancel keeps it, confirmed it is gone;
   - sign-out;
+  - a second collector without an admin token, on loopback: the console skips the sign-in form
+    and opens the page asked for (the setup page at /, Sources at #/sources), with no Sign out;
   - no script error nor Content-Security-Policy violation in the browser's console.
 A 1280×800 PNG of every step goes to $TEST_OUTPUT_DIR (default: console-screenshots in the
 test's temporary directory), named 01-login.png, 02-catalog.png, …
@@ -913,6 +915,37 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     b.shot("signed-out")
 
 
+def run_tokenless(b, base, admin):
+    """A collector without an admin token, reached on loopback: the console goes straight in."""
+    d = b.driver
+    status, _, _ = http("GET", admin + "/admin/v1/catalog")
+    check(status == 200, f"without a token configured the API answers on loopback ({status})")
+    b.go(base, "")
+    check(b.visible("label[for=type-webhooks]", 15) is not None,
+          "without a token the console opens straight on the setup page")
+    check(not b.css_all("#token"), "no sign-in form is shown")
+    state = d.execute_script(
+        "return [sessionStorage.getItem('hookrelay.adminToken'), location.hash, "
+        "document.getElementById('nav').hidden, document.getElementById('sign-out').hidden]")
+    check(state == ["", "#/setup", False, True],
+          f"signed in with no token: navigation shown, no Sign out ({state})")
+    b.shot("tokenless-setup")
+    # A link to a page, opened in a new session (a fresh load), lands on that page.
+    d.execute_script("sessionStorage.clear()")
+    d.get("about:blank")
+    b.go(base, "#/sources")
+
+    def sources_heading():
+        heading = b.css_all("h1.page-title")
+        return heading[0].text if heading and heading[0].text == "Sources" else None
+    heading = wait_for(sources_heading, 15)
+    check(heading == "Sources" and not b.css_all("#token") and
+          d.execute_script("return location.hash") == "#/sources",
+          f"a link to #/sources opens Sources directly ({heading!r}, "
+          f"{d.execute_script('return location.hash')})")
+    b.shot("tokenless-sources")
+
+
 def main():
     bin_dir = os.environ.get("HOOKRELAY_BIN_DIR")
     if not bin_dir:
@@ -965,6 +998,14 @@ def main():
         admin_port = collector.field("admin_http_port")
         admin = f"http://127.0.0.1:{admin_port}"
 
+        # A second collector without an admin token: its API answers on loopback without one.
+        open_collector = Process("collector-tokenless", [
+            os.path.join(bin_dir, "collector/collector"), f"--data_dir={work}/data-tokenless",
+            "--grpc_address=127.0.0.1:0", "--http_address=127.0.0.1:0",
+            "--metrics_address=127.0.0.1:0", "--admin_http_address=127.0.0.1:0"], work)
+        processes.append(open_collector)
+        open_admin = f"http://127.0.0.1:{open_collector.field('admin_http_port')}"
+
         deliverer = Process("deliverer", [
             os.path.join(bin_dir, "deliverer/deliverer"), f"--collector=127.0.0.1:{grpc_port}",
             "--metrics_address=127.0.0.1:0", "--allow_private_networks",
@@ -997,6 +1038,15 @@ def main():
             check(False, "the browser flow ran to its end")
             try:
                 browser.shot("failure")
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            run_tokenless(browser, open_admin + "/", open_admin)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            check(False, "the tokenless flow ran to its end")
+            try:
+                browser.shot("tokenless-failure")
             except Exception:  # noqa: BLE001
                 pass
         browser.collect_console()

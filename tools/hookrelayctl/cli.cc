@@ -55,7 +55,7 @@ Commands:
   --request-id, repeating the call does nothing again and shows the first call's record.
   An audience rule is JSON, e.g. --rule='{"match":"all","conditions":[{"trait":"plan","op":"eq",
   "value":"pro"},{"event":"Order Completed","countGte":3,"within":"30d"}]}': match "all" or
-  "any"; a trait condition has trait, op (eq neq gt gte lt lte exists contains) and value; an
+  "any" (the shorthand {"all":[...]} or {"any":[...]} is the same rule); a trait condition has trait, op (eq neq gt gte lt lte exists contains) and value; an
   event condition has event, countGte and/or countLte, and within (15m, 1h, 30d). --rule-file=-
   reads it from standard input. --sync-interval defaults to 60 seconds.
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/audience_rule_json.h"
 #include "common/json_element.h"
 #include "common/json_writer.h"
 #include "common/proto_time.h"
@@ -112,9 +113,14 @@ std::optional<UsageError> RuleFlag(const CommandLine& cl, hookrelay::v1::Audienc
   if (!doc.is_object()) {
     return UsageError{absl::StrCat(what, ": not a JSON object; the rule is ", kRuleShape)};
   }
+  // The shorthand {"all":[...]} / {"any":[...]} (the YAML file's older spelling) is the same rule.
+  absl::StatusOr<std::string> canonical = common::CanonicalRuleJson(json, what);
+  if (!canonical.ok()) {
+    return UsageError{absl::StrCat(canonical.status().message(), "; the rule is ", kRuleShape)};
+  }
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;  // a misspelt "countGte" must not vanish
-  const auto st = google::protobuf::util::JsonStringToMessage(json, rule, options);
+  const auto st = google::protobuf::util::JsonStringToMessage(*canonical, rule, options);
   if (!st.ok()) {
     return UsageError{absl::StrCat(what, ": not an audience rule ", kRuleShape, ": ",
                                    std::string(st.message()))};

@@ -785,6 +785,12 @@ TEST(AudiencesUsageTest, UsageErrorsExit2WithoutCallingTheCollector) {
       {{"audiences", "create", "--name=P", "--source=web",
         R"(--rule={"conditions":[{"event":"Order Completed","countGte":"many"}]})"},
        "not an audience rule"},
+      // The shorthand is one rule: {"all":[...]} or {"any":[...]}, not both, not mixed.
+      {{"audiences", "create", "--name=P", "--source=web", R"(--rule={"all":[],"any":[]})"},
+       "--rule: give \"all\" or \"any\", not both"},
+      {{"audiences", "create", "--name=P", "--source=web",
+        R"(--rule={"match":"all","any":[{"trait":"t","op":"exists"}]})"},
+       "--rule: give match and conditions, or the shorthand"},
       {{"audiences", "create", "--name=P", "--source=web", rule, "--sync-interval=0"},
        "--sync-interval"},
       {{"audiences", "create", "--name=P", "--source=web", rule, "--sync-interval=1m"},
@@ -874,6 +880,20 @@ AudienceJson ParseAudience(const std::string& line) {
 // snake_case(name), managedBy api and the first computation recorded; get reads it back as JSON
 // and as a table; list shows its row; sync records a later sync that is not the first; delete
 // removes it, after which get is NOT_FOUND.
+// --rule takes the shorthand {"any":[...]} as the rule match "any" with those conditions.
+TEST_F(HookrelayctlTest, AudiencesCreateTakesTheShorthandRule) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"-o", "json", "audiences", "create", "--name=Planners", "--source=web", "--id=plan",
+           R"(--rule={"any":[{"trait":"plan","op":"exists"},{"trait":"seats","op":"gte","value":5}]})"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(ParseAudience(r.out).match, "any");
+  r = Ctl({"audiences", "get", "plan"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "rule"), "any of: trait plan exists; trait seats gte 5");
+}
+
 TEST_F(HookrelayctlTest, AudiencesCreateGetListSyncDelete) {
   StartServer();
   Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});

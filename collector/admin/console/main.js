@@ -1,4 +1,5 @@
-// hookrelay console: the login page, routing and start; loaded last, after core.js and the pages.
+// hookrelay console: the login page, routing and start (straight in when the collector needs no
+// token); loaded last, after core.js and the pages.
 'use strict';
 
 // ---------------------------------------------------------------------------------------------
@@ -35,7 +36,8 @@ function route() {
   }
   var nav = document.getElementById('nav');
   nav.hidden = !signedIn();
-  document.getElementById('sign-out').hidden = !signedIn();
+  // Signed in without a token (a collector without one): there is no session to end.
+  document.getElementById('sign-out').hidden = !signedIn() || !sessionStorage.getItem(TOKEN_KEY);
   Array.prototype.forEach.call(nav.querySelectorAll('a'), function (a) {
     if (a.dataset.route === name) {
       a.setAttribute('aria-current', 'page');
@@ -117,4 +119,26 @@ document.getElementById('skip-link').addEventListener('click', function (ev) {
   document.getElementById('main').focus();
 });
 window.addEventListener('hashchange', route);
-route();
+
+// A collector run without an admin token answers its API on loopback without one: there is
+// nothing to sign in with, so the console goes straight in, signed in with an empty token (sent as
+// no Authorization header). One call without a token tells: 200 → in, on the page asked for;
+// 401/403 (a token is required) or no answer → the sign-in form as before.
+function start() {
+  if (signedIn()) {
+    route();
+    return;
+  }
+  api('GET', '/catalog', undefined, {noSignOut: true}).then(function () {
+    sessionStorage.setItem(TOKEN_KEY, '');
+    if (location.hash === '#/login') {
+      location.replace(pendingRoute && pendingRoute !== '#/login' ? pendingRoute : '#/setup');
+      pendingRoute = '';
+    } else {
+      route();
+    }
+  }, function () {
+    route();
+  });
+}
+start();
