@@ -1,0 +1,118 @@
+// A destination's filter (SPEC §5.4, hookrelay.v1.DestinationFilter) compiled for the ingest
+// path: types as a bit set, exact event names in a hash set, prefixes apart, each condition's path
+// split into its root and keys, its op an enum and its value typed. Compiled once when a
+// configuration is loaded (Routing), then evaluated once per (event, destination) before jobs are
+// made: an event that fails makes no job for that destination.
+//
+// A CompiledFilter is immutable and thread-safe. A FilterInput belongs to one thread and one
+// event at a time.
+#ifndef HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
+#define HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/config_validate.h"
+#include "hookrelay/v1/config.pb.h"
+#include "hookrelay/v1/event.pb.h"
+
+namespace hookrelay::collector {
+
+// What a filter reads of one event. Strings are borrowed (from a RawEvent) and must outlive the
+// FilterInput; free-form maps are JSON object text, empty when absent.
+struct FilterEvent {
+  hookrelay::v1::EventType type = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
+  std::string_view event;
+  std::string_view name;
+  std::string_view category;
+  std::string_view user_id;
+  std::string_view anonymous_id;
+  std::string_view group_id;
+  std::string_view previous_id;
+  std::string_view properties;
+  std::string_view traits;
+  std::string_view context;
+};
+
+// The event under evaluation, with its maps parsed on first use and kept for the event's other
+// destinations: one parse per map per event however many filters read it. The parsers are the
+// calling thread's own and are reused from event to event.
+class FilterInput {
+ public:
+  explicit FilterInput(const FilterEvent& event) : event_(event) {}
+  FilterInput(const FilterInput&) = delete;
+  FilterInput& operator=(const FilterInput&) = delete;
+
+  const FilterEvent& event() const { return event_; }
+  // The parsed object of a map root; nullopt when the map is absent or not a JSON object.
+  std::optional<simdjson::dom::element> Map(common::FilterRoot root);
+
+ private:
+  const FilterEvent& event_;
+  // Per map root (properties, traits, context): parsed yet, and the object when there is one.
+  bool parsed_[3] = {false, false, false};
+  std::optional<simdjson::dom::element> maps_[3];
+};
+
+// Why an event does not pass; kPass when it does. The names are the metric's reason label.
+enum class FilterVerdict : uint8_t { kPass = 0, kType, kEvent, kWhere };
+std::string_view FilterVerdictName(FilterVerdict verdict);  // "pass", "type", "event", "where"
+
+class CompiledFilter {
+ public:
+  // `filter` must be valid (common::ValidateConfig).
+  explicit CompiledFilter(const hookrelay::v1::DestinationFilter& filter);
+
+  // True when the filter lets every event through (nothing set).
+  bool empty() const;
+
+  // The first part that fails, checked in the order types, events, where (in list order).
+  // `failed_condition`, when given, receives the index of the failing condition for kWhere.
+  FilterVerdict Evaluate(FilterInput& input, int* failed_condition = nullptr) const;
+
+  // Evaluate, in words for people (the admin API's test): "" when the event passes, else the
+  // failing part's field ("types", "events", "where[1]") and a sentence about it.
+  struct Explanation {
+    FilterVerdict verdict = FilterVerdict::kPass;
+    std::string failed;
+    std::string reason;
+  };
+  Explanation Explain(FilterInput& input) const;
+
+ private:
+  // A condition value: a string, a number or a boolean.
+  struct Scalar {
+    enum class Kind : uint8_t { kString, kNumber, kBool } kind = Kind::kString;
+    std::string string;
+    double number = 0;
+    bool boolean = false;
+  };
+  struct Condition {
+    std::string path;  // as configured, for explanations
+    common::FilterRoot root = common::FilterRoot::kProperties;
+    std::vector<std::string> keys;  // after the root; empty for the top-level strings
+    common::FilterOp op = common::FilterOp::kExists;
+    Scalar value;                  // eq neq gt gte lt lte contains
+    std::vector<Scalar> in_values;  // in
+  };
+
+  bool Holds(const Condition& c, FilterInput& input) const;
+  static bool ElementEquals(simdjson::dom::element e, const Scalar& v);
+
+  // Bit (1 << EventType) per allowed type; 0 = every type.
+  uint32_t types_ = 0;
+  bool has_events_ = false;
+  absl::flat_hash_set<std::string> exact_events_;
+  std::vector<std::string> event_prefixes_;
+  std::vector<Condition> conditions_;
+};
+
+}  // namespace hookrelay::collector
+
+#endif  // HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
