@@ -36,10 +36,10 @@ function setupFilter(ctx) {
     row.path.focus();
   });
   var whereSet = h('fieldset', {class: 'filter-where-set'}, h('legend', {text: 'Conditions'}),
-    h('p', {class: 'field-hint', text: 'All must hold. Path: under properties, traits or context (properties.plan, ' +
-      'context.app.version),' +
-      ' or event, name, category, userId, anonymousId, groupId, previousId. Value: text, a ' +
-      'number, true or false; for "in" a list separated by commas; none for "exists".'}),
+    h('p', {class: 'field-hint', text: 'All must hold. Path: under properties, traits or ' +
+      'context (properties.plan, context.app.version), or event, name, category, userId, ' +
+      'anonymousId, groupId, previousId. Value: text, a number, true or false; for "in" a ' +
+      'list separated by commas; none for "exists".'}),
     ctx.filterWhereList, ctx.filterWhereErr.el, h('div', {class: 'actions-inline'}, add));
 
   ctx.filterErr = groupError();
