@@ -4,8 +4,8 @@
 // normalisation, filter evaluation, one job per destination) into a store that answers at once
 // without storing, so the figure is the ingest CPU before the durable append. One source, ten
 // enabled destinations; filters:0 without filters, filters:1 with a filter of three conditions on
-// each destination (properties.plan in a list, properties.total gte, context.app.version exists)
-// that every event passes (the most work: every condition evaluated, every job still made),
+// each destination (properties.plan in a list, properties.total gte a number, context.app.version
+// exists; each destination its own values, on the same three paths) that every event passes (the most work: every condition evaluated, every job still made),
 // filters:2 the same filters but half the events fail the first condition (fewer jobs). Events:
 // 80 % track with properties, 20 % identify with traits, all with a context. Compare the rows of
 // one run: the goal is filters:1 ≥ 90 % of filters:0's items per second.
@@ -70,10 +70,11 @@ hookrelay::v1::Config MakeConfig(bool filters) {
                     "'https://hooks.example.com/",
                     i, "'}]");
     if (filters) {
+      // Each destination its own values, on the same three paths.
       absl::StrAppend(&yaml,
-                      ", filter: {where: [{path: properties.plan, op: in, value: [pro, team]},"
-                      " {path: properties.total, op: gte, value: 1},"
-                      " {path: context.app.version, op: exists}]}");
+                      ", filter: {where: [{path: properties.plan, op: in, value: [pro, team, tier",
+                      i, "]}, {path: properties.total, op: gte, value: ", i * 0.1,
+                      "}, {path: context.app.version, op: exists}]}");
     }
     yaml += "}\n";
   }

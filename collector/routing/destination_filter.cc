@@ -82,12 +82,54 @@ std::optional<dom::element> FilterInput::Map(FilterRoot root) {
   // One parser per map root and thread: the three maps of one event stay valid together, and a
   // parser's buffers are reused by the thread's next event.
   thread_local dom::parser parsers[3];
+  // The text is copied into a padded buffer of the thread's own (simdjson reads past the end);
+  // asking the parser to copy would allocate a new buffer per parse.
+  thread_local std::string buffers[3];
+  std::string& buffer = buffers[i];
+  buffer.assign(text.data(), text.size());
+  if (buffer.capacity() < text.size() + simdjson::SIMDJSON_PADDING) {
+    buffer.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  }
   dom::element parsed;
-  if (parsers[i].parse(text.data(), text.size(), true).get(parsed) == simdjson::SUCCESS &&
+  if (parsers[i].parse(buffer.data(), buffer.size(), false).get(parsed) == simdjson::SUCCESS &&
       parsed.is_object()) {
     maps_[i] = parsed;
   }
   return maps_[i];
+}
+
+std::optional<dom::element> FilterInput::Lookup(FilterRoot root,
+                                                const std::vector<std::string>& keys,
+                                                uint64_t path_hash) {
+  for (int i = 0; i < cached_count_; ++i) {
+    const CachedPath& c = cached_[i];
+    if (c.hash == path_hash && c.root == root && (c.keys == &keys || *c.keys == keys)) {
+      return c.element;
+    }
+  }
+  std::optional<dom::element> found = Map(root);
+  if (found.has_value()) {
+    dom::element e = *found;
+    for (const std::string& key : keys) {
+      dom::object object;
+      // A missing key, or a key under something that is not an object: absent.
+      if (e.get(object) != simdjson::SUCCESS || object.at_key(key).get(e) != simdjson::SUCCESS) {
+        found.reset();
+        break;
+      }
+    }
+    if (found.has_value()) {
+      if (e.is_null()) {
+        found.reset();  // null counts as absent, as for audiences
+      } else {
+        found = e;
+      }
+    }
+  }
+  if (cached_count_ < kCachedPaths) {
+    cached_[cached_count_++] = CachedPath{path_hash, &keys, root, found};
+  }
+  return found;
 }
 
 std::string_view FilterVerdictName(FilterVerdict verdict) {
@@ -116,6 +158,7 @@ CompiledFilter::CompiledFilter(const hookrelay::v1::DestinationFilter& filter) {
   for (const hookrelay::v1::FilterCondition& given : filter.where()) {
     Condition& c = conditions_.emplace_back();
     c.path = given.path();
+    c.path_hash = common::Fnv1a64(given.path());
     std::vector<std::string> segments = absl::StrSplit(given.path(), '.');
     c.root = common::ParseFilterRoot(segments.front()).value_or(FilterRoot::kProperties);
     c.keys.assign(segments.begin() + 1, segments.end());
@@ -187,22 +230,9 @@ bool CompiledFilter::Holds(const Condition& c, FilterInput& input) const {
       default: return false;  // gt/gte/lt/lte: a string is no number
     }
   }
-  // Walk the map: each key must name a field of an object.
-  std::optional<dom::element> map = input.Map(c.root);
-  bool present = map.has_value();
-  dom::element e;
-  if (present) {
-    e = *map;
-    for (const std::string& key : c.keys) {
-      dom::object object;
-      // A missing key, or a key under something that is not an object: absent.
-      if (e.get(object) != simdjson::SUCCESS || object.at_key(key).get(e) != simdjson::SUCCESS) {
-        present = false;
-        break;
-      }
-    }
-  }
-  if (present && e.is_null()) present = false;  // null counts as absent, as for audiences
+  const std::optional<dom::element> found = input.Lookup(c.root, c.keys, c.path_hash);
+  const bool present = found.has_value();
+  const dom::element e = present ? *found : dom::element();
   switch (c.op) {
     case FilterOp::kExists: return present;
     case FilterOp::kEq: return present && ElementEquals(e, c.value);

@@ -41,8 +41,11 @@ struct FilterEvent {
 };
 
 // The event under evaluation, with its maps parsed on first use and kept for the event's other
-// destinations: one parse per map per event however many filters read it. The parsers are the
-// calling thread's own and are reused from event to event.
+// destinations: one parse per map per event however many filters read it, and each path looked up
+// once per event however many conditions name it (destinations' filters tend to read the same
+// few paths). The parsers and their input buffers are the calling thread's own and are reused
+// from event to event, so evaluation allocates nothing once warm. At most one FilterInput per
+// thread at a time.
 class FilterInput {
  public:
   explicit FilterInput(const FilterEvent& event) : event_(event) {}
@@ -52,12 +55,28 @@ class FilterInput {
   const FilterEvent& event() const { return event_; }
   // The parsed object of a map root; nullopt when the map is absent or not a JSON object.
   std::optional<simdjson::dom::element> Map(common::FilterRoot root);
+  // The element at `keys` under the map `root`, nullopt when absent (or null). `path_hash`
+  // identifies (root, keys) for the per-event lookup cache (CompiledFilter computes it once).
+  std::optional<simdjson::dom::element> Lookup(common::FilterRoot root,
+                                               const std::vector<std::string>& keys,
+                                               uint64_t path_hash);
 
  private:
+  struct CachedPath {
+    uint64_t hash = 0;
+    const std::vector<std::string>* keys = nullptr;
+    common::FilterRoot root = common::FilterRoot::kProperties;
+    std::optional<simdjson::dom::element> element;
+  };
+  static constexpr int kCachedPaths = 16;
+
   const FilterEvent& event_;
   // Per map root (properties, traits, context): parsed yet, and the object when there is one.
   bool parsed_[3] = {false, false, false};
   std::optional<simdjson::dom::element> maps_[3];
+  // Paths looked up so far for this event (the first kCachedPaths of them).
+  CachedPath cached_[kCachedPaths];
+  int cached_count_ = 0;
 };
 
 // Why an event does not pass; kPass when it does. The names are the metric's reason label.
@@ -95,6 +114,7 @@ class CompiledFilter {
   };
   struct Condition {
     std::string path;  // as configured, for explanations
+    uint64_t path_hash = 0;  // of `path`: FilterInput's lookup cache key
     common::FilterRoot root = common::FilterRoot::kProperties;
     std::vector<std::string> keys;  // after the root; empty for the top-level strings
     common::FilterOp op = common::FilterOp::kExists;

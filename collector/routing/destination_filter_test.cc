@@ -254,6 +254,39 @@ TEST(DestinationFilterTest, UnreadableMapIsAbsent) {
   EXPECT_TRUE(Passes("{path: properties.a, op: neq, value: 1}", "{not json"));
 }
 
+// One FilterInput serves every destination of an event: a path looked up for one filter is
+// reused by the next with its own values, and more distinct paths than the lookup cache holds
+// still resolve.
+TEST(DestinationFilterTest, OneInputServesManyFilters) {
+  const CompiledFilter pro = Compile("{where: [{path: properties.plan, op: eq, value: pro}]}");
+  const CompiledFilter free = Compile("{where: [{path: properties.plan, op: eq, value: free}]}");
+  const CompiledFilter not_pro = Compile(
+      "{where: [{path: properties.plan, op: exists}, {path: properties.plan, op: neq, value: pro}]}");
+  std::string many = "{where: [";
+  std::string properties = "{";
+  for (int i = 0; i < 20; ++i) {
+    absl::StrAppend(&many, i ? "," : "", "{path: properties.k", i, ", op: eq, value: ", i, "}");
+    absl::StrAppend(&properties, i ? "," : "", "\"k", i, "\":", i);
+  }
+  many += "]}";
+  properties += R"(,"plan":"pro"})";
+  const CompiledFilter twenty = Compile(many);
+  FilterEvent e = Track("E", properties);
+  FilterInput input(e);
+  EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(free.Evaluate(input), FilterVerdict::kWhere);
+  EXPECT_EQ(not_pro.Evaluate(input), FilterVerdict::kWhere);
+  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);  // past the cache's 16 paths
+  EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
+  FilterEvent off = Track("E", R"({"k19":18,"plan":"free"})");
+  FilterInput other(off);
+  int failed = -1;
+  EXPECT_EQ(twenty.Evaluate(other, &failed), FilterVerdict::kWhere);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(free.Evaluate(other), FilterVerdict::kPass);
+}
+
 TEST(DestinationFilterTest, VerdictNames) {
   EXPECT_EQ(FilterVerdictName(FilterVerdict::kPass), "pass");
   EXPECT_EQ(FilterVerdictName(FilterVerdict::kType), "type");
