@@ -100,12 +100,11 @@ std::optional<dom::element> FilterInput::Map(FilterRoot root) {
 
 std::optional<dom::element> FilterInput::Lookup(FilterRoot root,
                                                 const std::vector<std::string>& keys,
-                                                uint64_t path_hash) {
-  for (int i = 0; i < cached_count_; ++i) {
-    const CachedPath& c = cached_[i];
-    if (c.hash == path_hash && c.root == root && (c.keys == &keys || *c.keys == keys)) {
-      return c.element;
-    }
+                                                int path_id) {
+  const bool cached = path_id >= 0 && path_id < kCachedPaths;
+  if (cached && path_state_[path_id] != 0) {
+    if (path_state_[path_id] == 1) return std::nullopt;
+    return elements_[path_id];
   }
   std::optional<dom::element> found = Map(root);
   if (found.has_value()) {
@@ -126,10 +125,15 @@ std::optional<dom::element> FilterInput::Lookup(FilterRoot root,
       }
     }
   }
-  if (cached_count_ < kCachedPaths) {
-    cached_[cached_count_++] = CachedPath{path_hash, &keys, root, found};
+  if (cached) {
+    path_state_[path_id] = found.has_value() ? 2 : 1;
+    if (found.has_value()) elements_[path_id] = *found;
   }
   return found;
+}
+
+int FilterPathTable::Intern(const std::string& path) {
+  return ids_.try_emplace(path, static_cast<int>(ids_.size())).first->second;
 }
 
 std::string_view FilterVerdictName(FilterVerdict verdict) {
@@ -142,7 +146,8 @@ std::string_view FilterVerdictName(FilterVerdict verdict) {
   return "";
 }
 
-CompiledFilter::CompiledFilter(const hookrelay::v1::DestinationFilter& filter) {
+CompiledFilter::CompiledFilter(const hookrelay::v1::DestinationFilter& filter,
+                               FilterPathTable* paths) {
   for (const std::string& type : filter.types()) {
     hookrelay::v1::EventType t = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
     if (hookrelay::v1::EventType_Parse(absl::AsciiStrToUpper(type), &t)) types_ |= 1u << t;
@@ -158,7 +163,7 @@ CompiledFilter::CompiledFilter(const hookrelay::v1::DestinationFilter& filter) {
   for (const hookrelay::v1::FilterCondition& given : filter.where()) {
     Condition& c = conditions_.emplace_back();
     c.path = given.path();
-    c.path_hash = common::Fnv1a64(given.path());
+    if (paths != nullptr) c.path_id = paths->Intern(given.path());
     std::vector<std::string> segments = absl::StrSplit(given.path(), '.');
     c.root = common::ParseFilterRoot(segments.front()).value_or(FilterRoot::kProperties);
     c.keys.assign(segments.begin() + 1, segments.end());
@@ -230,7 +235,7 @@ bool CompiledFilter::Holds(const Condition& c, FilterInput& input) const {
       default: return false;  // gt/gte/lt/lte: a string is no number
     }
   }
-  const std::optional<dom::element> found = input.Lookup(c.root, c.keys, c.path_hash);
+  const std::optional<dom::element> found = input.Lookup(c.root, c.keys, c.path_id);
   const bool present = found.has_value();
   const dom::element e = present ? *found : dom::element();
   switch (c.op) {

@@ -17,6 +17,7 @@
 
 #include <simdjson.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "common/config_validate.h"
 #include "hookrelay/v1/config.pb.h"
@@ -55,28 +56,33 @@ class FilterInput {
   const FilterEvent& event() const { return event_; }
   // The parsed object of a map root; nullopt when the map is absent or not a JSON object.
   std::optional<simdjson::dom::element> Map(common::FilterRoot root);
-  // The element at `keys` under the map `root`, nullopt when absent (or null). `path_hash`
-  // identifies (root, keys) for the per-event lookup cache (CompiledFilter computes it once).
+  // The element at `keys` under the map `root`, nullopt when absent (or null). `path_id` (from
+  // the FilterPathTable the filters were compiled with; -1 for none) keys the per-event cache.
   std::optional<simdjson::dom::element> Lookup(common::FilterRoot root,
-                                               const std::vector<std::string>& keys,
-                                               uint64_t path_hash);
+                                               const std::vector<std::string>& keys, int path_id);
+
+  // Paths with an id below this are cached per event; others are looked up each time.
+  static constexpr int kCachedPaths = 32;
 
  private:
-  struct CachedPath {
-    uint64_t hash = 0;
-    const std::vector<std::string>* keys = nullptr;
-    common::FilterRoot root = common::FilterRoot::kProperties;
-    std::optional<simdjson::dom::element> element;
-  };
-  static constexpr int kCachedPaths = 16;
-
   const FilterEvent& event_;
   // Per map root (properties, traits, context): parsed yet, and the object when there is one.
   bool parsed_[3] = {false, false, false};
   std::optional<simdjson::dom::element> maps_[3];
-  // Paths looked up so far for this event (the first kCachedPaths of them).
-  CachedPath cached_[kCachedPaths];
-  int cached_count_ = 0;
+  // Per path id: 0 not looked up yet, 1 absent, 2 present (in elements_).
+  uint8_t path_state_[kCachedPaths] = {};
+  simdjson::dom::element elements_[kCachedPaths];
+};
+
+// Numbers the distinct condition paths of a configuration's filters, so that an event's
+// FilterInput looks each one up once for all destinations. Built with the filters (Routing),
+// read-only afterwards; every filter evaluated on one FilterInput must share one table.
+class FilterPathTable {
+ public:
+  int Intern(const std::string& path);
+
+ private:
+  absl::flat_hash_map<std::string, int> ids_;
 };
 
 // Why an event does not pass; kPass when it does. The names are the metric's reason label.
@@ -85,8 +91,10 @@ std::string_view FilterVerdictName(FilterVerdict verdict);  // "pass", "type", "
 
 class CompiledFilter {
  public:
-  // `filter` must be valid (common::ValidateConfig).
-  explicit CompiledFilter(const hookrelay::v1::DestinationFilter& filter);
+  // `filter` must be valid (common::ValidateConfig). `paths`, when given, numbers the
+  // conditions' paths (shared by every filter of a configuration); it is used only here.
+  explicit CompiledFilter(const hookrelay::v1::DestinationFilter& filter,
+                          FilterPathTable* paths = nullptr);
 
   // True when the filter lets every event through (nothing set).
   bool empty() const;
@@ -114,7 +122,7 @@ class CompiledFilter {
   };
   struct Condition {
     std::string path;  // as configured, for explanations
-    uint64_t path_hash = 0;  // of `path`: FilterInput's lookup cache key
+    int path_id = -1;  // FilterPathTable id: FilterInput's lookup cache key
     common::FilterRoot root = common::FilterRoot::kProperties;
     std::vector<std::string> keys;  // after the root; empty for the top-level strings
     common::FilterOp op = common::FilterOp::kExists;

@@ -16,7 +16,7 @@ using hookrelay::v1::EventType;
 
 // The filter of a one-destination config whose `filter:` is `yaml` (a flow mapping); the config
 // must be valid, as the routing step only compiles valid filters.
-CompiledFilter Compile(const std::string& yaml) {
+CompiledFilter Compile(const std::string& yaml, FilterPathTable* paths = nullptr) {
   absl::StatusOr<hookrelay::v1::Config> config = common::ParseConfigYaml(absl::StrCat(
       "sources: [{id: web, write_keys: [wk]}]\n"
       "destinations:\n"
@@ -27,7 +27,7 @@ CompiledFilter Compile(const std::string& yaml) {
   if (!config.ok()) return CompiledFilter(hookrelay::v1::DestinationFilter());
   const absl::Status valid = common::ValidateConfig(*config);
   EXPECT_TRUE(valid.ok()) << valid;
-  return CompiledFilter(config->destinations(0).filter());
+  return CompiledFilter(config->destinations(0).filter(), paths);
 }
 
 FilterEvent Track(std::string_view event, std::string_view properties) {
@@ -255,13 +255,17 @@ TEST(DestinationFilterTest, UnreadableMapIsAbsent) {
 }
 
 // One FilterInput serves every destination of an event: a path looked up for one filter is
-// reused by the next with its own values, and more distinct paths than the lookup cache holds
-// still resolve.
+// reused by the next (same FilterPathTable) with its own values; a filter without a table looks
+// paths up each time.
 TEST(DestinationFilterTest, OneInputServesManyFilters) {
-  const CompiledFilter pro = Compile("{where: [{path: properties.plan, op: eq, value: pro}]}");
-  const CompiledFilter free = Compile("{where: [{path: properties.plan, op: eq, value: free}]}");
+  FilterPathTable paths;
+  const CompiledFilter pro =
+      Compile("{where: [{path: properties.plan, op: eq, value: pro}]}", &paths);
+  const CompiledFilter free =
+      Compile("{where: [{path: properties.plan, op: eq, value: free}]}", &paths);
   const CompiledFilter not_pro = Compile(
-      "{where: [{path: properties.plan, op: exists}, {path: properties.plan, op: neq, value: pro}]}");
+      "{where: [{path: properties.plan, op: exists}, {path: properties.plan, op: neq, value: pro}]}",
+      &paths);
   std::string many = "{where: [";
   std::string properties = "{";
   for (int i = 0; i < 20; ++i) {
@@ -270,15 +274,17 @@ TEST(DestinationFilterTest, OneInputServesManyFilters) {
   }
   many += "]}";
   properties += R"(,"plan":"pro"})";
-  const CompiledFilter twenty = Compile(many);
+  const CompiledFilter twenty = Compile(many, &paths);
+  const CompiledFilter uncached = Compile("{where: [{path: properties.k19, op: eq, value: 19}]}");
   FilterEvent e = Track("E", properties);
   FilterInput input(e);
   EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
   EXPECT_EQ(free.Evaluate(input), FilterVerdict::kWhere);
   EXPECT_EQ(not_pro.Evaluate(input), FilterVerdict::kWhere);
   EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);
-  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);  // past the cache's 16 paths
+  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);
   EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(uncached.Evaluate(input), FilterVerdict::kPass);  // no table: looked up each time
   FilterEvent off = Track("E", R"({"k19":18,"plan":"free"})");
   FilterInput other(off);
   int failed = -1;

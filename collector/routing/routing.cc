@@ -13,7 +13,7 @@ Routing::Routing(hookrelay::v1::Config config)
   for (const auto& dest : config_.destinations()) {
     destinations_[dest.id()] = &dest;
     if (dest.has_filter()) {
-      auto filter = std::make_unique<const CompiledFilter>(dest.filter());
+      auto filter = std::make_unique<const CompiledFilter>(dest.filter(), &filter_paths_);
       if (!filter->empty()) filters_[dest.id()] = std::move(filter);
     }
     if (!dest.enabled()) continue;  // a disabled destination gets nothing queued

@@ -52,6 +52,8 @@ class Routing {
   const hookrelay::v1::Config config_;
   absl::flat_hash_map<std::string, SourceRoute> by_write_key_;
   absl::flat_hash_map<std::string, const hookrelay::v1::Destination*> destinations_;
+  // The filters' condition paths, numbered across destinations (see FilterInput).
+  FilterPathTable filter_paths_;
   absl::flat_hash_map<std::string, std::unique_ptr<const CompiledFilter>> filters_;
   const AudienceInputs audience_inputs_;
 };
