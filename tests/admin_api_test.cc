@@ -679,6 +679,20 @@ TEST_P(AdminApiTest, FilterSetThroughTheApiHoldsBackEvents) {
   EXPECT_EQ(JsonAt(r.body, "/filter/where/0/value"), R"(["pro","team"])") << r.body;
   EXPECT_EQ(JsonStr(r.body, "/filter/where/0/op"), "in") << r.body;
 
+  // The filtered destination's series exist at 0 as soon as the filter is set.
+  {
+    absl::StatusOr<std::unique_ptr<HttpConnection>> c =
+        HttpConnection::Connect(collector_->IntField("metrics_port"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<HttpResponse> metrics = (*c)->Request("GET", "/metrics", "", {});
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    for (const char* reason : {"type", "event", "where"}) {
+      const std::string line = absl::StrCat(
+          "hookrelay_ingest_filtered_total{destination=\"orders\",reason=\"", reason, "\"} 0");
+      EXPECT_TRUE(absl::StrContains(metrics->body, line)) << line;
+    }
+  }
+
   auto send = [&](const std::string& path, const std::string& body) {
     absl::StatusOr<HttpResponse> t = HttpPost(collector_->IntField("http_port"), path, body, key);
     ASSERT_TRUE(t.ok()) << t.status();
