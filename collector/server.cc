@@ -92,6 +92,17 @@ std::vector<std::string> SourceIds(const hookrelay::v1::Config& config) {
   return ids;
 }
 
+// Destinations with a filter: their hookrelay_ingest_filtered_total series start at 0.
+std::vector<std::string> FilteredDestinationIds(const hookrelay::v1::Config& config) {
+  std::vector<std::string> ids;
+  for (const auto& d : config.destinations()) {
+    if (d.filter().types_size() + d.filter().events_size() + d.filter().where_size() > 0) {
+      ids.push_back(d.id());
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -203,6 +214,7 @@ absl::Status Server::Start() {
       *s.store, s.options.config_path,
       [&s](const std::shared_ptr<const ConfigManager::Snapshot>& snapshot) {
         s.metrics->DeclareSources(SourceIds(snapshot->merged));
+        s.metrics->DeclareFilteredDestinations(FilteredDestinationIds(snapshot->merged));
         s.routing->Set(std::make_shared<const Routing>(snapshot->merged));
         if (s.audiences) {
           s.audiences->SetConfig(std::make_shared<const hookrelay::v1::Config>(snapshot->merged));

@@ -418,6 +418,67 @@ class YamlMapper {
         });
       } else if (key == "options") {
         MapOptions(value, child, *dest.mutable_options());
+      } else if (key == "filter") {
+        MapFilter(value, child, *dest.mutable_filter());
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
+  // filter:
+  //   types: [track]
+  //   events: ["Order *"]
+  //   where:
+  //     - {path: properties.plan, op: eq, value: pro}
+  //     - {path: properties.plan, op: in, value: [pro, team]}
+  void MapFilter(const YAML::Node& node, const std::string& path,
+                 hookrelay::v1::DestinationFilter& filter) {
+    if (!node.IsNull() && !node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping with types, events and/or where, got ",
+                                     TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      if (key == "types") {
+        MapStringList(value, child, filter.mutable_types());
+      } else if (key == "events") {
+        MapStringList(value, child, filter.mutable_events());
+      } else if (key == "where") {
+        ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
+          MapFilterCondition(item, item_path, *filter.add_where());
+        });
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
+  void MapFilterCondition(const YAML::Node& node, const std::string& path,
+                          hookrelay::v1::FilterCondition& c) {
+    if (!node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping {path, op, value}, got ", TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      if (key == "path") {
+        MapString(value, child, c.mutable_path());
+      } else if (key == "op") {
+        MapString(value, child, c.mutable_op());
+      } else if (key == "value") {
+        if (value.IsSequence()) {
+          // `in` takes a list of scalars.
+          google::protobuf::ListValue* list = c.mutable_value()->mutable_list_value();
+          ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
+            MapValue(item, item_path, list->add_values());
+          });
+        } else {
+          MapValue(value, child, c.mutable_value());
+        }
       } else {
         return false;
       }

@@ -898,5 +898,136 @@ TEST(AudienceWindowTest, Parses) {
   }
 }
 
+
+constexpr char kFilterBase[] = R"yaml(
+sources:
+  - {id: web, write_keys: [wk_1]}
+destinations:
+  - id: d
+    type: webhooks
+    sources: [web]
+    urls: [{url: "https://h.example/x"}]
+)yaml";
+
+// A destination's filter maps from YAML field by field, values typed like audience values, and
+// is valid.
+TEST(FilterConfigTest, ParsesTypesEventsAndConditions) {
+  absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kFilterBase, R"yaml(
+    filter:
+      types: [track, identify]
+      events: ["Order *", Signed Up]
+      where:
+        - {path: properties.plan, op: eq, value: pro}
+        - {path: properties.total, op: gte, value: 10.5}
+        - {path: context.app.version, op: in, value: ["1.2", 3, true]}
+        - {path: traits.email, op: exists}
+        - {path: userId, op: contains, value: "0"}
+)yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(ValidateConfig(*config).ok()) << ValidateConfig(*config);
+  const hookrelay::v1::DestinationFilter& f = config->destinations(0).filter();
+  EXPECT_THAT(std::vector<std::string>(f.types().begin(), f.types().end()),
+              ::testing::ElementsAre("track", "identify"));
+  EXPECT_THAT(std::vector<std::string>(f.events().begin(), f.events().end()),
+              ::testing::ElementsAre("Order *", "Signed Up"));
+  ASSERT_EQ(f.where_size(), 5);
+  EXPECT_EQ(f.where(0).path(), "properties.plan");
+  EXPECT_EQ(f.where(0).value().string_value(), "pro");
+  EXPECT_EQ(f.where(1).value().number_value(), 10.5);
+  ASSERT_EQ(f.where(2).value().list_value().values_size(), 3);
+  EXPECT_EQ(f.where(2).value().list_value().values(0).string_value(), "1.2");  // quoted
+  EXPECT_EQ(f.where(2).value().list_value().values(1).number_value(), 3);
+  EXPECT_TRUE(f.where(2).value().list_value().values(2).bool_value());
+  EXPECT_FALSE(f.where(3).has_value());
+  EXPECT_EQ(f.where(4).value().string_value(), "0");
+}
+
+// Each bad filter is refused naming the field path and the rule or limit broken.
+TEST(FilterConfigTest, ViolationsNameTheField) {
+  const std::string many_values = [] {
+    std::string out = "[";
+    for (int i = 0; i <= kMaxFilterInValues; ++i) absl::StrAppend(&out, i > 0 ? "," : "", i);
+    return out + "]";
+  }();
+  const std::string many_conditions = [] {
+    std::string out = "[";
+    for (int i = 0; i <= kMaxFilterConditions; ++i) {
+      absl::StrAppend(&out, i > 0 ? "," : "", "{path: traits.a, op: exists}");
+    }
+    return out + "]";
+  }();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{where: [{path: properties.a, op: exists}, {path: properties.plan, op: like, value: x}]}",
+       "destinations[0].filter.where[1].op: unknown op \"like\", one of eq neq in exists gt gte "
+       "lt lte contains"},
+      {"{where: [{path: properties.plan, value: x}]}",
+       "destinations[0].filter.where[0].op: missing, one of eq neq"},
+      {"{types: [track, Track]}",
+       "destinations[0].filter.types[1]: unknown type \"Track\", one of track identify page"},
+      {"{types: [page, page]}", "destinations[0].filter.types[1]: type \"page\" listed twice"},
+      {"{types: [identify], events: [Signed Up]}",
+       "destinations[0].filter.events: names track events, but types leaves out track"},
+      {"{events: [\"Order * Done\"]}",
+       "destinations[0].filter.events[0] \"Order * Done\": * is allowed only at the end"},
+      {"{events: [\"\"]}", "destinations[0].filter.events[0]: empty"},
+      {"{where: [{path: plan, op: exists}]}",
+       "destinations[0].filter.where[0].path \"plan\": must start with properties, traits, "
+       "context"},
+      {"{where: [{path: userId.x, op: exists}]}",
+       "destinations[0].filter.where[0].path \"userId.x\": userId is a string, it has no fields"},
+      {"{where: [{path: properties..a, op: exists}]}",
+       "destinations[0].filter.where[0].path \"properties..a\": empty segment"},
+      {"{where: [{path: properties.a.b.c.d.e.f.g.h.i.j, op: exists}]}",
+       "destinations[0].filter.where[0].path: 11 segments, at most 10 allowed"},
+      {absl::StrCat("{where: [{path: properties.", std::string(kMaxFilterPathLength, 'a'),
+                    ", op: exists}]}"),
+       "destinations[0].filter.where[0].path: 267 characters, at most 256 allowed"},
+      {"{where: [{path: properties.n, op: gt, value: big}]}",
+       "destinations[0].filter.where[0].value: op gt compares numbers, give a number"},
+      {"{where: [{path: properties.n, op: lte}]}",
+       "destinations[0].filter.where[0].value: op lte compares numbers"},
+      {"{where: [{path: properties.n, op: in, value: x}]}",
+       "destinations[0].filter.where[0].value: op in takes a list"},
+      {"{where: [{path: properties.n, op: in, value: []}]}",
+       "destinations[0].filter.where[0].value: empty list"},
+      {absl::StrCat("{where: [{path: properties.n, op: in, value: ", many_values, "}]}"),
+       "destinations[0].filter.where[0].value: 101 values, at most 100 allowed"},
+      {"{where: [{path: properties.n, op: exists, value: 1}]}",
+       "destinations[0].filter.where[0].value: not used with op exists"},
+      {"{where: [{path: properties.n, op: contains, value: 3}]}",
+       "destinations[0].filter.where[0].value: op contains looks for a string"},
+      {"{where: [{path: properties.n, op: eq}]}",
+       "destinations[0].filter.where[0].value: missing for op eq"},
+      {absl::StrCat("{where: [{path: properties.n, op: eq, value: ",
+                    std::string(kMaxFilterValueLength + 1, 'v'), "}]}"),
+       "destinations[0].filter.where[0].value: 1025 characters, at most 1024 allowed"},
+      {absl::StrCat("{where: ", many_conditions, "}"),
+       "destinations[0].filter.where: 21 conditions, at most 20 allowed"},
+      {"{where: [{path: properties.a, op: exists, values: 1}]}",
+       "destinations[0].filter.where[0]: unknown key \"values\""},
+      {"{typ: [track]}", "destinations[0].filter: unknown key \"typ\""},
+      {"[track]", "destinations[0].filter: expected a mapping with types, events and/or where"},
+  };
+  for (const auto& [filter, message] : cases) {
+    absl::StatusOr<Config> config =
+        ParseConfigYaml(absl::StrCat(kFilterBase, "    filter: ", filter, "\n"));
+    absl::Status status = config.ok() ? ValidateConfig(*config) : config.status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << filter;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(message)) << filter;
+  }
+}
+
+// The ops and roots the filter validator and the routing step share.
+TEST(FilterConfigTest, OpAndRootNames) {
+  for (absl::string_view name : absl::StrSplit(kFilterOpNames, ' ')) {
+    EXPECT_TRUE(ParseFilterOp(name).has_value()) << name;
+  }
+  EXPECT_FALSE(ParseFilterOp("EQ").has_value());
+  EXPECT_FALSE(ParseFilterOp("like").has_value());
+  EXPECT_EQ(ParseFilterRoot("properties"), FilterRoot::kProperties);
+  EXPECT_EQ(ParseFilterRoot("userId"), FilterRoot::kUserId);
+  EXPECT_FALSE(ParseFilterRoot("userid").has_value());
+}
+
 }  // namespace
 }  // namespace hookrelay::common

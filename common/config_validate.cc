@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -294,6 +296,145 @@ void ValidateOptions(const Destination& dest, const std::string& path, ErrorList
   }
 }
 
+// "types", "events" and "where" of a destination's filter; `path` is "destinations[i].filter".
+void ValidateFilter(const hookrelay::v1::DestinationFilter& filter, const std::string& path,
+                    ErrorList& errors) {
+  absl::flat_hash_set<absl::string_view> types;
+  for (int i = 0; i < filter.types_size(); ++i) {
+    const std::string& type = filter.types(i);
+    const std::string type_path = Index(absl::StrCat(path, ".types"), i);
+    if (type != "track" && type != "identify" && type != "page" && type != "screen" &&
+        type != "group" && type != "alias") {
+      errors.Add(absl::StrCat(type_path, ": unknown type ", Quote(type),
+                              ", one of track identify page screen group alias"));
+    } else if (!types.insert(type).second) {
+      errors.Add(absl::StrCat(type_path, ": type ", Quote(type), " listed twice"));
+    }
+  }
+  if (filter.events_size() > kMaxFilterEvents) {
+    errors.Add(absl::StrCat(path, ".events: ", filter.events_size(), " entries, at most ",
+                            kMaxFilterEvents, " allowed"));
+  }
+  if (filter.events_size() > 0 && filter.types_size() > 0 && !types.contains("track")) {
+    errors.Add(absl::StrCat(path, ".events: names track events, but types leaves out track "
+                                  "(nothing could pass)"));
+  }
+  for (int i = 0; i < filter.events_size(); ++i) {
+    const std::string& event = filter.events(i);
+    const std::string event_path = Index(absl::StrCat(path, ".events"), i);
+    if (event.empty()) {
+      errors.Add(absl::StrCat(event_path, ": empty, give an event name or a prefix ending in *"));
+    } else if (event.size() > kMaxFilterEventLength) {
+      errors.Add(absl::StrCat(event_path, ": ", event.size(), " characters, at most ",
+                              kMaxFilterEventLength, " allowed"));
+    } else if (event.find('*') != event.size() - 1 && event.find('*') != std::string::npos) {
+      errors.Add(absl::StrCat(event_path, " ", Quote(event),
+                              ": * is allowed only at the end (a prefix)"));
+    }
+  }
+  if (filter.where_size() > kMaxFilterConditions) {
+    errors.Add(absl::StrCat(path, ".where: ", filter.where_size(), " conditions, at most ",
+                            kMaxFilterConditions, " allowed"));
+  }
+  using google::protobuf::Value;
+  for (int i = 0; i < filter.where_size(); ++i) {
+    const hookrelay::v1::FilterCondition& c = filter.where(i);
+    const std::string cpath = Index(absl::StrCat(path, ".where"), i);
+    // The path: a known root, then (for the maps) non-empty segments.
+    if (c.path().empty()) {
+      errors.Add(absl::StrCat(cpath, ".path: missing, e.g. properties.plan"));
+    } else if (c.path().size() > kMaxFilterPathLength) {
+      errors.Add(absl::StrCat(cpath, ".path: ", c.path().size(), " characters, at most ",
+                              kMaxFilterPathLength, " allowed"));
+    } else {
+      const std::vector<absl::string_view> segments = absl::StrSplit(c.path(), '.');
+      const std::optional<FilterRoot> root = ParseFilterRoot(segments.front());
+      if (!root.has_value()) {
+        errors.Add(absl::StrCat(cpath, ".path ", Quote(c.path()),
+                                ": must start with properties, traits, context, event, name, "
+                                "category, userId, anonymousId, groupId or previousId"));
+      } else if (!IsFilterMapRoot(*root) && segments.size() > 1) {
+        errors.Add(absl::StrCat(cpath, ".path ", Quote(c.path()), ": ", segments.front(),
+                                " is a string, it has no fields"));
+      } else if (segments.size() > static_cast<size_t>(kMaxFilterPathSegments)) {
+        errors.Add(absl::StrCat(cpath, ".path: ", segments.size(), " segments, at most ",
+                                kMaxFilterPathSegments, " allowed"));
+      } else if (std::find(segments.begin(), segments.end(), "") != segments.end()) {
+        errors.Add(absl::StrCat(cpath, ".path ", Quote(c.path()), ": empty segment"));
+      }
+    }
+    const std::optional<FilterOp> op = ParseFilterOp(c.op());
+    if (!op.has_value()) {
+      errors.Add(absl::StrCat(cpath, ".op: ",
+                              c.op().empty() ? "missing" : absl::StrCat("unknown op ", Quote(c.op())),
+                              ", one of ", kFilterOpNames));
+      continue;
+    }
+    const auto kind = c.value().kind_case();
+    const bool absent = !c.has_value() || kind == Value::KIND_NOT_SET || kind == Value::kNullValue;
+    auto scalar_problem = [](const Value& v) -> std::string {
+      switch (v.kind_case()) {
+        case Value::kStringValue:
+          if (v.string_value().size() > kMaxFilterValueLength) {
+            return absl::StrCat(v.string_value().size(), " characters, at most ",
+                                kMaxFilterValueLength, " allowed");
+          }
+          return "";
+        case Value::kNumberValue:
+        case Value::kBoolValue:
+          return "";
+        default:
+          return "a string, number or boolean";
+      }
+    };
+    switch (*op) {
+      case FilterOp::kExists:
+        if (c.has_value()) errors.Add(absl::StrCat(cpath, ".value: not used with op exists"));
+        break;
+      case FilterOp::kGt:
+      case FilterOp::kGte:
+      case FilterOp::kLt:
+      case FilterOp::kLte:
+        if (absent || kind != Value::kNumberValue) {
+          errors.Add(absl::StrCat(cpath, ".value: op ", c.op(), " compares numbers, give a number"));
+        }
+        break;
+      case FilterOp::kContains:
+        if (absent || kind != Value::kStringValue) {
+          errors.Add(absl::StrCat(cpath, ".value: op contains looks for a string, give a string"));
+        } else if (std::string p = scalar_problem(c.value()); !p.empty()) {
+          errors.Add(absl::StrCat(cpath, ".value: ", p));
+        }
+        break;
+      case FilterOp::kIn:
+        if (absent || kind != Value::kListValue) {
+          errors.Add(absl::StrCat(cpath, ".value: op in takes a list of strings, numbers or "
+                                         "booleans"));
+        } else if (c.value().list_value().values_size() == 0) {
+          errors.Add(absl::StrCat(cpath, ".value: empty list, at least 1 value"));
+        } else if (c.value().list_value().values_size() > kMaxFilterInValues) {
+          errors.Add(absl::StrCat(cpath, ".value: ", c.value().list_value().values_size(),
+                                  " values, at most ", kMaxFilterInValues, " allowed"));
+        } else {
+          for (int j = 0; j < c.value().list_value().values_size(); ++j) {
+            if (std::string p = scalar_problem(c.value().list_value().values(j)); !p.empty()) {
+              errors.Add(absl::StrCat(Index(absl::StrCat(cpath, ".value"), j), ": ", p));
+            }
+          }
+        }
+        break;
+      case FilterOp::kEq:
+      case FilterOp::kNeq:
+        if (absent) {
+          errors.Add(absl::StrCat(cpath, ".value: missing for op ", c.op()));
+        } else if (std::string p = scalar_problem(c.value()); !p.empty()) {
+          errors.Add(absl::StrCat(cpath, ".value: ", p));
+        }
+        break;
+    }
+  }
+}
+
 void ValidateDestinations(const Config& config, ErrorList& errors) {
   absl::flat_hash_set<absl::string_view> source_ids;
   for (const Source& source : config.sources()) source_ids.insert(source.id());
@@ -355,6 +496,7 @@ void ValidateDestinations(const Config& config, ErrorList& errors) {
       errors.Add(absl::StrCat(path, ".shared_secret_file: not read here; set shared_secret"));
     }
     ValidateOptions(dest, absl::StrCat(path, ".options"), errors);
+    if (dest.has_filter()) ValidateFilter(dest.filter(), absl::StrCat(path, ".filter"), errors);
   }
 }
 
@@ -594,6 +736,30 @@ absl::StatusOr<absl::Duration> ParseAudienceWindow(absl::string_view text) {
         absl::StrCat("at most ", absl::ToInt64Hours(kMaxAudienceWindow) / 24, "d"));
   }
   return d;
+}
+
+std::optional<FilterOp> ParseFilterOp(absl::string_view name) {
+  static constexpr std::pair<absl::string_view, FilterOp> kOps[] = {
+      {"eq", FilterOp::kEq},   {"neq", FilterOp::kNeq}, {"in", FilterOp::kIn},
+      {"exists", FilterOp::kExists}, {"gt", FilterOp::kGt},   {"gte", FilterOp::kGte},
+      {"lt", FilterOp::kLt},   {"lte", FilterOp::kLte}, {"contains", FilterOp::kContains}};
+  for (const auto& [n, op] : kOps) {
+    if (n == name) return op;
+  }
+  return std::nullopt;
+}
+
+std::optional<FilterRoot> ParseFilterRoot(absl::string_view name) {
+  static constexpr std::pair<absl::string_view, FilterRoot> kRoots[] = {
+      {"properties", FilterRoot::kProperties}, {"traits", FilterRoot::kTraits},
+      {"context", FilterRoot::kContext},       {"event", FilterRoot::kEvent},
+      {"name", FilterRoot::kName},             {"category", FilterRoot::kCategory},
+      {"userId", FilterRoot::kUserId},         {"anonymousId", FilterRoot::kAnonymousId},
+      {"groupId", FilterRoot::kGroupId},       {"previousId", FilterRoot::kPreviousId}};
+  for (const auto& [n, root] : kRoots) {
+    if (n == name) return root;
+  }
+  return std::nullopt;
 }
 
 absl::Status ValidateConfig(const Config& config) {

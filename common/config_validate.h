@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -72,6 +73,37 @@ inline constexpr absl::Duration kMaxAudienceWindow = absl::Hours(24 * 90);
 inline constexpr uint32_t kDefaultAudienceSyncSeconds = 60;
 inline constexpr uint32_t kMinAudienceSyncSeconds = 10;
 inline constexpr uint32_t kMaxAudienceSyncSeconds = 24 * 3600;
+
+// Destination filters (SPEC §5.4, hookrelay.v1.DestinationFilter).
+inline constexpr int kMaxFilterEvents = 100;
+inline constexpr size_t kMaxFilterEventLength = 256;
+inline constexpr int kMaxFilterConditions = 20;
+inline constexpr size_t kMaxFilterPathLength = 256;
+// Segments of a path, its root included ("context.app.version" has 3).
+inline constexpr int kMaxFilterPathSegments = 10;
+inline constexpr int kMaxFilterInValues = 100;
+inline constexpr size_t kMaxFilterValueLength = 1024;
+
+// The comparison of one filter condition. gt/gte/lt/lte compare numbers only; eq/neq/in compare
+// like with like (the number 2 is not the string "2"); contains finds a substring in a string or
+// an equal element in a list; neq holds when the path is absent.
+enum class FilterOp { kEq, kNeq, kIn, kExists, kGt, kGte, kLt, kLte, kContains };
+inline constexpr char kFilterOpNames[] = "eq neq in exists gt gte lt lte contains";
+// nullopt when `name` is none of kFilterOpNames (case sensitive).
+std::optional<FilterOp> ParseFilterOp(absl::string_view name);
+
+// Where a condition path starts: a free-form map, walked by the rest of the path, or one of the
+// event's top-level strings, which takes no further segment.
+enum class FilterRoot {
+  kProperties, kTraits, kContext,
+  kEvent, kName, kCategory, kUserId, kAnonymousId, kGroupId, kPreviousId
+};
+// nullopt when `name` is no root (case sensitive: "properties", "userId", ...).
+std::optional<FilterRoot> ParseFilterRoot(absl::string_view name);
+inline bool IsFilterMapRoot(FilterRoot root) {
+  return root == FilterRoot::kProperties || root == FilterRoot::kTraits ||
+         root == FilterRoot::kContext;
+}
 
 // The trait an audience is sent as: lower-case, runs of anything but letters and digits become
 // one "_", trimmed ("Power Users!" -> "power_users"). Letters and digits of any script are kept;

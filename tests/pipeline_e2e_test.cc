@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <regex>
 #include <string>
@@ -305,6 +306,88 @@ TEST_P(PipelineE2eTest, TraceparentTravelsFromIngestToEveryAttempt) {
     EXPECT_EQ(r.Header("traceparent"), "");
     EXPECT_EQ(r.Header("tracestate"), "");
   }
+}
+
+// Destination filters (SPEC §5.4) over both front ends: an event refused by "pro-orders"'s
+// filter makes no job for it (the unfiltered destination beside it gets every event); a barrier
+// event that passes is sent last, and once it has arrived the filtered receiver holds exactly the
+// passing events.
+TEST_P(PipelineE2eTest, FilteredEventsMakeNoJobOnEitherFrontEnd) {
+  auto pro = WebhookReceiver::Start({});
+  auto all = WebhookReceiver::Start({});
+  ASSERT_TRUE(pro.ok() && all.ok());
+  absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  InProcessPipeline::Options options;
+  options.engine = *engine;
+  const std::string config = absl::StrCat(
+      "sources: [{id: web, write_keys: [", kWebKey, "]}]\n",
+      "destinations:\n"
+      "  - id: pro-orders\n"
+      "    type: webhooks\n"
+      "    sources: [web]\n"
+      "    enabled: true\n"
+      "    urls: [{url: '", (*pro)->Url(), "'}]\n",
+      "    filter:\n"
+      "      events: ['Order *']\n"
+      "      where:\n"
+      "        - {path: properties.plan, op: eq, value: pro}\n"
+      "        - {path: properties.total, op: gte, value: 10}\n"
+      "  - {id: everything, type: webhooks, sources: [web], enabled: true,\n"
+      "     urls: [{url: '", (*all)->Url(), "'}]}\n");
+  InProcessPipeline p("e2e_filter", config, options);
+  ASSERT_TRUE(p.Start().ok());
+
+  absl::StatusOr<HttpResponse> http = HttpPost(p.collector().http_port(), "/v1/batch", R"json({"batch":[
+ {"type":"track","userId":"u1","event":"Order Completed","messageId":"h-pass",
+  "properties":{"plan":"pro","total":12}},
+ {"type":"track","userId":"u1","event":"Order Completed","messageId":"h-free",
+  "properties":{"plan":"free","total":12}},
+ {"type":"track","userId":"u1","event":"Order Completed","messageId":"h-small",
+  "properties":{"plan":"pro","total":9.5}},
+ {"type":"track","userId":"u1","event":"Order Completed","messageId":"h-total-string",
+  "properties":{"plan":"pro","total":"12"}},
+ {"type":"track","userId":"u1","event":"Signed Up","messageId":"h-name",
+  "properties":{"plan":"pro","total":12}},
+ {"type":"identify","userId":"u1","messageId":"h-identify","traits":{"plan":"pro"}}
+]})json", kWebKey);
+  ASSERT_TRUE(http.ok()) << http.status();
+  ASSERT_EQ(http->status, 200) << http->body;
+
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", p.collector().grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = hookrelay::v1::Collector::NewStub(channel);
+  hookrelay::v1::IngestRequest request;
+  auto grpc_order = [&](const std::string& id, const std::string& plan) {
+    hookrelay::v1::Event e = GrpcEvent(hookrelay::v1::TRACK, id);
+    e.set_event("Order Shipped");
+    (*e.mutable_properties()->mutable_fields())["plan"] = Str(plan);
+    (*e.mutable_properties()->mutable_fields())["total"].set_number_value(100);
+    *request.add_events() = e;
+  };
+  grpc_order("g-pass", "pro");
+  grpc_order("g-free", "free");
+  hookrelay::v1::IngestResponse response;
+  grpc::ClientContext context;
+  context.AddMetadata("x-write-key", kWebKey);
+  const grpc::Status st = stub->Ingest(&context, request, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(response.accepted(), 2);
+
+  // The barrier: accepted after everything above, and it passes the filter.
+  http = HttpPost(p.collector().http_port(), "/v1/track",
+                  R"({"userId":"u1","event":"Order Refunded","messageId":"barrier",)"
+                  R"("properties":{"plan":"pro","total":10}})",
+                  kWebKey);
+  ASSERT_TRUE(http.ok() && http->status == 200);
+  ASSERT_TRUE(WaitDelivered(**pro, {"barrier"}, kPipelineWait));
+  ASSERT_TRUE(WaitDelivered(**all, {"barrier"}, kPipelineWait));
+  ASSERT_TRUE(p.WaitSettled());
+  EXPECT_EQ(DeliveredIds(**pro), (std::set<std::string>{"h-pass", "g-pass", "barrier"}));
+  EXPECT_EQ(DeliveredIds(**all),
+            (std::set<std::string>{"h-pass", "h-free", "h-small", "h-total-string", "h-name",
+                                   "h-identify", "g-pass", "g-free", "barrier"}));
+  EXPECT_EQ((*pro)->request_count(), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, PipelineE2eTest, EngineParams(), EngineParamName);

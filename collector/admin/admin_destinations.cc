@@ -14,6 +14,7 @@
 #include "collector/admin/admin_core_internal.h"
 #include "collector/api/admin_errors.h"
 #include "collector/model/event.h"
+#include "collector/routing/destination_filter.h"
 #include "common/config_validate.h"
 #include "common/json_writer.h"
 #include "common/log.h"
@@ -62,6 +63,8 @@ absl::Status ApplyDestinationFields(const DestinationResource& in,
       }
     } else if (f == "options") {
       *out->mutable_options() = in.options();
+    } else if (f == "filter") {
+      *out->mutable_filter() = in.filter();
     } else if (f == "id") {
       // Names the object; not changeable.
     } else if (f == "shared_secret_set" || f == "managed_by" || f == "stats") {
@@ -98,6 +101,7 @@ DestinationResource AdminCore::DestinationView(const ConfigManager::Snapshot& sn
   }
   // The options in effect (defaults filled in), so that readers see what applies.
   *out.mutable_options() = common::EffectiveOptions(d);
+  if (d.has_filter()) *out.mutable_filter() = d.filter();
   out.set_managed_by(snapshot.DestinationManagedBy(d.id()));
   if (Dispatcher* dispatcher = dispatcher_.load(); dispatcher != nullptr) {
     const Dispatcher::DestinationStats stats = dispatcher->Stats(d.id());
@@ -156,7 +160,7 @@ absl::Status AdminCore::CreateDestination(const std::string& who,
   Destination d;
   d.set_id(in.id().empty() ? internal::RandomToken("dst_", kIdLength, false) : in.id());
   if (absl::Status st = ApplyDestinationFields(
-          in, {"type", "sources", "enabled", "shared_secret", "urls", "options"}, &d);
+          in, {"type", "sources", "enabled", "shared_secret", "urls", "options", "filter"}, &d);
       !st.ok()) {
     return st;
   }
@@ -166,6 +170,7 @@ absl::Status AdminCore::CreateDestination(const std::string& who,
         absl::StrCat("destination \"", absl::CHexEscape(d.id()), "\" already exists"));
   }
   std::vector<std::string> fields = {"type", "sources", "enabled", "urls", "options"};
+  if (in.has_filter()) fields.push_back("filter");
   if (!in.shared_secret().empty()) fields.push_back("sharedSecret");
   absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
       {who, "destination.create", absl::StrCat("destination ", d.id()), fields},
@@ -258,6 +263,26 @@ absl::Status AdminCore::TestDestination(const std::string& who,
         "no deliverer is connected to this collector: start one (deliverer --collector=...)");
   }
 
+  // Whether an event like the sample would pass the destination's filter: compiled here, on
+  // this admin call, from the snapshot's destination (ingest uses Routing's compiled copy).
+  hookrelay::v1::FilterResult filter_result;
+  {
+    constexpr std::string_view kSampleProperties = R"({"test":true})";
+    constexpr std::string_view kSampleContext =
+        R"({"library":{"name":"hookrelay-admin","version":"1.0"}})";
+    FilterEvent sample;
+    sample.type = hookrelay::v1::TRACK;
+    sample.event = "Test Event";
+    sample.user_id = "hookrelay-test-user";
+    sample.properties = kSampleProperties;
+    sample.context = kSampleContext;
+    FilterInput input(sample);
+    const CompiledFilter::Explanation why = CompiledFilter(d->filter()).Explain(input);
+    filter_result.set_passed(why.verdict == FilterVerdict::kPass);
+    filter_result.set_failed(why.failed);
+    filter_result.set_reason(why.reason);
+  }
+
   const absl::Time now = clock_.Now();
   const std::string message_id = internal::RandomToken("test-", 20, false);
   Job job;
@@ -329,6 +354,7 @@ absl::Status AdminCore::TestDestination(const std::string& who,
         " deliverers connected); the test job is dropped when its outcome arrives"));
   }
   response->set_message_id(message_id);
+  *response->mutable_filter() = std::move(filter_result);
   switch (outcome.kind()) {
     case hookrelay::v1::Outcome::DELIVERED:
       response->set_outcome("delivered");

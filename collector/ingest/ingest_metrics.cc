@@ -19,6 +19,8 @@ constexpr const char* kReasons[] = {
     "invalid_event", "invalid_name", "invalid_category", "invalid_timestamp", "invalid_sentAt",
     "invalid_properties", "invalid_traits", "invalid_context", "invalid_integrations"};
 constexpr const char* kIngestTypes[] = {"track", "identify", "page", "screen", "group", "alias"};
+// The parts of a destination filter an event can fail (collector/routing/destination_filter.h).
+constexpr const char* kFilterReasons[] = {"type", "event", "where"};
 
 }  // namespace
 
@@ -30,6 +32,11 @@ IngestMetrics::IngestMetrics(prometheus::Registry& registry)
       rejected_(prometheus::BuildCounter()
                     .Name("hookrelay_ingest_rejected_total")
                     .Help("Events or requests refused at ingest, by reason.")
+                    .Register(registry)),
+      filtered_(prometheus::BuildCounter()
+                    .Name("hookrelay_ingest_filtered_total")
+                    .Help("Events that made no job for a destination because its filter refused "
+                          "them, by destination and the part of the filter that failed.")
                     .Register(registry)),
       request_duration_(prometheus::BuildHistogram()
                             .Name("hookrelay_ingest_request_duration_seconds")
@@ -78,6 +85,34 @@ void IngestMetrics::CountRejected(std::string_view reason, int64_t n) {
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = rejected_by_reason_.try_emplace(std::string(reason), nullptr);
     if (inserted) it->second = &rejected_.Add({{"reason", std::string(reason)}});
+    counter = it->second;
+  }
+  counter->Increment(static_cast<double>(n));
+}
+
+void IngestMetrics::DeclareFilteredDestinations(const std::vector<std::string>& destination_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& destination : destination_ids) {
+    for (const char* reason : kFilterReasons) {
+      auto [it, inserted] =
+          filtered_by_key_.try_emplace(absl::StrCat(destination, "\t", reason), nullptr);
+      if (inserted) it->second = &filtered_.Add({{"destination", destination}, {"reason", reason}});
+    }
+  }
+}
+
+void IngestMetrics::CountFiltered(std::string_view destination_id, std::string_view reason,
+                                  int64_t n) {
+  const std::string key =
+      absl::StrCat(common::ToAbsl(destination_id), "\t", common::ToAbsl(reason));
+  prometheus::Counter* counter;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = filtered_by_key_.try_emplace(key, nullptr);
+    if (inserted) {
+      it->second = &filtered_.Add(
+          {{"destination", std::string(destination_id)}, {"reason", std::string(reason)}});
+    }
     counter = it->second;
   }
   counter->Increment(static_cast<double>(n));

@@ -33,6 +33,13 @@ class IngestMetrics {
   void CountEvents(std::string_view source_id, std::string_view type, int64_t n);
   // hookrelay_ingest_rejected_total{reason}: events or requests refused.
   void CountRejected(std::string_view reason, int64_t n = 1);
+  // hookrelay_ingest_filtered_total{destination,reason}: events that made no job for a
+  // destination because its filter refused them; reason is type, event or where (the first part
+  // of the filter that failed). Stored events only, like hookrelay_ingest_events_total.
+  void CountFiltered(std::string_view destination_id, std::string_view reason, int64_t n);
+  // Exports hookrelay_ingest_filtered_total at 0 for each reason of each destination given (those
+  // with a filter). Call at start and after each config change.
+  void DeclareFilteredDestinations(const std::vector<std::string>& destination_ids);
   // hookrelay_ingest_request_duration_seconds{api}: receipt of a request → its answer.
   void ObserveRequest(std::string_view api, double seconds);
   // hookrelay_http_connections: open HTTP connections of the tracking API.
@@ -42,6 +49,7 @@ class IngestMetrics {
  private:
   prometheus::Family<prometheus::Counter>& events_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Counter>& filtered_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Histogram& http_duration_;
   prometheus::Histogram& grpc_duration_;
@@ -50,6 +58,8 @@ class IngestMetrics {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> events_by_key_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Counter*> rejected_by_reason_ ABSL_GUARDED_BY(mu_);
+  // "destination\treason" → counter.
+  absl::flat_hash_map<std::string, prometheus::Counter*> filtered_by_key_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hookrelay::collector

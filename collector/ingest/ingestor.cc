@@ -59,6 +59,11 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
   std::vector<hookrelay::v1::EventType> types;
   types.reserve(n);
   const AudienceInputs& audience_inputs = routing->audience_inputs();
+  const size_t fanout = route->destinations.size();
+  // Per destination of the current event: what its filter said (SPEC §5.4).
+  std::vector<FilterVerdict> verdicts(route->filtered ? fanout : 0, FilterVerdict::kPass);
+  // (item, destination, reason) of every job a filter held back, counted once the item is stored.
+  std::vector<Filtered> filtered;
   for (size_t i = 0; i < n; ++i) {
     // What the event changes in the user's profile (SPEC §6.2), taken before Normalize consumes
     // the raw event; only events some audience reads cost anything here.
@@ -66,6 +71,20 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
     const bool profiled = !events[i].user_id.empty() &&
                           audience_inputs.DeltaFor(source_id, events[i].type, events[i].event,
                                                    events[i].traits, now, &delta);
+    // Filters read the raw event, before Normalize consumes it; an invalid event's verdicts are
+    // simply unused.
+    const bool filtering = route->filtered && WebhooksEnabled(events[i].flags);
+    if (filtering) {
+      const RawEvent& raw = events[i];
+      const FilterEvent view{raw.type,     raw.event,        raw.name,       raw.category,
+                             raw.user_id,  raw.anonymous_id, raw.group_id,   raw.previous_id,
+                             raw.properties, raw.traits,     raw.context};
+      FilterInput input(view);
+      for (size_t d = 0; d < fanout; ++d) {
+        const CompiledFilter* filter = route->filters[d];
+        verdicts[d] = filter == nullptr ? FilterVerdict::kPass : filter->Evaluate(input);
+      }
+    }
     auto result = Normalize(std::move(events[i]), now);
     if (auto* error = std::get_if<FieldError>(&result)) {
       if (metrics_) metrics_->CountRejected(absl::StrCat("invalid_", error->field));
@@ -87,9 +106,25 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
     }
     types.push_back(ev.type);
     if (!WebhooksEnabled(ev.flags)) continue;
-    const size_t fanout = route->destinations.size();
-    item.jobs.reserve(fanout);
+    // The last destination that takes the event gets the JSON moved instead of copied.
+    size_t last = fanout;
+    size_t passing = fanout;
+    if (filtering) {
+      passing = 0;
+      for (size_t d = 0; d < fanout; ++d) {
+        if (verdicts[d] == FilterVerdict::kPass) {
+          ++passing;
+          last = d;
+        } else {
+          filtered.push_back({items.size() - 1, d, verdicts[d]});
+        }
+      }
+    } else {
+      last = fanout - 1;
+    }
+    item.jobs.reserve(passing);
     for (size_t d = 0; d < fanout; ++d) {
+      if (filtering && verdicts[d] != FilterVerdict::kPass) continue;
       hookrelay::v1::Job& job = item.jobs.emplace_back();
       job.set_source_id(source_id);
       job.set_destination_id(route->destinations[d]->id());
@@ -102,7 +137,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
         job.set_traceparent(trace.traceparent);
         job.set_tracestate(trace.tracestate);
       }
-      if (d + 1 == fanout) {
+      if (d == last) {
         job.set_event_json(std::move(ev.json));
       } else {
         job.set_event_json(ev.json);
@@ -124,6 +159,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
   store_.Append(
       std::move(items),
       [this, finish, done = std::move(done), outcome = std::move(outcome), types = std::move(types),
+       filtered = std::move(filtered), routing = std::move(routing), route,
        source_id = std::string(source_id)](absl::StatusOr<AppendResult> appended) mutable {
         if (!appended.ok()) {
           if (metrics_) {
@@ -141,6 +177,23 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
             while (j < types.size() && types[j] == types[i]) stored += appended->stored[j++] ? 1 : 0;
             if (stored > 0) metrics_->CountEvents(source_id, EventTypeName(types[i]), stored);
             i = j;
+          }
+          // `route` lives as long as `routing`, the snapshot this request was routed with.
+          // Summed per (destination, reason) first: one counter update each, not one per job.
+          if (!filtered.empty()) {
+            constexpr size_t kReasons = 4;  // FilterVerdict values; kPass never counted
+            std::vector<int64_t> counts(route->destinations.size() * kReasons, 0);
+            for (const Filtered& f : filtered) {
+              if (f.item < appended->stored.size() && appended->stored[f.item]) {
+                ++counts[f.destination * kReasons + static_cast<size_t>(f.verdict)];
+              }
+            }
+            for (size_t k = 0; k < counts.size(); ++k) {
+              if (counts[k] == 0) continue;
+              metrics_->CountFiltered(route->destinations[k / kReasons]->id(),
+                                      FilterVerdictName(static_cast<FilterVerdict>(k % kReasons)),
+                                      counts[k]);
+            }
           }
         }
         finish(std::move(done), std::move(*outcome));

@@ -19,6 +19,7 @@
 #include "collector/model/event.h"
 #include "collector/ingest/ingest_metrics.h"
 #include "collector/store/job_queue.h"
+#include "collector/routing/destination_filter.h"
 #include "collector/routing/routing.h"
 #include "common/clock.h"
 #include "common/trace_context.h"
@@ -73,6 +74,14 @@ class Ingestor {
   void WaitIdle();
 
  private:
+  // A job a destination's filter held back: the item (its index in the Append) and destination
+  // (its index in the route).
+  struct Filtered {
+    size_t item = 0;
+    size_t destination = 0;
+    FilterVerdict verdict = FilterVerdict::kPass;
+  };
+
   const Options options_;
   const RoutingHolder& routing_;
   JobQueue& store_;

@@ -3,9 +3,12 @@
 #include <stdlib.h>
 
 #include <memory>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 #include "common/clock.h"
@@ -242,6 +245,112 @@ destinations: []
   auto r = Ingest("wk_new", {Track("u")});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(LeaseAll().empty());  // no destinations: acknowledged, nothing to deliver
+}
+
+// Filters (SPEC §5.4): a refused event makes no job for that destination, the others still get
+// theirs, and each refusal is counted per destination and failing part, for stored events only.
+TEST_F(IngestorTest, FiltersHoldBackJobsAndAreCounted) {
+  auto config = common::ParseConfigYaml(R"(
+sources:
+  - {id: web, write_keys: [wk_f]}
+destinations:
+  - id: orders
+    type: webhooks
+    sources: [web]
+    enabled: true
+    urls: [{url: "http://127.0.0.1:9/o"}]
+    filter: {events: ["Order *"], where: [{path: properties.plan, op: eq, value: pro}]}
+  - id: people
+    type: webhooks
+    sources: [web]
+    enabled: true
+    urls: [{url: "http://127.0.0.1:9/p"}]
+    filter: {types: [identify]}
+  - id: all
+    type: webhooks
+    sources: [web]
+    enabled: true
+    urls: [{url: "http://127.0.0.1:9/a"}]
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(common::ValidateConfig(*config).ok()) << common::ValidateConfig(*config);
+  routing_->Set(std::make_shared<const Routing>(*config));
+  metrics_->DeclareFilteredDestinations({"orders", "people"});
+
+  std::vector<RawEvent> events;
+  events.push_back(Track("u1", "pro-order"));
+  events.back().event = "Order Completed";
+  events.back().properties = R"({"plan":"pro","total":10})";
+  events.push_back(Track("u2", "free-order"));
+  events.back().event = "Order Completed";
+  events.back().properties = R"({"plan":"free"})";
+  events.push_back(Track("u3", "signup"));
+  RawEvent identify;
+  identify.type = hookrelay::v1::IDENTIFY;
+  identify.user_id = "u4";
+  identify.message_id = "identify";
+  identify.traits = R"({"plan":"pro"})";
+  identify.json_bytes = 60;
+  events.push_back(std::move(identify));
+  auto r = Ingest("wk_f", std::move(events));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->accepted, 4u);
+  // A duplicate makes no jobs and is not counted again.
+  std::vector<RawEvent> again;
+  again.push_back(Track("u2", "free-order"));
+  again.back().event = "Order Completed";
+  ASSERT_TRUE(Ingest("wk_f", std::move(again)).ok());
+
+  std::set<std::pair<std::string, std::string>> jobs;  // (destination, messageId)
+  for (const auto& j : LeaseAll()) {
+    jobs.emplace(j.destination_id(), j.message_id());
+    EXPECT_NE(j.event_json().find(absl::StrCat("\"messageId\":\"", j.message_id(), "\"")),
+              std::string::npos);
+  }
+  EXPECT_EQ(jobs, (std::set<std::pair<std::string, std::string>>{
+                      {"orders", "pro-order"},
+                      {"people", "identify"},
+                      {"all", "pro-order"},
+                      {"all", "free-order"},
+                      {"all", "signup"},
+                      {"all", "identify"}}));
+  const std::string metrics = Metrics();
+  for (const char* line : {
+           R"(hookrelay_ingest_filtered_total{destination="orders",reason="where"} 1)",
+           R"(hookrelay_ingest_filtered_total{destination="orders",reason="event"} 2)",
+           R"(hookrelay_ingest_filtered_total{destination="orders",reason="type"} 0)",
+           R"(hookrelay_ingest_filtered_total{destination="people",reason="type"} 3)",
+           R"(hookrelay_ingest_filtered_total{destination="people",reason="where"} 0)",
+       }) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+  }
+  EXPECT_EQ(metrics.find(R"(destination="all")"), std::string::npos);
+  EXPECT_NE(metrics.find(R"(hookrelay_ingest_events_total{source="web",type="track"} 3)"),
+            std::string::npos);
+}
+
+// The integrations map is applied before filters: an event switched off is not counted as
+// filtered.
+TEST_F(IngestorTest, IntegrationsOffIsNotCountedAsFiltered) {
+  auto config = common::ParseConfigYaml(R"(
+sources: [{id: web, write_keys: [wk_f]}]
+destinations:
+  - {id: only-pages, type: webhooks, sources: [web], enabled: true,
+     urls: [{url: "http://127.0.0.1:9/o"}], filter: {types: [page]}}
+)");
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  std::vector<RawEvent> events;
+  events.push_back(Track("u1"));
+  events.back().flags.webhooks = false;
+  events.push_back(Track("u2"));
+  ASSERT_TRUE(Ingest("wk_f", std::move(events)).ok());
+  EXPECT_TRUE(LeaseAll().empty());
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find(
+                R"(hookrelay_ingest_filtered_total{destination="only-pages",reason="type"} 1)"),
+            std::string::npos)
+      << metrics;
 }
 
 }  // namespace

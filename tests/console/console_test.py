@@ -588,6 +588,67 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(saved_opts == want_opts,
           f"the form saved the rate limit and kept the other options: {saved_opts}")
 
+    # 10c. The filter in the edit form: types, event names and a condition saved as the API's
+    # JSON; a refused condition explained next to its value field; the test says which part of
+    # the filter refuses the sample; emptied, the filter lets everything through again.
+    b.go(base, f"#/setup/{DEST_ID}")
+    check(b.visible("#filter-options summary", 15) is not None, "the form has a filter section")
+    check(b.css("#filter-options").get_attribute("open") is None,
+          "the filter section is closed while there is no filter")
+    b.click("#filter-options summary")
+    b.click("label[for=filter-type-track]")
+    b.type("#filter-events", "Console *")
+    b.click("#filter-add-condition")
+    cond0 = "#filter-where .filter-row[data-index='0']"
+    b.type(f"{cond0} input.filter-path", "properties.plan")
+    Select(b.css(f"{cond0} select.filter-op")).select_by_value("in")
+    b.type(f"{cond0} input.filter-value", "pro, team, 3")
+    b.click("#save-destination")
+    want_filter = {"types": ["track"], "events": ["Console *"],
+                   "where": [{"path": "properties.plan", "op": "in", "value": ["pro", "team", 3]}]}
+    got_filter = wait_for(lambda: (lambda f: f if f.get("where") else None)(
+        (stored() or {}).get("filter") or {}), 10)
+    check(got_filter == want_filter, f"the form saved the filter as the API's JSON: {got_filter}")
+    b.click("#filter-add-condition")
+    cond1 = "#filter-where .filter-row[data-index='1']"
+    b.type(f"{cond1} input.filter-path", "properties.total")
+    Select(b.css(f"{cond1} select.filter-op")).select_by_value("gt")
+    b.type(f"{cond1} input.filter-value", "lots")
+    b.click("#save-destination")
+    value_error = "#" + b.css(f"{cond1} input.filter-value").get_attribute("id") + "-error"
+    cond_err = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                                 e.get_attribute("data-source") == "server" else None)(
+        b.css(value_error)), 10)
+    check(bool(cond_err) and "compares numbers" in cond_err.text and
+          b.css(f"{cond1} input.filter-value").get_attribute("aria-invalid") == "true",
+          f"a condition the collector refuses is explained next to its value: "
+          f"{cond_err.text if cond_err else None!r}")
+    b.shot("filter-refused", b.css("#filter-options"))
+    check(((stored() or {}).get("filter") or {}) == want_filter, "the refused save changed nothing")
+    b.click(f"{cond1} button.filter-remove")
+    b.click("#send-test")
+    verdict = wait_for(lambda: b.css("#test-filter"), 20)
+    verdict_text = verdict.text if verdict else ""
+    check("refused by events" in verdict_text and "Test Event" in verdict_text,
+          f"the test says the sample is refused by the event names: {verdict_text!r}")
+    b.shot("filter-test", b.css("#test-output"))
+    b.driver.refresh()
+    check(b.visible("#filter-events", 15) is not None and
+          b.css("#filter-options").get_attribute("open") is not None and
+          b.css("#filter-events").get_attribute("value") == "Console *" and
+          b.css("#filter-type-track").is_selected() and
+          b.css(f"{cond0} input.filter-value").get_attribute("value") == "pro, team, 3",
+          "after a reload the form shows the stored filter")
+    b.shot("filter", b.css("#filter-options"))
+    b.click("label[for=filter-type-track]")
+    b.type("#filter-events", "")
+    b.click(f"{cond0} button.filter-remove")
+    b.click("#save-destination")
+    emptied = wait_for(lambda: (lambda f: [f] if not f.get("where") else None)(
+        (stored() or {}).get("filter") or {}), 10)
+    check(bool(emptied) and not emptied[0].get("types") and not emptied[0].get("events"),
+          f"an emptied filter is saved as no filter: {emptied}")
+
     # 11. Sources page: masked keys, Reveal, Rotate, Revoke the old key.
     b.go(base, "#/sources")
     src_sel = f"tr[data-source-id='{source_id}']"

@@ -26,12 +26,15 @@ Commands:
   destinations create --source=ID... --url=URL [--header="Name: value"]... [--url=...]...
                       [--id=ID] [--shared-secret-file=FILE] [--enabled] [--timeout-ms=N]
                       [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
+                      [--filter-file=FILE]
   destinations update ID [--source=ID...] [--url=URL [--header=...]...]...
                       [--shared-secret-file=FILE | --no-shared-secret] [--enabled=true|false]
                       [--timeout-ms=N] [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
+                      [--filter-file=FILE | --no-filter]
                       (the --*-ms / rate / breaker flags replace the whole options object)
   destinations enable ID | disable ID
-  destinations test ID                     one sample event to this destination; each URL's answer
+  destinations test ID                     one sample event to this destination; each URL's answer,
+                                           and whether the sample passes the filter
   dead-letters list [--destination=ID] [--from=TIME] [--to=TIME] [--limit=N]
   dead-letters replay (--all | --destination=ID [--from=TIME] [--to=TIME])
   deletions create --user=USER [--source=ID]... [--request-id=KEY]
@@ -58,6 +61,10 @@ Commands:
   "any" (the shorthand {"all":[...]} or {"any":[...]} is the same rule); a trait condition has trait, op (eq neq gt gte lt lte exists contains) and value; an
   event condition has event, countGte and/or countLte, and within (15m, 1h, 30d). --rule-file=-
   reads it from standard input. --sync-interval defaults to 60 seconds.
+  A destination filter is a JSON file, e.g. {"types":["track"],"events":["Order *"],"where":
+  [{"path":"properties.plan","op":"in","value":["pro","team"]}]}: types (track identify page
+  screen group alias), events (exact names or a prefix ending in *), where (path, op: eq neq in
+  exists gt gte lt lte contains, value); all must hold. --no-filter removes it.
 
 Global flags:
   --admin-url=URL        the admin HTTP API (default $HOOKRELAY_ADMIN_URL, else

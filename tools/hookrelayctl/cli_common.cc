@@ -48,13 +48,14 @@ using ::hookrelay::v1::Job;
 
 namespace {
 
-constexpr std::string_view kBoolFlags[] = {"help", "json", "all", "enabled", "no-shared-secret"};
+constexpr std::string_view kBoolFlags[] = {"help",          "json",           "all", "enabled",
+                                           "no-shared-secret", "no-filter"};
 constexpr std::string_view kValueFlags[] = {
     "admin-url", "admin-token-file", "output", "timeout", "collector", "token",
     "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
     "header", "shared-secret-file", "timeout-ms", "rate-limit-per-second",
     "circuit-breaker-failures", "user", "request-id", "rule", "rule-file",
-    "sync-interval"};
+    "sync-interval", "filter-file"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
 // Flags that may repeat; their order relative to each other is kept.
@@ -313,6 +314,27 @@ std::string UrlsCell(const hookrelay::v1::DestinationResource& d) {
   return absl::StrJoin(urls, "; ");
 }
 
+namespace {
+
+// A destination's filter in one line: "types track; events Order *; where properties.plan eq
+// "pro"", or "none".
+std::string FilterCell(const hookrelay::v1::DestinationResource& d) {
+  const hookrelay::v1::DestinationFilter& f = d.filter();
+  std::vector<std::string> parts;
+  if (f.types_size() > 0) parts.push_back(absl::StrCat("types ", absl::StrJoin(f.types(), ",")));
+  if (f.events_size() > 0) {
+    parts.push_back(absl::StrCat("events ", absl::StrJoin(f.events(), ",")));
+  }
+  for (const hookrelay::v1::FilterCondition& c : f.where()) {
+    std::string value;
+    if (c.has_value()) (void)google::protobuf::util::MessageToJsonString(c.value(), &value);
+    parts.push_back(absl::StrCat("where ", c.path(), " ", c.op(), value.empty() ? "" : " ", value));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> DestinationFields(
     const hookrelay::v1::DestinationResource& d) {
   const auto& st = d.stats();
@@ -322,6 +344,7 @@ std::vector<std::pair<std::string, std::string>> DestinationFields(
           {"sources", absl::StrJoin(d.sources(), ", ")},
           {"urls", UrlsCell(d)},
           {"shared secret", d.shared_secret_set() ? "set" : "none"},
+          {"filter", FilterCell(d)},
           {"managed by", d.managed_by()},
           {"delivered / retried / dead",
            absl::StrCat(st.delivered(), " / ", st.retried(), " / ", st.dead())},

@@ -19,6 +19,8 @@
 
 #include <google/protobuf/message.h>
 
+#include "absl/status/statusor.h"
+
 #include "hookrelay/v1/admin.pb.h"
 #include "hookrelay/v1/job.pb.h"
 #include "tools/hookrelayctl/admin_client.h"
@@ -65,6 +67,8 @@ struct Context {
 
 bool Contains(FlagNames names, std::string_view name);
 std::optional<UsageError> Parse(const std::vector<std::string>& args, CommandLine* out);
+// The whole of a small JSON file named by a flag (--rule-file, --filter-file); at most 1 MiB.
+absl::StatusOr<std::string> ReadRuleFile(const std::string& path);
 // A usage error when a flag other than the global ones and `allowed` was given.
 std::optional<UsageError> CheckScope(const CommandLine& cl, std::string_view command,
                                      FlagNames allowed);

@@ -1184,5 +1184,51 @@ TEST_F(HookrelayctlTest, UnreachableCollectorExits1) {
   close(fd);
 }
 
+// A destination's filter from --filter-file: sent as the API's JSON, shown by `get`, refused by
+// the collector naming the field when invalid (exit 1), removed by --no-filter; a file that is
+// not a filter's shape, or both flags, are usage errors (exit 2) before any call.
+TEST_F(HookrelayctlTest, DestinationFilterFromFile) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::string filter = WriteTempFile(
+      "filter.json",
+      R"({"types":["track"],"events":["Order *"],)"
+      R"("where":[{"path":"properties.plan","op":"in","value":["pro","team"]}]})");
+  r = Ctl({"destinations", "create", "--id=orders", "--source=web",
+           "--url=https://hooks.example.com/x", absl::StrCat("--filter-file=", filter)});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "filter"),
+            "types track; events Order *; where properties.plan in [\"pro\",\"team\"]");
+  r = Ctl({"-o", "json", "destinations", "get", "orders"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr(R"("events":["Order *"])"));
+
+  const std::string bad = WriteTempFile(
+      "bad-filter.json", R"({"where":[{"path":"properties.plan","op":"like","value":"x"}]})");
+  r = Ctl({"destinations", "update", "orders", absl::StrCat("--filter-file=", bad)});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, AllOf(HasSubstr("filter.where[0].op"), HasSubstr("unknown op \"like\"")));
+
+  r = Ctl({"destinations", "update", "orders", "--no-filter"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "filter"), "none");
+
+  const std::string misspelt = WriteTempFile("misspelt.json", R"({"wher":[]})");
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"destinations", "update", "orders", absl::StrCat("--filter-file=", misspelt)},
+            "not a filter such as"},
+           {{"destinations", "update", "orders", "--filter-file=/nonexistent/f.json"},
+            "--filter-file: cannot read \"/nonexistent/f.json\""},
+           {{"destinations", "update", "orders", "--no-filter",
+             absl::StrCat("--filter-file=", filter)},
+            "--filter-file and --no-filter exclude each other"}}) {
+    r = Ctl(args);
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_THAT(r.err, HasSubstr(message)) << r;
+  }
+}
+
 }  // namespace
 }  // namespace hookrelay::hookrelayctl

@@ -63,7 +63,7 @@ function buildSetup(view, catalog, sources, existing) {
 
   // Read-only (file-defined) destinations: every input of the form is disabled.
   if (ctx.readOnlyFile) {
-    Array.prototype.forEach.call(ctx.form.querySelectorAll('input, select, button'), function (el) {
+    Array.prototype.forEach.call(ctx.form.querySelectorAll('input, select, textarea, button'), function (el) {
       if (el !== ctx.testBtn) el.disabled = true;
     });
     ctx.jsonSend.disabled = true;
@@ -210,10 +210,11 @@ function setupSaveStep(ctx) {
   ctx.protection = h('details', {class: 'protection', id: 'protection-options'},
     h('summary', {text: 'Protection (optional): rate limit and circuit breaker'}),
     ctx.rateField.wrap, ctx.breakerField.wrap);
+  setupFilter(ctx);  // setup_filter.js
   append(ctx.s5, ctx.idField.wrap, h('div', {class: 'field'}, ctx.enabled.label,
     h('p', {class: 'field-hint', id: 'destination-enabled-hint', text: 'A disabled destination ' +
       'receives nothing; events are not queued for it.'}), ctx.enabledErr),
-    ctx.protection, h('div', {class: 'actions'}, ctx.saveBtn));
+    ctx.protection, ctx.filterDetails, h('div', {class: 'actions'}, ctx.saveBtn));
   append(ctx.form, ctx.s5);
 }
 
@@ -382,6 +383,7 @@ function enterEditMode(ctx, dest) {
   ctx.breakerIn.value = o.circuitBreaker && o.circuitBreaker.failures ?
     String(o.circuitBreaker.failures) : '';
   ctx.protection.open = !!(ctx.rateIn.value || ctx.breakerIn.value);
+  fillFilter(ctx, dest.filter);
   ctx.testBtn.disabled = false;
   ctx.testNote.textContent = dest.enabled ? 'The destination is enabled.' :
     'The destination is disabled; the test event is sent anyway.';
@@ -437,6 +439,10 @@ function buildBody(ctx) {
     delete opts.circuitBreaker;
   }
   if (JSON.stringify(opts) !== JSON.stringify(had)) body.options = opts;
+  // The filter is sent when it differs from the stored one ({} removes it).
+  var filter = filterBody(ctx);
+  var hadFilter = normalFilter(ctx.editing && ctx.editing.filter);
+  if (JSON.stringify(filter) !== JSON.stringify(hadFilter)) body.filter = filter;
   return {body: body};
 }
 
@@ -450,6 +456,7 @@ function clearServerErrors(ctx) {
   setError(ctx.enabled.input, ctx.enabledErr, '');
   ctx.rateField.setError('');
   ctx.breakerField.setError('');
+  clearFilterErrors(ctx);
   ctx.rows.forEach(function (row) {
     row.urlField.setError('');
     row.err.set('');
@@ -480,6 +487,7 @@ function place(ctx, v) {
     ctx.breakerField.setError(d, 'server');
     return true;
   }
+  if (placeFilter(ctx, v)) return true;
   if (f === 'sources') { ctx.sourcesErr.set(d, 'server'); return true; }
   if ((m = /^sources\[(\d+)\]/.exec(f))) {
     var sid = ctx.sentSources[Number(m[1])];
@@ -628,5 +636,6 @@ function renderTestResult(out, id, r) {
     h('span', {class: 'badge ' + cls, text: outcome}),
     r.messageId ? h('span', {class: 'muted', text: '  messageId ' + r.messageId}) : null),
     table('Answers of the receivers to the test event of ' + id,
-      ['URL', 'Status', 'Latency', 'Error'], rows, {id: 'test-results'}));
+      ['URL', 'Status', 'Latency', 'Error'], rows, {id: 'test-results'}),
+    filterVerdict(r));
 }

@@ -1,0 +1,304 @@
+#include "collector/routing/destination_filter.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "common/config.h"
+#include "hookrelay/v1/config.pb.h"
+
+namespace hookrelay::collector {
+namespace {
+
+using hookrelay::v1::EventType;
+
+// The filter of a one-destination config whose `filter:` is `yaml` (a flow mapping); the config
+// must be valid, as the routing step only compiles valid filters.
+CompiledFilter Compile(const std::string& yaml, FilterPathTable* paths = nullptr) {
+  absl::StatusOr<hookrelay::v1::Config> config = common::ParseConfigYaml(absl::StrCat(
+      "sources: [{id: web, write_keys: [wk]}]\n"
+      "destinations:\n"
+      "  - {id: d, type: webhooks, sources: [web], urls: [{url: 'https://h.example/'}],\n"
+      "     filter: ",
+      yaml, "}\n"));
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return CompiledFilter(hookrelay::v1::DestinationFilter());
+  const absl::Status valid = common::ValidateConfig(*config);
+  EXPECT_TRUE(valid.ok()) << valid;
+  return CompiledFilter(config->destinations(0).filter(), paths);
+}
+
+FilterEvent Track(std::string_view event, std::string_view properties) {
+  FilterEvent e;
+  e.type = hookrelay::v1::TRACK;
+  e.event = event;
+  e.user_id = "u1";
+  e.properties = properties;
+  e.context = R"({"app":{"version":"2.1.0","build":42},"locale":"fr-FR"})";
+  return e;
+}
+
+FilterVerdict Verdict(const CompiledFilter& f, const FilterEvent& e, int* failed = nullptr) {
+  FilterInput input(e);
+  return f.Evaluate(input, failed);
+}
+
+bool Passes(const std::string& where, std::string_view properties) {
+  const CompiledFilter f = Compile(absl::StrCat("{where: [", where, "]}"));
+  return Verdict(f, Track("E", properties)) == FilterVerdict::kPass;
+}
+
+// An empty filter lets everything through.
+TEST(DestinationFilterTest, EmptyPassesEverything) {
+  const CompiledFilter f = Compile("{}");
+  EXPECT_TRUE(f.empty());
+  FilterEvent identify;
+  identify.type = hookrelay::v1::IDENTIFY;
+  EXPECT_EQ(Verdict(f, identify), FilterVerdict::kPass);
+  EXPECT_EQ(Verdict(f, Track("Anything", "")), FilterVerdict::kPass);
+}
+
+// types keeps only the listed ingest types.
+TEST(DestinationFilterTest, Types) {
+  const CompiledFilter f = Compile("{types: [track, page]}");
+  EXPECT_FALSE(f.empty());
+  EXPECT_EQ(Verdict(f, Track("E", "")), FilterVerdict::kPass);
+  FilterEvent e;
+  for (EventType t : {hookrelay::v1::IDENTIFY, hookrelay::v1::SCREEN, hookrelay::v1::GROUP,
+                      hookrelay::v1::ALIAS}) {
+    e.type = t;
+    EXPECT_EQ(Verdict(f, e), FilterVerdict::kType) << t;
+  }
+  e.type = hookrelay::v1::PAGE;
+  EXPECT_EQ(Verdict(f, e), FilterVerdict::kPass);
+}
+
+// events: exact names and prefixes ending in *; case sensitive; only track events pass.
+TEST(DestinationFilterTest, EventNamesAndPrefixes) {
+  const CompiledFilter f = Compile(R"({events: ["Order *", Signed Up]})");
+  EXPECT_EQ(Verdict(f, Track("Order Completed", "")), FilterVerdict::kPass);
+  EXPECT_EQ(Verdict(f, Track("Order ", "")), FilterVerdict::kPass);  // the prefix alone
+  EXPECT_EQ(Verdict(f, Track("Order", "")), FilterVerdict::kEvent);   // shorter than the prefix
+  EXPECT_EQ(Verdict(f, Track("order Completed", "")), FilterVerdict::kEvent);
+  EXPECT_EQ(Verdict(f, Track("Signed Up", "")), FilterVerdict::kPass);
+  EXPECT_EQ(Verdict(f, Track("Signed Up Twice", "")), FilterVerdict::kEvent);  // exact, not prefix
+  EXPECT_EQ(Verdict(f, Track("Order *", "")), FilterVerdict::kPass);
+  FilterEvent identify;
+  identify.type = hookrelay::v1::IDENTIFY;
+  EXPECT_EQ(Verdict(f, identify), FilterVerdict::kEvent);
+  // A lone "*" is the empty prefix: every track event.
+  const CompiledFilter all = Compile(R"({events: ["*"]})");
+  EXPECT_EQ(Verdict(all, Track("x", "")), FilterVerdict::kPass);
+  EXPECT_EQ(Verdict(all, identify), FilterVerdict::kEvent);
+}
+
+// eq and neq compare like with like: the number 2 is not the string "2"; 2 equals 2.0.
+TEST(DestinationFilterTest, EqNeqNumbersVsStrings) {
+  EXPECT_TRUE(Passes("{path: properties.plan, op: eq, value: pro}", R"({"plan":"pro"})"));
+  EXPECT_FALSE(Passes("{path: properties.plan, op: eq, value: pro}", R"({"plan":"Pro"})"));
+  EXPECT_TRUE(Passes("{path: properties.n, op: eq, value: 2}", R"({"n":2})"));
+  EXPECT_TRUE(Passes("{path: properties.n, op: eq, value: 2}", R"({"n":2.0})"));
+  EXPECT_FALSE(Passes("{path: properties.n, op: eq, value: 2}", R"({"n":"2"})"));
+  EXPECT_FALSE(Passes("{path: properties.n, op: eq, value: '2'}", R"({"n":2})"));
+  EXPECT_TRUE(Passes("{path: properties.n, op: eq, value: '2'}", R"({"n":"2"})"));
+  EXPECT_TRUE(Passes("{path: properties.n, op: eq, value: -1}", R"({"n":-1})"));
+  EXPECT_TRUE(Passes("{path: properties.big, op: eq, value: 18446744073709551615}",
+                     R"({"big":18446744073709551615})"));
+  EXPECT_TRUE(Passes("{path: properties.on, op: eq, value: true}", R"({"on":true})"));
+  EXPECT_FALSE(Passes("{path: properties.on, op: eq, value: true}", R"({"on":"true"})"));
+  EXPECT_FALSE(Passes("{path: properties.plan, op: eq, value: pro}", R"({})"));
+  EXPECT_TRUE(Passes("{path: properties.plan, op: neq, value: pro}", R"({"plan":"free"})"));
+  EXPECT_FALSE(Passes("{path: properties.plan, op: neq, value: pro}", R"({"plan":"pro"})"));
+  EXPECT_TRUE(Passes("{path: properties.n, op: neq, value: 2}", R"({"n":"2"})"));
+  // neq holds when the path is absent (missing key, null, or no properties at all).
+  EXPECT_TRUE(Passes("{path: properties.plan, op: neq, value: pro}", R"({})"));
+  EXPECT_TRUE(Passes("{path: properties.plan, op: neq, value: pro}", R"({"plan":null})"));
+  EXPECT_TRUE(Passes("{path: properties.plan, op: neq, value: pro}", ""));
+}
+
+// gt gte lt lte compare numbers only; a string that looks like a number does not count.
+TEST(DestinationFilterTest, OrderingOpsOnNumbers) {
+  const char* total = R"({"total":10})";
+  EXPECT_TRUE(Passes("{path: properties.total, op: gt, value: 9.5}", total));
+  EXPECT_FALSE(Passes("{path: properties.total, op: gt, value: 10}", total));
+  EXPECT_TRUE(Passes("{path: properties.total, op: gte, value: 10}", total));
+  EXPECT_FALSE(Passes("{path: properties.total, op: gte, value: 10.01}", total));
+  EXPECT_TRUE(Passes("{path: properties.total, op: lt, value: 11}", total));
+  EXPECT_FALSE(Passes("{path: properties.total, op: lt, value: 10}", total));
+  EXPECT_TRUE(Passes("{path: properties.total, op: lte, value: 10}", total));
+  EXPECT_FALSE(Passes("{path: properties.total, op: lte, value: -3}", total));
+  EXPECT_TRUE(Passes("{path: properties.total, op: lt, value: 0}", R"({"total":-0.5})"));
+  EXPECT_FALSE(Passes("{path: properties.total, op: gt, value: 1}", R"({"total":"20"})"));
+  EXPECT_FALSE(Passes("{path: properties.total, op: gt, value: 1}", R"({"total":true})"));
+  EXPECT_FALSE(Passes("{path: properties.total, op: lt, value: 1}", R"({})"));
+  EXPECT_FALSE(Passes("{path: properties.total, op: lt, value: 1}", R"({"total":null})"));
+}
+
+// in: equal to any element of the list, each compared like with like.
+TEST(DestinationFilterTest, InLists) {
+  const std::string in = "{path: properties.plan, op: in, value: [pro, team, 3, false]}";
+  EXPECT_TRUE(Passes(in, R"({"plan":"team"})"));
+  EXPECT_TRUE(Passes(in, R"({"plan":3})"));
+  EXPECT_TRUE(Passes(in, R"({"plan":false})"));
+  EXPECT_FALSE(Passes(in, R"({"plan":"3"})"));
+  EXPECT_FALSE(Passes(in, R"({"plan":"free"})"));
+  EXPECT_FALSE(Passes(in, R"({"plan":["pro"]})"));
+  EXPECT_FALSE(Passes(in, R"({})"));
+}
+
+// exists: present and not null, whatever the value's type.
+TEST(DestinationFilterTest, Exists) {
+  const std::string exists = "{path: properties.coupon, op: exists}";
+  EXPECT_TRUE(Passes(exists, R"({"coupon":""})"));
+  EXPECT_TRUE(Passes(exists, R"({"coupon":0})"));
+  EXPECT_TRUE(Passes(exists, R"({"coupon":{}})"));
+  EXPECT_FALSE(Passes(exists, R"({"coupon":null})"));
+  EXPECT_FALSE(Passes(exists, R"({"other":1})"));
+  EXPECT_FALSE(Passes(exists, ""));
+  // The root itself.
+  EXPECT_TRUE(Passes("{path: properties, op: exists}", R"({})"));
+  EXPECT_FALSE(Passes("{path: properties, op: exists}", ""));
+}
+
+// contains: a substring of a string, or an equal element of a list; nothing else.
+TEST(DestinationFilterTest, Contains) {
+  const std::string c = "{path: properties.tags, op: contains, value: vip}";
+  EXPECT_TRUE(Passes(c, R"({"tags":"a vip customer"})"));
+  EXPECT_FALSE(Passes(c, R"({"tags":"VIP"})"));
+  EXPECT_TRUE(Passes(c, R"({"tags":["new","vip"]})"));
+  EXPECT_FALSE(Passes(c, R"({"tags":["new","vips"]})"));
+  EXPECT_FALSE(Passes(c, R"({"tags":7})"));
+  EXPECT_FALSE(Passes(c, R"({})"));
+}
+
+// Nested paths walk objects; a key under a non-object, or a missing level, is absent.
+TEST(DestinationFilterTest, NestedPathsInEveryMap) {
+  const CompiledFilter f = Compile(
+      "{where: [{path: context.app.version, op: eq, value: '2.1.0'},"
+      " {path: context.app.build, op: gte, value: 40}]}");
+  EXPECT_EQ(Verdict(f, Track("E", "")), FilterVerdict::kPass);
+  FilterEvent other = Track("E", "");
+  other.context = R"({"app":{"version":"2.0.0","build":42}})";
+  int failed = -1;
+  EXPECT_EQ(Verdict(f, other, &failed), FilterVerdict::kWhere);
+  EXPECT_EQ(failed, 0);
+  other.context = R"({"app":{"version":"2.1.0","build":39}})";
+  EXPECT_EQ(Verdict(f, other, &failed), FilterVerdict::kWhere);
+  EXPECT_EQ(failed, 1);
+  other.context = R"({"app":"2.1.0"})";  // app is no object
+  EXPECT_EQ(Verdict(f, other), FilterVerdict::kWhere);
+
+  EXPECT_TRUE(Passes("{path: properties.a.b.c, op: eq, value: 1}", R"({"a":{"b":{"c":1}}})"));
+  EXPECT_FALSE(Passes("{path: properties.a.b.c, op: exists}", R"({"a":{"b":1}})"));
+  EXPECT_FALSE(Passes("{path: properties.a.b, op: exists}", R"({"a":[{"b":1}]})"));
+
+  const CompiledFilter traits = Compile("{where: [{path: traits.email, op: contains, value: '@'}]}");
+  FilterEvent identify;
+  identify.type = hookrelay::v1::IDENTIFY;
+  identify.traits = R"({"email":"a@example.com"})";
+  EXPECT_EQ(Verdict(traits, identify), FilterVerdict::kPass);
+  identify.traits = R"({"email":"nobody"})";
+  EXPECT_EQ(Verdict(traits, identify), FilterVerdict::kWhere);
+}
+
+// The top-level strings (event, userId, ...) are roots of their own; empty means absent.
+TEST(DestinationFilterTest, TopLevelStrings) {
+  EXPECT_TRUE(Passes("{path: userId, op: eq, value: u1}", ""));
+  EXPECT_FALSE(Passes("{path: userId, op: eq, value: u2}", ""));
+  EXPECT_TRUE(Passes("{path: event, op: in, value: [x, E]}", ""));
+  EXPECT_TRUE(Passes("{path: event, op: contains, value: E}", ""));
+  EXPECT_FALSE(Passes("{path: anonymousId, op: exists}", ""));
+  EXPECT_TRUE(Passes("{path: anonymousId, op: neq, value: a}", ""));
+  EXPECT_FALSE(Passes("{path: userId, op: gt, value: 0}", ""));
+  EXPECT_FALSE(Passes("{path: userId, op: eq, value: 1}", ""));  // a number is no string
+}
+
+// All conditions must hold; the first failing one is reported; types and events come first.
+TEST(DestinationFilterTest, AllMustHoldAndTheFirstFailureIsNamed) {
+  const CompiledFilter f = Compile(
+      "{types: [track], events: ['Order *'], where: [{path: properties.plan, op: eq, value: pro},"
+      " {path: properties.total, op: gt, value: 100}, {path: context.locale, op: exists}]}");
+  EXPECT_EQ(Verdict(f, Track("Order Completed", R"({"plan":"pro","total":101})")),
+            FilterVerdict::kPass);
+  int failed = -1;
+  EXPECT_EQ(Verdict(f, Track("Order Completed", R"({"plan":"pro","total":99})"), &failed),
+            FilterVerdict::kWhere);
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(Verdict(f, Track("Signed Up", R"({"plan":"pro","total":101})")), FilterVerdict::kEvent);
+  FilterEvent page;
+  page.type = hookrelay::v1::PAGE;
+  EXPECT_EQ(Verdict(f, page), FilterVerdict::kType);
+
+  FilterEvent e = Track("Order Completed", R"({"plan":"free","total":101})");
+  FilterInput input(e);
+  const CompiledFilter::Explanation why = f.Explain(input);
+  EXPECT_EQ(why.verdict, FilterVerdict::kWhere);
+  EXPECT_EQ(why.failed, "where[0]");
+  EXPECT_EQ(why.reason, "properties.plan does not satisfy eq");
+  FilterEvent signed_up = Track("Signed Up", "");
+  FilterInput input2(signed_up);
+  EXPECT_EQ(f.Explain(input2).failed, "events");
+  EXPECT_THAT(f.Explain(input2).reason, ::testing::HasSubstr("\"Signed Up\" matches none"));
+  FilterInput input3(page);
+  EXPECT_EQ(f.Explain(input3).failed, "types");
+  EXPECT_EQ(f.Explain(input3).reason, "type page is not one of the filter's types");
+}
+
+// Properties that are not a JSON object (a front end never sends them, but the filter must not
+// trust that) read as absent.
+TEST(DestinationFilterTest, UnreadableMapIsAbsent) {
+  EXPECT_FALSE(Passes("{path: properties.a, op: exists}", "[1,2]"));
+  EXPECT_FALSE(Passes("{path: properties.a, op: exists}", "{not json"));
+  EXPECT_TRUE(Passes("{path: properties.a, op: neq, value: 1}", "{not json"));
+}
+
+// One FilterInput serves every destination of an event: a path looked up for one filter is
+// reused by the next (same FilterPathTable) with its own values; a filter without a table looks
+// paths up each time.
+TEST(DestinationFilterTest, OneInputServesManyFilters) {
+  FilterPathTable paths;
+  const CompiledFilter pro =
+      Compile("{where: [{path: properties.plan, op: eq, value: pro}]}", &paths);
+  const CompiledFilter free =
+      Compile("{where: [{path: properties.plan, op: eq, value: free}]}", &paths);
+  const CompiledFilter not_pro = Compile(
+      "{where: [{path: properties.plan, op: exists}, {path: properties.plan, op: neq, value: pro}]}",
+      &paths);
+  std::string many = "{where: [";
+  std::string properties = "{";
+  for (int i = 0; i < 20; ++i) {
+    absl::StrAppend(&many, i ? "," : "", "{path: properties.k", i, ", op: eq, value: ", i, "}");
+    absl::StrAppend(&properties, i ? "," : "", "\"k", i, "\":", i);
+  }
+  many += "]}";
+  properties += R"(,"plan":"pro"})";
+  const CompiledFilter twenty = Compile(many, &paths);
+  const CompiledFilter uncached = Compile("{where: [{path: properties.k19, op: eq, value: 19}]}");
+  FilterEvent e = Track("E", properties);
+  FilterInput input(e);
+  EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(free.Evaluate(input), FilterVerdict::kWhere);
+  EXPECT_EQ(not_pro.Evaluate(input), FilterVerdict::kWhere);
+  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(twenty.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(pro.Evaluate(input), FilterVerdict::kPass);
+  EXPECT_EQ(uncached.Evaluate(input), FilterVerdict::kPass);  // no table: looked up each time
+  FilterEvent off = Track("E", R"({"k19":18,"plan":"free"})");
+  FilterInput other(off);
+  int failed = -1;
+  EXPECT_EQ(twenty.Evaluate(other, &failed), FilterVerdict::kWhere);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(free.Evaluate(other), FilterVerdict::kPass);
+}
+
+TEST(DestinationFilterTest, VerdictNames) {
+  EXPECT_EQ(FilterVerdictName(FilterVerdict::kPass), "pass");
+  EXPECT_EQ(FilterVerdictName(FilterVerdict::kType), "type");
+  EXPECT_EQ(FilterVerdictName(FilterVerdict::kEvent), "event");
+  EXPECT_EQ(FilterVerdictName(FilterVerdict::kWhere), "where");
+}
+
+}  // namespace
+}  // namespace hookrelay::collector
