@@ -50,10 +50,14 @@ class NullJobQueue : public JobQueue {
     for (const AppendItem& item : items) jobs_ += item.jobs.size();
     std::move(done)(std::move(result));
   }
-  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t) override {
+  absl::StatusOr<std::vector<LeasedJob>> Lease(size_t, LeaseBudget) override {
     return std::vector<LeasedJob>();
   }
   absl::Duration lease_duration() const override { return absl::Seconds(30); }
+  std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
+      const std::vector<std::pair<uint64_t, uint64_t>>& leases) override {
+    return std::vector<absl::StatusOr<absl::Time>>(leases.size(), absl::NotFoundError("none"));
+  }
   void Settle(std::vector<Settlement>, SettleCallback done) override { std::move(done)({}); }
   absl::StatusOr<std::vector<hookrelay::v1::Job>> ListDead(const DeadFilter&) override {
     return std::vector<hookrelay::v1::Job>();
