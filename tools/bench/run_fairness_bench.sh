@@ -17,7 +17,8 @@
 #   BIN_DIR=$(bazel info -c opt bazel-bin) tools/bench/run_fairness_bench.sh   # prebuilt -c opt
 #   EVENTS=20000 SLOW_DELAY=2s RESULTS=/tmp/fair tools/bench/run_fairness_bench.sh
 #   DELIVERER_FLAGS=--credits=128 tools/bench/run_fairness_bench.sh   # extra deliverer flags
-#   COLLECTOR_FLAGS="--store=jetstream --nats_url=..." tools/bench/run_fairness_bench.sh
+#   ENGINE=r3 tools/bench/run_fairness_bench.sh   # JetStream: a fresh 3-node loopback cluster per
+#                                                 # run (nats-server: $NATS_SERVER), replicas 3
 #
 # Bounded: each phase at most $PHASE_TIMEOUT s (default 120). Everything on 127.0.0.1, ports 0.
 # Needs jq, curl.
@@ -29,6 +30,8 @@ EVENTS=${EVENTS:-20000}
 SLOW_DELAY=${SLOW_DELAY:-2s}
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-120}
 REPEAT=${REPEAT:-1}  # solo/beside pairs, interleaved (a shared machine: medians are reported)
+ENGINE=${ENGINE:-embedded}  # embedded | r3
+NATS_SERVER=${NATS_SERVER:-${HOOKRELAY_NATS_SERVER:-$HOME/.cache/hookrelay-nats/v2.14.9/nats-server}}
 WRITE_KEY=wk_fair_bench
 TMP=$(mktemp -d)
 PIDS=()
@@ -48,6 +51,31 @@ wait_for_line() {  # FILE PATTERN PID: up to 10 s
     sleep 0.1
   done
   echo "no $pattern within 10 s in $file" >&2; return 1
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_cluster NAME: three nats-servers with JetStream, clustered over loopback routes, on empty
+# store directories; sets NATS_URLS.
+start_cluster() {
+  local name=$1 i j routes client=() route=()
+  for i in 0 1 2; do client+=("$(free_port)"); route+=("$(free_port)"); done
+  NATS_URLS=""; NATS_PIDS=()
+  for i in 0 1 2; do
+    routes=""
+    for j in 0 1 2; do (( j == i )) || routes+="${routes:+, }nats-route://127.0.0.1:${route[$j]}"; done
+    mkdir -p "$TMP/$name.nats/n$i"
+    printf 'server_name: n%d\nlisten: 127.0.0.1:%d\njetstream { store_dir: "%s" }\ncluster { name: fair, listen: 127.0.0.1:%d, routes: [%s] }\n' \
+      "$i" "${client[$i]}" "$TMP/$name.nats/n$i" "${route[$i]}" "$routes" >"$TMP/$name.nats/n$i.conf"
+    "$NATS_SERVER" -c "$TMP/$name.nats/n$i.conf" >"$TMP/$name.nats-n$i.log" 2>&1 &
+    PIDS+=("$!"); NATS_PIDS+=("$!")
+    NATS_URLS+="${NATS_URLS:+,}nats://127.0.0.1:${client[$i]}"
+  done
+  for i in 0 1 2; do
+    for _ in $(seq 1 300); do grep -q "metadata leader" "$TMP/$name.nats-n$i.log" && break; sleep 0.1; done
+  done
 }
 
 start_receiver() {  # NAME ARGS...: sets RPID RPORT
@@ -84,9 +112,14 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
     destination fast-hook "$fast_port"
     if (( with_slow )); then destination slow-hook "$slow_port"; fi
   } >"$TMP/$name/config.yaml"
+  local engine_flags=()
+  if [[ $ENGINE == r3 ]]; then
+    start_cluster "$name"
+    engine_flags=(--store=jetstream "--nats_url=$NATS_URLS" --nats_replicas=3)
+  fi
   "$BIN_DIR/collector/collector" --config="$TMP/$name/config.yaml" --data_dir="$TMP/$name/data" \
     --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
-    --admin_http_address=127.0.0.1:0 ${COLLECTOR_FLAGS:-} >"$TMP/$name.collector.log" 2>&1 &
+    --admin_http_address=127.0.0.1:0 "${engine_flags[@]}" >"$TMP/$name.collector.log" 2>&1 &
   local cpid=$!; PIDS+=("$cpid")
   local serving http grpc metrics
   serving=$(wait_for_line "$TMP/$name.collector.log" '"msg":"collector serving"' "$cpid")
@@ -130,11 +163,15 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
   echo "$name: cpu s: collector $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$cpid/stat"), deliverer $(awk -v hz="$hz" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$dpid/stat")" >&2
   kill "$dpid" "$cpid" 2>/dev/null || true
   wait "$dpid" "$cpid" 2>/dev/null || true
+  if [[ $ENGINE == r3 ]]; then
+    kill "${NATS_PIDS[@]}" 2>/dev/null || true; wait "${NATS_PIDS[@]}" 2>/dev/null || true
+    rm -rf "$TMP/$name.nats"
+  fi
   grep '"msg":"summary"' "$TMP/$name.fast.log" | tail -1 || echo '{}'
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "events: $EVENTS; slow receiver delay: $SLOW_DELAY; pairs: $REPEAT"
+echo "engine: $ENGINE; events: $EVENTS; slow receiver delay: $SLOW_DELAY; pairs: $REPEAT"
 RATES=()
 for i in $(seq 1 "$REPEAT"); do
   solo=$(run "solo$i" 0)
@@ -142,7 +179,7 @@ for i in $(seq 1 "$REPEAT"); do
   beside=$(run "beside$i" 1)
   echo "beside $i: $beside"
   echo "slow receiver (until the fast one was done): $(cat "$TMP/slow.summary" 2>/dev/null)"
-  grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit)' \
+  grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit|store_commit_batch_items_sum|dispatch_outcomes_total\{outcome="delivered")' \
     "$TMP/beside$i.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
   RATES+=("$(jq -r '.rate_per_s // 0' <<<"$solo"):$(jq -r '.rate_per_s // 0' <<<"$beside")")
 done
