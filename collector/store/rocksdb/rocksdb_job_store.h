@@ -405,8 +405,17 @@ class RocksDbJobStore final : public Store {
   std::string DestinationOfTag(uint32_t tag) ABSL_LOCKS_EXCLUDED(tags_mu_);
   // Keeps the lower half of an overfull window and moves the cursor down.
   void ShrinkWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads the next chunk of `due` keys at the cursor into the window when it has room.
-  absl::Status MaybePageLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the next chunk of `due` keys at the cursor into the window when it has room: below
+  // `limit` jobs (0: Options::window_size; Lease passes HeldWindowLimit() when every ready job
+  // in memory is held back).
+  absl::Status MaybePageLocked(int64_t now_ms, size_t limit = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs held back by their destination's budget may fill the window up to this many, so that
+  // the jobs behind them on disk are paged in: kHeldWindowFactor × Options::window_size (24 bytes
+  // a job: 24 MB at the default 65,536).
+  static constexpr size_t kHeldWindowFactor = 16;
+  size_t HeldWindowLimit() const {
+    return std::max<size_t>(options_.window_size, 2) * kHeldWindowFactor;
+  }
   // Removes the given jobs from the window heaps.
   void EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -516,6 +525,10 @@ class RocksDbJobStore final : public Store {
   ReadyQueues ready_ ABSL_GUARDED_BY(mu_);
   std::vector<QueuedJob> scheduled_ ABSL_GUARDED_BY(mu_);
   QueuedJob cursor_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // The last Lease found every ready job in memory held back by its destination's budget and
+  // paged past Options::window_size (up to HeldWindowLimit()); cleared by a Lease that leased
+  // within budget with the window back under window_size.
+  bool window_held_ ABSL_GUARDED_BY(mu_) = false;
   // The pager's place in the fresh records (the `jobs` family by id): the published fresh
   // records at or above it are exactly those with keys at or above cursor_ (fresh records are
   // in (due, id) order by id).

@@ -102,20 +102,26 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       QueuedJob job;
       if (!ready_.PopWithin(allowance, ask, &job)) {
         // Nothing within budget in the window: page in more while the next keys on disk may be
-        // due and the window has room.
+        // due, up to HeldWindowLimit() (held-back jobs do not stop the pager).
         const QueuedJob before = cursor_;
         if (now_ms < cursor_.due_ms) break;
-        paged = MaybePageLocked(now_ms);
-        if (before < cursor_) continue;
+        paged = MaybePageLocked(now_ms, HeldWindowLimit());
+        if (before < cursor_) {
+          window_held_ = window_held_ || WindowSizeLocked() > std::max<size_t>(options_.window_size, 2);
+          continue;
+        }
         // No room: the window is full of jobs held back (or the disk holds no more). Past
-        // options_.window_size of them, the oldest go out anyway (the dispatcher puts them back,
+        // HeldWindowLimit() of them, the oldest go out anyway (the dispatcher puts them back,
         // due later, which moves them out of the window) so that jobs behind them are reached.
-        const size_t window = std::max<size_t>(options_.window_size, 2);
         const QueuedJob kEnd{INT64_MAX, UINT64_MAX};
-        if (ready_.empty() || !(cursor_ < kEnd) || WindowSizeLocked() + page_chunk_ <= window) {
+        if (ready_.empty() || !(cursor_ < kEnd) ||
+            WindowSizeLocked() + page_chunk_ <= HeldWindowLimit()) {
           break;
         }
         job = ready_.PopOldest();
+      }
+      if (window_held_ && WindowSizeLocked() <= std::max<size_t>(options_.window_size, 2)) {
+        window_held_ = false;
       }
       const uint64_t lease = NextLeaseLocked();
       leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh, job.dest};

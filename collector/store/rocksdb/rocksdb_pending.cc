@@ -213,7 +213,11 @@ void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, in
     // would be below this one's, hence below the cursor).
     if (fresh) fresh_cursor_id_ = std::max(fresh_cursor_id_, id + 1);
     PushQueuedLocked(job, now_ms);
-    if (WindowSizeLocked() > std::max<size_t>(options_.window_size, 2)) ShrinkWindowLocked();
+    // A window grown by held-back jobs (up to HeldWindowLimit()) is not shrunk for an append:
+    // that would evict what the pager just brought in, at every append.
+    const size_t limit =
+        window_held_ ? HeldWindowLimit() : std::max<size_t>(options_.window_size, 2);
+    if (WindowSizeLocked() > limit) ShrinkWindowLocked();
   } else if (dirty) {
     parked_.insert(job);
   }
@@ -248,10 +252,10 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   fresh_cursor_id_ = fresh_from;
 }
 
-absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms) {
+absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
   constexpr QueuedJob kEnd{INT64_MAX, UINT64_MAX};
   if (!(cursor_ < kEnd)) return absl::OkStatus();
-  const size_t window = std::max<size_t>(options_.window_size, 2);
+  const size_t window = limit > 0 ? limit : std::max<size_t>(options_.window_size, 2);
   if (WindowSizeLocked() + page_chunk_ > window) return absl::OkStatus();
   // Two ordered streams are merged: the `due` keys (retried, replayed and other keyed jobs) from
   // the cursor, and the fresh records (in (due, id) order by id) from fresh_cursor_id_.
