@@ -761,6 +761,45 @@ TEST_F(RocksDbJobStoreTest, BacklogBeyondTheWindowIsPagedInDueOrderAcrossRestart
   EXPECT_EQ(std::adjacent_find(expected.begin(), expected.end()), expected.end());
 }
 
+// Issue 23: a destination held back (no budget) with more jobs than the window does not hide the
+// jobs of another destination appended after them on disk: the held ones stay queued (not
+// leased, not written), the window grows past its size for them (up to HeldWindowLimit), and
+// the other destination's jobs are leased; with a budget again, the held ones come in order.
+TEST_F(RocksDbJobStoreTest, HeldDestinationBeyondTheWindowDoesNotHideOthers) {
+  window_size_ = 4;
+  Open();
+  for (int n = 0; n < 40; ++n) {
+    clock_.Advance(absl::Milliseconds(1));
+    ASSERT_TRUE(AppendAndWait(*store_, Items({OneJob(n, "held", "u")})).ok());
+  }
+  for (int n = 40; n < 43; ++n) {
+    clock_.Advance(absl::Milliseconds(1));
+    ASSERT_TRUE(AppendAndWait(*store_, Items({OneJob(n, "free", "u")})).ok());
+  }
+  store_.reset();
+  Open();  // Everything on disk, the window empty: the pager brings it in.
+  auto budget = [](std::string_view destination) -> size_t {
+    return destination == "held" ? 0 : ~size_t{0};
+  };
+  absl::StatusOr<std::vector<LeasedJob>> free = store_->Lease(10, budget);
+  ASSERT_TRUE(free.ok()) << free.status();
+  ASSERT_EQ(free->size(), 3u);
+  for (const LeasedJob& j : *free) EXPECT_EQ(j.job.destination_id(), "free");
+  EXPECT_GT(store_->MemoryStatsForTesting().window, 4u) << "held jobs grew the window";
+  std::vector<uint64_t> ids;
+  for (int round = 0; ids.size() < 40 && round < 20; ++round) {
+    absl::StatusOr<std::vector<LeasedJob>> held = store_->Lease(7);
+    ASSERT_TRUE(held.ok()) << held.status();
+    for (const LeasedJob& j : *held) {
+      EXPECT_EQ(j.job.destination_id(), "held");
+      ids.push_back(j.job.id());
+    }
+  }
+  ASSERT_EQ(ids.size(), 40u);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end())) << "held jobs out of order";
+  ExpectCounts(*store_, 0, 0, 43, 0);
+}
+
 // Issue 14: appends into a caught-up window beyond its size stay on disk; retries at or after
 // the cursor wait in the parked set until written and then come back from disk at their time;
 // counts are right throughout and after a restart.
