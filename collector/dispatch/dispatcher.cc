@@ -103,7 +103,7 @@ void Dispatcher::HoldUntil(absl::Time at) {
   hold_signal_.Reschedule();
 }
 
-absl::Time Dispatcher::TakeHoldWake() {
+absl::Time Dispatcher::HoldWake() {
   absl::MutexLock lock(&hold_mu_);
   return hold_until_;
 }
@@ -170,8 +170,8 @@ void Dispatcher::ExtendRunningLeases() {
       it->second.deadline = *extended[i];
       lease_ends_.emplace(it->second.deadline, due[i].first);
       governor_.ExtendInFlight(destinations[i], due[i].first, it->second.deadline);
+      if (metrics_.extended) metrics_.extended->Increment();
     }
-    if (metrics_.extended) metrics_.extended->Increment(static_cast<double>(due.size()));
   }
   absl::Time next = absl::InfiniteFuture();
   {

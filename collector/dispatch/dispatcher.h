@@ -212,7 +212,7 @@ class Dispatcher {
   // A destination with jobs waiting may take some at `at` (its circuit's pause or its rate
   // limit): the hold signal wakes the dispatch thread then, on the injected clock.
   void HoldUntil(absl::Time at);
-  absl::Time TakeHoldWake();
+  absl::Time HoldWake();
 
   const Options options_;
   JobQueue& store_;
@@ -256,7 +256,7 @@ class Dispatcher {
   // whose timer (on clock_) calls Notify then.
   absl::Mutex hold_mu_;
   absl::Time hold_until_ ABSL_GUARDED_BY(hold_mu_) = absl::InfiniteFuture();
-  ReadySignal hold_signal_{clock_, [this] { return TakeHoldWake(); }};
+  ReadySignal hold_signal_{clock_, [this] { return HoldWake(); }};
   std::thread thread_;
 };
 

@@ -23,7 +23,7 @@ using hookrelay::v1::Job;
 using rocksdb_internal::DecodeU64;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
-using rocksdb_internal::HeaderSize;
+using rocksdb_internal::RecordDestination;
 using rocksdb_internal::EncodeJobValue;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::LogKey;
@@ -326,13 +326,7 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         if (it != overlay_.end() && it->second.seq == op.seq) {
           const int64_t new_due = DueOf(it->second.value);
           group.batch.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
-          const rocksdb::Slice record = it->second.value;
-          const size_t header = HeaderSize(record);
-          const std::string_view destination =
-              header > 0 ? SerializedJobDestination(std::string_view(record.data() + header,
-                                                                      record.size() - header))
-                               .value_or(std::string_view())
-                         : std::string_view();
+          const std::string_view destination = RecordDestination(it->second.value);
           group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(),
                           rocksdb::Slice(destination.data(), destination.size()));
           // The record on disk moves from its due time to the new one.

@@ -40,6 +40,7 @@ using rocksdb_internal::DueOf;
 using rocksdb_internal::ErrorKind;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::HeaderSize;
+using rocksdb_internal::RecordDestination;
 using rocksdb_internal::Int64Add;
 using rocksdb_internal::LogKey;
 using rocksdb_internal::MakeDbOptions;
@@ -365,12 +366,7 @@ absl::Status RocksDbJobStore::MigrateLayout() {
       const uint64_t id = DecodeU64(it->key().data());
       uint64_t user_hash = 0;
       if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
-      const size_t header = HeaderSize(it->value());
-      PutJobKeys(DueOf(it->value()), id, user_hash,
-                 SerializedJobDestination(std::string_view(it->value().data() + header,
-                                                           it->value().size() - header))
-                     .value_or(std::string_view()),
-                 batch);
+      PutJobKeys(DueOf(it->value()), id, user_hash, RecordDestination(it->value()), batch);
       ++due_counts[SecondOf(DueOf(it->value()))];
       ++jobs;
       if (++pending >= kAdminChunk) {

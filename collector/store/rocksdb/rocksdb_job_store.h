@@ -165,9 +165,9 @@ class RocksDbJobStore final : public Store {
   // A lease stays valid until it is noticed to have expired (by Lease or Counts), even if its
   // deadline has passed. Errors: a read error.
   // Per destination: jobs in memory are queued by destination (a tag interned per destination
-  // id), so a destination without budget is passed over without reading or writing its jobs. A
-  // window full of such jobs (more than Options::window_size held back) makes Lease hand out the
-  // oldest of them anyway, so the pager can reach other destinations' jobs behind them on disk.
+  // id), so a destination without budget is passed over without reading or writing its jobs.
+  // Held jobs may grow the window to HeldWindowLimit(); a window full of them beyond that makes
+  // Lease hand out the oldest anyway, so the pager reaches other destinations' jobs behind them.
   using JobQueue::Lease;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }

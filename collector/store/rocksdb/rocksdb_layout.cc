@@ -1,5 +1,7 @@
 #include "collector/store/rocksdb/rocksdb_layout.h"
 
+#include "collector/store/job_queue.h"
+
 #include <functional>
 
 #include "collector/store/profile_delta.h"
@@ -152,6 +154,13 @@ bool UserHashOf(rocksdb::Slice value, Job* scratch, uint64_t* hash) {
   if (!ParseJobValue(value, scratch)) return false;
   *hash = UserHash(scratch->user_id());
   return true;
+}
+
+std::string_view RecordDestination(rocksdb::Slice value) {
+  const size_t header = HeaderSize(value);
+  if (header == 0) return {};
+  return SerializedJobDestination(std::string_view(value.data() + header, value.size() - header))
+      .value_or(std::string_view());
 }
 
 }  // namespace hookrelay::collector::rocksdb_internal

@@ -221,6 +221,10 @@ bool ParseJobValue(rocksdb::Slice value, hookrelay::v1::Job* job);
 // The user hash of a record: from the header, or by parsing an old record. False when malformed.
 bool UserHashOf(rocksdb::Slice value, hookrelay::v1::Job* scratch, uint64_t* hash);
 
+// The destination id of a record, read from the serialized Job after the header without parsing
+// the rest; "" when the record is malformed.
+std::string_view RecordDestination(rocksdb::Slice value);
+
 }  // namespace hookrelay::collector::rocksdb_internal
 
 #endif  // HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_LAYOUT_H_

@@ -21,7 +21,7 @@ using rocksdb_internal::DueCountKey;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
 using rocksdb_internal::FromRocks;
-using rocksdb_internal::HeaderSize;
+using rocksdb_internal::RecordDestination;
 using rocksdb_internal::IsFresh;
 using rocksdb_internal::Malformed;
 using rocksdb_internal::PendingKeyBytes;
@@ -309,13 +309,7 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
         break;
       }
       ++n;
-      const rocksdb::Slice value = it->value();
-      const size_t header = HeaderSize(value);
-      if (header > 0) {
-        job.dest = DestinationTag(
-            SerializedJobDestination(std::string_view(value.data() + header, value.size() - header))
-                .value_or(std::string_view()));
-      }
+      job.dest = DestinationTag(RecordDestination(it->value()));
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
