@@ -26,23 +26,36 @@
 namespace hookrelay::test {
 namespace {
 
-// A port the OS picks as free on 127.0.0.1 (bound, then released for the server to take).
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string error = strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("choosing a port: ", error));
+// `count` ports the OS picks as free on 127.0.0.1, all different: every socket stays bound until
+// all are chosen (a port released and picked again would give two servers one port), then all
+// are released for the servers to take. Another process may still take one in between: Start
+// then begins again on new ports.
+absl::StatusOr<std::vector<int>> FreePorts(int count) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  absl::Status status;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      status = absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+      break;
+    }
+    fds.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      status = absl::InternalError(absl::StrCat("choosing a port: ", strerror(errno)));
+      break;
+    }
+    ports.push_back(ntohs(addr.sin_port));
   }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  for (int fd : fds) close(fd);
+  if (!status.ok()) return status;
+  return ports;
 }
 
 }  // namespace
@@ -88,22 +101,48 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(NatsClusterOptio
   for (int i = 0; i < nodes; ++i) {
     Node& n = cluster->nodes_[i];
     n.name = absl::StrCat("n", i + 1);
-    absl::StatusOr<int> client = FreePort();
-    absl::StatusOr<int> route = FreePort();
-    if (!client.ok()) return client.status();
-    if (!route.ok()) return route.status();
-    n.client_port = *client;
-    n.route_port = *route;
     n.config_path = absl::StrCat(cluster->dir_, "/", n.name, ".conf");
   }
+  // A node that cannot bind its ports (taken by another process since they were chosen) exits
+  // before it is ready: the whole cluster starts again on new ports, a few times.
+  constexpr int kAttempts = 3;
+  absl::Status started;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    started = cluster->StartAllNodes();
+    if (started.ok()) return cluster;
+    cluster->StopAllNodes();
+  }
+  return absl::Status(started.code(), absl::StrCat("starting a ", nodes, "-node NATS cluster (",
+                                                   kAttempts, " attempts): ", started.message()));
+}
+
+absl::Status NatsCluster::StartAllNodes() {
+  const int nodes = size();
+  absl::StatusOr<std::vector<int>> ports = FreePorts(2 * nodes);
+  if (!ports.ok()) return ports.status();
   for (int i = 0; i < nodes; ++i) {
-    if (absl::Status st = cluster->WriteConfig(i); !st.ok()) return st;
+    nodes_[i].client_port = (*ports)[2 * i];
+    nodes_[i].route_port = (*ports)[2 * i + 1];
+    // A store left by an attempt that failed belongs to servers of other ports: start clean.
+    std::error_code ignored;
+    std::filesystem::remove_all(absl::StrCat(dir_, "/", nodes_[i].name), ignored);
   }
   for (int i = 0; i < nodes; ++i) {
-    if (absl::Status st = cluster->StartNode(i); !st.ok()) return st;
+    if (absl::Status st = WriteConfig(i); !st.ok()) return st;
   }
-  if (absl::Status st = cluster->WaitForPlacement(); !st.ok()) return st;
-  return cluster;
+  for (int i = 0; i < nodes; ++i) {
+    if (absl::Status st = StartNode(i); !st.ok()) return st;
+  }
+  return WaitForPlacement();
+}
+
+void NatsCluster::StopAllNodes() {
+  for (Node& n : nodes_) {
+    if (n.process == nullptr) continue;
+    n.process->Signal(SIGKILL);
+    n.process->Wait();
+    n.process.reset();
+  }
 }
 
 absl::Status NatsCluster::MakePki() {
@@ -285,8 +324,14 @@ absl::Status NatsCluster::StartNode(int node) {
   Node& n = nodes_[node];
   absl::StatusOr<std::unique_ptr<ChildProcess>> p = ChildProcess::StartWhen(
       absl::StrCat("nats-", n.name), {server_, "-c", n.config_path},
-      [](const std::string& line) { return absl::StrContains(line, "Server is ready"); },
-      "log \"Server is ready\"", /*merge_stderr=*/true);
+      // A clustered node is ready once its route listener is up: the client listener comes
+      // first, and a route port already taken makes the server exit after "Server is ready".
+      [clustered = size() > 1](const std::string& line) {
+        return absl::StrContains(line, clustered ? "Listening for route connections"
+                                                 : "Server is ready");
+      },
+      size() > 1 ? "log \"Listening for route connections\"" : "log \"Server is ready\"",
+      /*merge_stderr=*/true);
   if (!p.ok()) return p.status();
   n.process = *std::move(p);
   return absl::OkStatus();

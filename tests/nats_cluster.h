@@ -97,6 +97,9 @@ class NatsCluster {
   absl::Status MakePki();
   absl::Status WriteConfig(int node);
   absl::Status StartNode(int node);
+  // Chooses ports, writes the configs, starts every node and waits for placement.
+  absl::Status StartAllNodes();
+  void StopAllNodes();
   // Waits until the cluster accepts a stream replicated on every node (at most 60 s).
   absl::Status WaitForPlacement();
 
