@@ -420,6 +420,8 @@ class YamlMapper {
         MapOptions(value, child, *dest.mutable_options());
       } else if (key == "filter") {
         MapFilter(value, child, *dest.mutable_filter());
+      } else if (key == "rotation") {
+        MapRotation(value, child, *dest.mutable_rotation());
       } else {
         return false;
       }
@@ -450,6 +452,45 @@ class YamlMapper {
         ForEachItem(value, child, [&](const YAML::Node& item, const std::string& item_path) {
           MapFilterCondition(item, item_path, *filter.add_where());
         });
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
+  // rotation: {previous_secret | previous_secret_file, ends_at: RFC 3339 time}.
+  void MapRotation(const YAML::Node& node, const std::string& path,
+                   hookrelay::v1::SecretRotation& rotation) {
+    if (!node.IsMap()) {
+      Error(node, path, absl::StrCat("expected a mapping {previous_secret, ends_at}, got ",
+                                     TypeName(node)));
+      return;
+    }
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      if (key == "previous_secret") {
+        MapString(value, child, rotation.mutable_previous_secret());
+      } else if (key == "previous_secret_file") {
+        MapString(value, child, rotation.mutable_previous_secret_file());
+      } else if (key == "ends_at") {
+        std::string text;
+        MapString(value, child, &text);
+        absl::Time t;
+        std::string error;
+        if (text.empty()) {
+          // MapString reported a non-string; an empty one is "missing" for the validator.
+        } else if (!absl::ParseTime(absl::RFC3339_full, text, &t, &error)) {
+          Error(value, child,
+                absl::StrCat("\"", absl::CHexEscape(text),
+                             "\" is not an RFC 3339 time such as 2026-12-01T12:00:00Z"));
+        } else {
+          const absl::Duration since = t - absl::UnixEpoch();
+          const int64_t seconds = absl::ToInt64Seconds(absl::Floor(since, absl::Seconds(1)));
+          rotation.mutable_ends_at()->set_seconds(seconds);
+          rotation.mutable_ends_at()->set_nanos(static_cast<int32_t>(
+              absl::ToInt64Nanoseconds(since - absl::Seconds(seconds))));
+        }
       } else {
         return false;
       }
@@ -641,6 +682,22 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   ErrorList file_errors;
   for (int i = 0; i < config->destinations_size(); ++i) {
     Destination& dest = *config->mutable_destinations(i);
+    if (dest.has_rotation() && !dest.rotation().previous_secret_file().empty()) {
+      hookrelay::v1::SecretRotation& rotation = *dest.mutable_rotation();
+      const std::string field =
+          absl::StrCat(Index("destinations", i), ".rotation.previous_secret_file");
+      if (!rotation.previous_secret().empty()) {
+        file_errors.Add(
+            absl::StrCat(field, ": give previous_secret or previous_secret_file, not both"));
+      } else if (absl::StatusOr<std::string> previous =
+                     ReadSecretFile(rotation.previous_secret_file());
+                 !previous.ok()) {
+        file_errors.Add(absl::StrCat(field, ": ", previous.status().message()));
+      } else {
+        rotation.set_previous_secret(*std::move(previous));
+        rotation.clear_previous_secret_file();
+      }
+    }
     if (dest.shared_secret_file().empty()) continue;
     const std::string field = absl::StrCat(Index("destinations", i), ".shared_secret_file");
     if (!dest.shared_secret().empty()) {

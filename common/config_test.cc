@@ -1029,5 +1029,59 @@ TEST(FilterConfigTest, OpAndRootNames) {
   EXPECT_FALSE(ParseFilterRoot("userid").has_value());
 }
 
+// A secret rotation in YAML (SPEC §5.4): the previous secret inline or from a file, the end of the
+// overlap as an RFC 3339 time; each mistake is refused naming the field, never showing a secret.
+TEST(RotationConfigTest, ParsesFromYamlAndFile) {
+  const std::string previous_path = TempPath("previous.secret");
+  WriteFile(previous_path, "old-from-file\n");
+  const std::string yaml = absl::StrCat(kFilterBase, R"yaml(
+    shared_secret: new-secret
+    rotation:
+      previous_secret_file: )yaml", previous_path, R"yaml(
+      ends_at: "2026-12-01T12:00:00.250Z"
+)yaml");
+  const std::string path = TempPath("rotation.yaml");
+  WriteFile(path, yaml);
+  absl::StatusOr<Config> config = LoadConfigFile(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const hookrelay::v1::SecretRotation& r = config->destinations(0).rotation();
+  EXPECT_EQ(r.previous_secret(), "old-from-file");
+  EXPECT_TRUE(r.previous_secret_file().empty());
+  absl::Time expected;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full, "2026-12-01T12:00:00.250Z", &expected, &error));
+  EXPECT_EQ(r.ends_at().seconds(), absl::ToUnixSeconds(expected));
+  EXPECT_EQ(r.ends_at().nanos(), 250000000);
+}
+
+TEST(RotationConfigTest, ViolationsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"    shared_secret: new-one\n    rotation: {ends_at: \"2026-12-01T12:00:00Z\"}\n",
+       "destinations[0].rotation.previous_secret: missing"},
+      {"    shared_secret: new-one\n    rotation: {previous_secret: old-one}\n",
+       "destinations[0].rotation.ends_at: missing"},
+      {"    rotation: {previous_secret: old-one, ends_at: \"2026-12-01T12:00:00Z\"}\n",
+       "destinations[0].rotation: no shared_secret (the new secret) to rotate to"},
+      {"    shared_secret: same-one\n"
+       "    rotation: {previous_secret: same-one, ends_at: \"2026-12-01T12:00:00Z\"}\n",
+       "destinations[0].rotation.previous_secret: the same as shared_secret"},
+      {"    shared_secret: new-one\n"
+       "    rotation: {previous_secret: old-one, ends_at: \"tomorrow\"}\n",
+       "destinations[0].rotation.ends_at: \"tomorrow\" is not an RFC 3339 time"},
+      {"    shared_secret: new-one\n    rotation: [old-one]\n",
+       "destinations[0].rotation: expected a mapping {previous_secret, ends_at}"},
+      {"    shared_secret: new-one\n"
+       "    rotation: {previous_secret: old-one, ends_at: \"2026-12-01T12:00:00Z\", grace: 1}\n",
+       "destinations[0].rotation: unknown key \"grace\""},
+  };
+  for (const auto& [yaml, want] : cases) {
+    absl::StatusOr<Config> config = ParseConfigYaml(absl::StrCat(kFilterBase, yaml));
+    const absl::Status status = config.ok() ? ValidateConfig(*config) : config.status();
+    EXPECT_THAT(std::string(status.message()), HasSubstr(want)) << yaml;
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr("old-one"))) << yaml;
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr("new-one"))) << yaml;
+  }
+}
+
 }  // namespace
 }  // namespace hookrelay::common

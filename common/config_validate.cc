@@ -495,6 +495,23 @@ void ValidateDestinations(const Config& config, ErrorList& errors) {
       // Only the YAML loader reads secret files; anything else must send the secret itself.
       errors.Add(absl::StrCat(path, ".shared_secret_file: not read here; set shared_secret"));
     }
+    if (dest.has_rotation()) {
+      const hookrelay::v1::SecretRotation& rotation = dest.rotation();
+      const std::string rotation_path = absl::StrCat(path, ".rotation");
+      if (!rotation.previous_secret_file().empty()) {
+        errors.Add(absl::StrCat(rotation_path,
+                                ".previous_secret_file: not read here; set previous_secret"));
+      } else if (rotation.previous_secret().empty()) {
+        errors.Add(absl::StrCat(rotation_path, ".previous_secret: missing"));
+      } else if (rotation.previous_secret() == dest.shared_secret()) {
+        errors.Add(absl::StrCat(rotation_path, ".previous_secret: the same as shared_secret"));
+      }
+      if (!rotation.has_ends_at()) errors.Add(absl::StrCat(rotation_path, ".ends_at: missing"));
+      if (dest.shared_secret().empty() && dest.shared_secret_file().empty()) {
+        errors.Add(absl::StrCat(rotation_path,
+                                ": no shared_secret (the new secret) to rotate to"));
+      }
+    }
     ValidateOptions(dest, absl::StrCat(path, ".options"), errors);
     if (dest.has_filter()) ValidateFilter(dest.filter(), absl::StrCat(path, ".filter"), errors);
   }

@@ -49,6 +49,10 @@ inline constexpr uint32_t kMinMaxBackoffMs = 100;
 inline constexpr uint32_t kMaxMaxBackoffMs = 24 * 3600 * 1000;
 // rate_limit_per_second: 0 (absent) = no limit.
 inline constexpr uint32_t kMaxRateLimitPerSecond = 100000;
+
+// A secret rotation's overlap (RotateSecret): how long the previous secret keeps signing.
+inline constexpr absl::Duration kDefaultRotationOverlap = absl::Hours(24);
+inline constexpr absl::Duration kMaxRotationOverlap = absl::Hours(30 * 24);
 // circuit_breaker: absent (failures 0) = no breaker.
 inline constexpr uint32_t kMinBreakerFailures = 1;
 inline constexpr uint32_t kMaxBreakerFailures = 1000;

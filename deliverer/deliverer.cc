@@ -638,11 +638,25 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
   const std::string& secret = destination.shared_secret();
   if (!secret.empty()) {
-    headers.emplace_back(kSignatureHeader, signer.XSignature(secret, *body));
+    const absl::Time now = clock_.Now();
+    // In a rotation's overlap (SPEC §5.4), X-Signature stays with the previous secret, and
+    // Standard Webhooks carries both signatures, the new one first, space-separated.
+    const std::string* previous = nullptr;
+    if (destination.has_rotation() && !destination.rotation().previous_secret().empty()) {
+      std::optional<absl::Time> ends = common::FromProtoTime(destination.rotation().ends_at());
+      if (ends.has_value() && now < *ends) previous = &destination.rotation().previous_secret();
+    }
+    headers.emplace_back(kSignatureHeader,
+                         signer.XSignature(previous != nullptr ? *previous : secret, *body));
     if (job->options.standard_webhooks()) {
-      StandardWebhookHeaderValues sw =
-          signer.StandardWebhookHeaders(secret, job->delivery.job().message_id(),
-                                        absl::ToUnixSeconds(clock_.Now()), *body);
+      const int64_t timestamp = absl::ToUnixSeconds(now);
+      StandardWebhookHeaderValues sw = signer.StandardWebhookHeaders(
+          secret, job->delivery.job().message_id(), timestamp, *body);
+      if (previous != nullptr) {
+        StandardWebhookHeaderValues old = signer.StandardWebhookHeaders(
+            *previous, job->delivery.job().message_id(), timestamp, *body);
+        absl::StrAppend(&sw.signature, " ", old.signature);
+      }
       headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
       headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
       headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));

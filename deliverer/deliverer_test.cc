@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -25,6 +26,7 @@
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/fake_collector.h"
 #include "deliverer/http_sender.h"
+#include "deliverer/signer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
@@ -316,6 +318,41 @@ TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
     EXPECT_THAT(line, HasSubstr(R"("trace_id":"4bf92f3577b34da6a3ce929d0e0e4736")"));
   }
   EXPECT_EQ(failed, 1);
+}
+
+// A secret rotation in its overlap: X-Signature stays with the previous secret and
+// webhook-signature carries both (the new one first); once the overlap has ended (by the
+// deliverer's clock), the new secret alone signs both headers.
+TEST_F(DelivererTest, RotatedSecretSignsWithBothUntilTheOverlapEnds) {
+  Start([](const ReceivedRequest&) { return Response{}; });
+  hookrelay::v1::Delivery during = Job(1);
+  hookrelay::v1::Destination& dest = *during.mutable_destination();
+  dest.set_shared_secret("new-secret");
+  dest.mutable_options()->set_standard_webhooks(true);
+  dest.mutable_rotation()->set_previous_secret("old-secret");
+  common::ToProtoTime(clock_.Now() + absl::Hours(1), dest.mutable_rotation()->mutable_ends_at());
+  ASSERT_TRUE(collector_.Send({during}));
+  ASSERT_EQ(collector_.WaitOutcomes(1).size(), 1u);
+
+  clock_.Advance(absl::Hours(1));  // The overlap ends exactly now.
+  hookrelay::v1::Delivery after = Job(2);
+  *after.mutable_destination() = during.destination();
+  ASSERT_TRUE(collector_.Send({after}));
+  ASSERT_EQ(collector_.WaitOutcomes(2).size(), 2u);
+
+  const std::vector<ReceivedRequest> requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 2u);
+  for (const ReceivedRequest& r : requests) {
+    const bool overlap = r.Header("Idempotency-Key") == "m-1";
+    const std::string id = r.Header("webhook-id");
+    int64_t ts = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(r.Header("webhook-timestamp"), &ts));
+    const std::string with_new = StandardWebhookHeaders("new-secret", id, ts, r.body).signature;
+    const std::string with_old = StandardWebhookHeaders("old-secret", id, ts, r.body).signature;
+    EXPECT_EQ(r.Header("X-Signature"), XSignature(overlap ? "old-secret" : "new-secret", r.body));
+    EXPECT_EQ(r.Header("webhook-signature"),
+              overlap ? absl::StrCat(with_new, " ", with_old) : with_new);
+  }
 }
 
 // A receiver that speaks HTTP/2 (a gRPC server over TLS, which libcurl reaches through

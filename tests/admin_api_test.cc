@@ -9,10 +9,13 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -817,6 +820,95 @@ TEST_P(AdminApiTest, FilterSetThroughTheApiHoldsBackEvents) {
   ASSERT_EQ(r.status, 200) << r.body;
   send("/v1/identify", R"({"userId":"u","messageId":"f-after","traits":{"plan":"pro"}})");
   EXPECT_TRUE(WaitFor(*receiver_a_, "f-after").has_value());
+}
+
+// RotateSecret (SPEC §5.4): the new secret signs at once; during the overlap X-Signature keeps
+// the previous secret and webhook-signature carries both; an overlap of 0 switches at once. The
+// read shows the end of the overlap and never a secret; bad calls name the field.
+TEST_P(AdminApiTest, RotateSecretSignsWithBothDuringTheOverlap) {
+  constexpr char kNew[] = "n3w-s3cret-value";
+  constexpr char kNewest[] = "n3west-s3cret-value";
+  StartCollector();
+  StartDeliverer();
+  HttpResponse r =
+      admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   absl::StrCat(R"({"id":"orders","sources":["shop"],"enabled":true,)",
+                                R"("sharedSecret":")", kSecret, R"(","urls":[{"url":")",
+                                receiver_a_->Url(), R"("}],"options":{"standardWebhooks":true}})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   absl::StrCat(R"({"id":"unsigned","sources":["shop"],"urls":[{"url":")",
+                                receiver_b_->Url(), R"("}]})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+
+  // Refused, naming the field; nothing changes.
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> refused = {
+      {"orders", "{}", 400, "sharedSecret: missing"},
+      {"orders", absl::StrCat(R"({"sharedSecret":")", kSecret, R"("})"), 400,
+       "sharedSecret: the same as the secret in use"},
+      {"orders", absl::StrCat(R"({"sharedSecret":")", kNew, R"(","overlap":"2592001s"})"), 400,
+       "overlap: 720h1s is outside 0s..720h (30 days)"},
+      {"orders", absl::StrCat(R"({"sharedSecret":")", kNew, R"(","overlap":"-5s"})"), 400,
+       "overlap: -5s is outside"},
+      {"unsigned", absl::StrCat(R"({"sharedSecret":")", kNew, R"("})"), 400,
+       "destination unsigned has no shared secret, so there is nothing to overlap with"},
+      {"nope", absl::StrCat(R"({"sharedSecret":")", kNew, R"("})"), 404, "nope"},
+  };
+  for (const auto& [id, body, status, message] : refused) {
+    r = admin_->Call("POST", absl::StrCat("/admin/v1/destinations/", id, ":rotateSecret"), body);
+    EXPECT_EQ(r.status, status) << body << " " << r.body;
+    EXPECT_TRUE(absl::StrContains(r.body, message)) << body << " " << r.body;
+    EXPECT_FALSE(absl::StrContains(r.body, kNew)) << r.body;
+  }
+  r = admin_->Call("PATCH", "/admin/v1/destinations/orders", R"({"rotation":{}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, "rotation: output only")) << r.body;
+
+  const absl::Time before = absl::Now();
+  r = admin_->Call("POST", "/admin/v1/destinations/orders:rotateSecret",
+                   absl::StrCat(R"({"sharedSecret":")", kNew, R"(","overlap":"3600s"})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, kNew)) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, kSecret)) << r.body;
+  absl::Time ends;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full, JsonStr(r.body, "/rotation/endsAt"), &ends,
+                              &error))
+      << r.body;
+  EXPECT_GE(ends, before + absl::Hours(1) - absl::Seconds(1));
+  EXPECT_LE(ends, absl::Now() + absl::Hours(1));
+  r = admin_->Call("GET", "/admin/v1/destinations/orders");
+  EXPECT_TRUE(absl::StrContains(r.body, R"("rotation":{"endsAt")")) << r.body;
+
+  ASSERT_EQ(Track(key, "rot-during")->status, 200);
+  std::optional<receiver::ReceivedRequest> during = WaitFor(*receiver_a_, "rot-during");
+  ASSERT_TRUE(during.has_value());
+  int64_t ts = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(during->Header("webhook-timestamp"), &ts));
+  const std::string id = during->Header("webhook-id");
+  EXPECT_EQ(during->Header("X-Signature"), deliverer::XSignature(kSecret, during->body));
+  EXPECT_EQ(during->Header("webhook-signature"),
+            absl::StrCat(deliverer::StandardWebhookHeaders(kNew, id, ts, during->body).signature,
+                         " ",
+                         deliverer::StandardWebhookHeaders(kSecret, id, ts, during->body).signature));
+
+  // A rotation with no overlap: the newest secret alone signs from now on.
+  r = admin_->Call("POST", "/admin/v1/destinations/orders:rotateSecret",
+                   absl::StrCat(R"({"sharedSecret":")", kNewest, R"(","overlap":"0s"})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, "rotation")) << r.body;
+  ASSERT_EQ(Track(key, "rot-after")->status, 200);
+  std::optional<receiver::ReceivedRequest> after = WaitFor(*receiver_a_, "rot-after");
+  ASSERT_TRUE(after.has_value());
+  ASSERT_TRUE(absl::SimpleAtoi(after->Header("webhook-timestamp"), &ts));
+  EXPECT_EQ(after->Header("X-Signature"), deliverer::XSignature(kNewest, after->body));
+  EXPECT_EQ(after->Header("webhook-signature"),
+            deliverer::StandardWebhookHeaders(kNewest, after->Header("webhook-id"), ts,
+                                              after->body)
+                .signature);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, AdminApiTest, EngineParams(), EngineParamName);

@@ -91,6 +91,9 @@ class AdminCore {
   absl::Status TestDestination(const std::string& who,
                                const hookrelay::v1::TestDestinationRequest& request,
                                hookrelay::v1::TestDestinationResponse* response);
+  absl::Status RotateSecret(const std::string& who,
+                            const hookrelay::v1::RotateSecretRequest& request,
+                            hookrelay::v1::DestinationResource* response);
 
   absl::Status ListDeadLetters(const std::string& who,
                                const hookrelay::v1::ListDeadLettersRequest& request,

@@ -3,6 +3,7 @@
 #include "collector/admin/admin_core.h"
 
 #include <algorithm>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -45,7 +46,9 @@ absl::Status ApplyDestinationFields(const DestinationResource& in,
     } else if (f == "enabled") {
       out->set_enabled(in.has_enabled() && in.enabled());
     } else if (f == "shared_secret") {
+      // A secret set directly replaces the one in use at once, ending any rotation's overlap.
       out->set_shared_secret(in.shared_secret());
+      out->clear_rotation();
     } else if (f == "urls") {
       out->clear_urls();
       for (const auto& u : in.urls()) {
@@ -69,11 +72,21 @@ absl::Status ApplyDestinationFields(const DestinationResource& in,
       // Names the object; not changeable.
     } else if (f == "shared_secret_set" || f == "managed_by" || f == "stats") {
       return InvalidField(JsonFieldPath(f), "output only; it cannot be set");
+    } else if (f == "rotation") {
+      return InvalidField("rotation", "output only; rotate with POST /admin/v1/destinations/"
+                                      "{id}:rotateSecret (RotateSecret)");
     } else {
       return InvalidField(JsonFieldPath(f), "unknown field");
     }
   }
   return absl::OkStatus();
+}
+
+// An ended rotation's previous secret signs nothing more: not kept past the next change.
+void DropEndedRotation(absl::Time now, Destination& d) {
+  if (!d.has_rotation()) return;
+  std::optional<absl::Time> ends = common::FromProtoTime(d.rotation().ends_at());
+  if (!ends.has_value() || now >= *ends) d.clear_rotation();
 }
 
 std::vector<const Destination*> SortedDestinations(const Config& config) {
@@ -102,6 +115,14 @@ DestinationResource AdminCore::DestinationView(const ConfigManager::Snapshot& sn
   // The options in effect (defaults filled in), so that readers see what applies.
   *out.mutable_options() = common::EffectiveOptions(d);
   if (d.has_filter()) *out.mutable_filter() = d.filter();
+  if (d.has_rotation() && !d.rotation().previous_secret().empty()) {
+    // Shown while the overlap lasts; an ended rotation is history (and is dropped by the next
+    // change of the destination).
+    std::optional<absl::Time> ends = common::FromProtoTime(d.rotation().ends_at());
+    if (ends.has_value() && clock_.Now() < *ends) {
+      *out.mutable_rotation()->mutable_ends_at() = d.rotation().ends_at();
+    }
+  }
   out.set_managed_by(snapshot.DestinationManagedBy(d.id()));
   if (Dispatcher* dispatcher = dispatcher_.load(); dispatcher != nullptr) {
     const Dispatcher::DestinationStats stats = dispatcher->Stats(d.id());
@@ -157,6 +178,10 @@ absl::Status AdminCore::CreateDestination(const std::string& who,
   if (in.shared_secret_set()) return InvalidField("sharedSecretSet", "output only; set sharedSecret");
   if (!in.managed_by().empty()) return InvalidField("managedBy", "output only; it cannot be set");
   if (in.has_stats()) return InvalidField("stats", "output only; it cannot be set");
+  if (in.has_rotation()) {
+    return InvalidField("rotation", "output only; rotate with POST /admin/v1/destinations/"
+                                    "{id}:rotateSecret (RotateSecret)");
+  }
   Destination d;
   d.set_id(in.id().empty() ? internal::RandomToken("dst_", kIdLength, false) : in.id());
   if (absl::Status st = ApplyDestinationFields(
@@ -205,12 +230,69 @@ absl::Status AdminCore::UpdateDestination(const std::string& who,
       {ConfigManager::Focus::Kind::kDestination, in.id()}, [&](Config& api) {
         for (Destination& d : *api.mutable_destinations()) {
           if (d.id() != in.id()) continue;
+          DropEndedRotation(clock_.Now(), d);
           return ApplyDestinationFields(in, paths, &d);
         }
         return NotFound("destination", in.id());
       });
   if (!snapshot.ok()) return snapshot.status();
   *response = DestinationView(**snapshot, *(*snapshot)->FindDestination(in.id()));
+  return absl::OkStatus();
+}
+
+absl::Status AdminCore::RotateSecret(const std::string& who,
+                                     const hookrelay::v1::RotateSecretRequest& request,
+                                     DestinationResource* response) {
+  absl::StatusOr<ConfigManager*> config = Manager();
+  if (!config.ok()) return config.status();
+  std::shared_ptr<const ConfigManager::Snapshot> current = (*config)->Get();
+  const Destination* existing = current->FindDestination(request.id());
+  if (existing == nullptr) return NotFound("destination", request.id());
+  if (current->file_destinations.contains(request.id())) {
+    return FileObject("destination", request.id(), current->file_path);
+  }
+  if (request.shared_secret().empty()) return InvalidField("sharedSecret", "missing");
+  absl::Duration overlap = common::kDefaultRotationOverlap;
+  if (request.has_overlap()) {
+    const google::protobuf::Duration& o = request.overlap();
+    overlap = absl::Seconds(o.seconds()) + absl::Nanoseconds(o.nanos());
+    if (overlap < absl::ZeroDuration() || overlap > common::kMaxRotationOverlap) {
+      return InvalidField("overlap", absl::StrCat(absl::FormatDuration(overlap), " is outside 0s..",
+                                                  absl::FormatDuration(common::kMaxRotationOverlap),
+                                                  " (30 days)"));
+    }
+  }
+  const absl::Time now = clock_.Now();
+  const absl::Time ends = now + overlap;
+  absl::StatusOr<std::shared_ptr<const ConfigManager::Snapshot>> snapshot = (*config)->Apply(
+      {who, "destination.rotate_secret",
+       absl::StrCat("destination ", request.id(), ", overlap until ", common::FormatIso8601Millis(ends)),
+       {"sharedSecret", "rotation"}},
+      {ConfigManager::Focus::Kind::kDestination, request.id()}, [&](Config& api) {
+        for (Destination& d : *api.mutable_destinations()) {
+          if (d.id() != request.id()) continue;
+          if (d.shared_secret().empty()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "destination ", request.id(),
+                " has no shared secret, so there is nothing to overlap with: set sharedSecret "
+                "with an update (PATCH) instead"));
+          }
+          if (d.shared_secret() == request.shared_secret()) {
+            return InvalidField("sharedSecret", "the same as the secret in use");
+          }
+          if (overlap == absl::ZeroDuration()) {
+            d.clear_rotation();
+          } else {
+            d.mutable_rotation()->set_previous_secret(d.shared_secret());
+            common::ToProtoTime(ends, d.mutable_rotation()->mutable_ends_at());
+          }
+          d.set_shared_secret(request.shared_secret());
+          return absl::OkStatus();
+        }
+        return NotFound("destination", request.id());
+      });
+  if (!snapshot.ok()) return snapshot.status();
+  *response = DestinationView(**snapshot, *(*snapshot)->FindDestination(request.id()));
   return absl::OkStatus();
 }
 

@@ -320,6 +320,17 @@ Reply Route(State& state, http::verb method, const std::vector<std::string>& seg
       return MethodNotAllowed("GET, POST");
     }
     std::string id = segments[1];
+    if (n == 2 && absl::EndsWith(id, ":rotateSecret")) {
+      if (method != http::verb::post) return MethodNotAllowed("POST");
+      hookrelay::v1::RotateSecretRequest req;
+      if (!(st = ParseBody(body, &req)).ok()) return ErrorReply(st);
+      const std::string path_id = id.substr(0, id.size() - std::string_view(":rotateSecret").size());
+      if (!req.id().empty() && req.id() != path_id) {
+        return ErrorReply(InvalidField("id", "differs from the id in the path"));
+      }
+      req.set_id(path_id);
+      return Call(core, who, req, &AdminCore::RotateSecret);
+    }
     if (n == 2 && absl::EndsWith(id, ":test")) {
       if (method != http::verb::post) return MethodNotAllowed("POST");
       hookrelay::v1::TestDestinationRequest req;

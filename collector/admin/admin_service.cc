@@ -108,6 +108,12 @@ grpc::ServerUnaryReactor* AdminService::TestDestination(grpc::CallbackServerCont
   return Run(context, request, response, &AdminCore::TestDestination);
 }
 
+grpc::ServerUnaryReactor* AdminService::RotateSecret(grpc::CallbackServerContext* context,
+                                                     const hookrelay::v1::RotateSecretRequest* request,
+                                                     hookrelay::v1::DestinationResource* response) {
+  return Run(context, request, response, &AdminCore::RotateSecret);
+}
+
 grpc::ServerUnaryReactor* AdminService::ListDeadLetters(grpc::CallbackServerContext* context,
                                                  const hookrelay::v1::ListDeadLettersRequest* request,
                                                  hookrelay::v1::ListDeadLettersResponse* response) {

@@ -68,6 +68,9 @@ class AdminService final : public hookrelay::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* TestDestination(grpc::CallbackServerContext* context,
                                       const hookrelay::v1::TestDestinationRequest* request,
                                       hookrelay::v1::TestDestinationResponse* response) override;
+  grpc::ServerUnaryReactor* RotateSecret(grpc::CallbackServerContext* context,
+                                         const hookrelay::v1::RotateSecretRequest* request,
+                                         hookrelay::v1::DestinationResource* response) override;
   grpc::ServerUnaryReactor* ListDeadLetters(grpc::CallbackServerContext* context,
                                       const hookrelay::v1::ListDeadLettersRequest* request,
                                       hookrelay::v1::ListDeadLettersResponse* response) override;

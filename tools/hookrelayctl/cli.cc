@@ -33,6 +33,10 @@ Commands:
                       [--filter-file=FILE | --no-filter]
                       (the --*-ms / rate / breaker flags replace the whole options object)
   destinations enable ID | disable ID
+  destinations rotate-secret ID --shared-secret-file=FILE [--overlap=24h]
+                                           the new secret signs at once; until the overlap ends,
+                                           X-Signature keeps the previous secret and Standard
+                                           Webhooks requests carry both signatures (0s..720h)
   destinations test ID                     one sample event to this destination; each URL's answer,
                                            and whether the sample passes the filter
   dead-letters list [--destination=ID] [--from=TIME] [--to=TIME] [--limit=N]

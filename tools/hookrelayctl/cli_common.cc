@@ -55,7 +55,7 @@ constexpr std::string_view kValueFlags[] = {
     "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
     "header", "shared-secret-file", "timeout-ms", "rate-limit-per-second",
     "circuit-breaker-failures", "user", "request-id", "rule", "rule-file",
-    "sync-interval", "filter-file"};
+    "sync-interval", "filter-file", "overlap"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
 // Flags that may repeat; their order relative to each other is kept.
@@ -343,7 +343,13 @@ std::vector<std::pair<std::string, std::string>> DestinationFields(
           {"enabled", d.enabled() ? "yes" : "no"},
           {"sources", absl::StrJoin(d.sources(), ", ")},
           {"urls", UrlsCell(d)},
-          {"shared secret", d.shared_secret_set() ? "set" : "none"},
+          {"shared secret",
+           !d.shared_secret_set() ? "none"
+           : d.has_rotation()
+               ? absl::StrCat("set; the previous one also signs until ",
+                              common::FormatIso8601Millis(absl::FromUnixSeconds(
+                                  d.rotation().ends_at().seconds())))
+               : "set"},
           {"filter", FilterCell(d)},
           {"managed by", d.managed_by()},
           {"delivered / retried / dead",
