@@ -57,14 +57,24 @@ if [ -d tests/crosslang ] && [ -z "${config[*]}" ]; then
 fi
 
 # Real SDKs (Segment's and RudderStack's Node SDKs, pinned in package-lock.json) with their
-# defaults against the collector and deliverer binaries.
+# defaults against the collector and deliverer binaries; secret rotation checked by the official
+# Standard Webhooks verifiers (Node's from package.json, Python's in a pinned venv).
 if [ -d tests/ecosystem ] && [ -z "${config[*]}" ]; then
-  section "SDK ecosystem test (Segment and RudderStack Node SDKs → collector → deliverer)"
+  section "SDK ecosystem test (Segment and RudderStack Node SDKs, Standard Webhooks verifiers)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  sw_version=1.1.0
+  sw_venv="${HOME}/.cache/hookrelay-venv-standardwebhooks-${sw_version}"
+  if [ ! -x "$sw_venv/bin/python" ] || ! "$sw_venv/bin/python" -c 'import standardwebhooks' 2>/dev/null; then
+    echo "ecosystem test: installing standardwebhooks ${sw_version} (Python) into $sw_venv"
+    rm -rf "$sw_venv"
+    /usr/bin/env python3 -m venv "$sw_venv" &&
+      "$sw_venv/bin/pip" install --quiet --disable-pip-version-check "standardwebhooks==${sw_version}"
+  fi
   # npm install, not npm ci: npm 11's ci refuses a lock file without other platforms' optional
   # packages. Direct dependencies are pinned exactly in package.json, the rest by the lock file.
   if (cd tests/ecosystem && npm install --no-audit --no-fund --loglevel=error &&
-      HOOKRELAY_BIN_DIR="$bin_dir" node --test 2>&1 | tee "$log") &&
+      HOOKRELAY_BIN_DIR="$bin_dir" HOOKRELAY_SW_PYTHON="$sw_venv/bin/python" node --test 2>&1 |
+        tee "$log") &&
      grep -qE '^# fail 0' "$log"; then
     go_passed=$((go_passed + 1))
   else
