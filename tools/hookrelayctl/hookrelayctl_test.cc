@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1228,6 +1229,61 @@ TEST_F(HookrelayctlTest, DestinationFilterFromFile) {
     EXPECT_EQ(r.exit_code, 2) << r;
     EXPECT_THAT(r.err, HasSubstr(message)) << r;
   }
+}
+
+// destinations rotate-secret: the new secret from a file, the overlap as a duration; the output
+// shows until when the previous secret also signs; usage mistakes exit 2, the server's refusals
+// exit 1 naming the field.
+TEST_F(HookrelayctlTest, DestinationRotateSecret) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::string first = WriteTempFile("first.secret", "first-secret-value\n");
+  const std::string second = WriteTempFile("second.secret", "second-secret-value\n");
+  r = Ctl({"destinations", "create", "--id=orders", "--source=web",
+           "--url=https://hooks.example.com/x", absl::StrCat("--shared-secret-file=", first)});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "shared secret"), "set");
+
+  const absl::Time now = server_->clock().Now();  // The server's manual clock.
+  r = Ctl({"destinations", "rotate-secret", "orders", absl::StrCat("--shared-secret-file=", second),
+           "--overlap=2h"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::string shown = KeyValue(r.out, "shared secret");
+  ASSERT_THAT(shown, HasSubstr("set; the previous one also signs until ")) << r;
+  absl::Time until;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full, shown.substr(shown.rfind(' ') + 1), &until,
+                              &error))
+      << shown;
+  EXPECT_EQ(until, now + absl::Hours(2));
+  EXPECT_THAT(r.out, Not(HasSubstr("second-secret-value")));
+  r = Ctl({"-o", "json", "destinations", "get", "orders"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr(R"("rotation":{"endsAt":)"));
+
+  r = Ctl({"destinations", "rotate-secret", "orders", absl::StrCat("--shared-secret-file=", second)});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("sharedSecret: the same as the secret in use")) << r;
+  for (const auto& [args, message] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"destinations", "rotate-secret", "orders"}, "needs --shared-secret-file=FILE"},
+           {{"destinations", "rotate-secret", "orders", "--shared-secret-file=/nonexistent/s"},
+            "--shared-secret-file: "},
+           {{"destinations", "rotate-secret", "orders", absl::StrCat("--shared-secret-file=", first),
+             "--overlap=soon"},
+            "--overlap: \"soon\" is not a duration such as 24h"},
+           {{"destinations", "rotate-secret", "orders", absl::StrCat("--shared-secret-file=", first),
+             "--url=https://x.example"},
+            "--url"}}) {
+    r = Ctl(args);
+    EXPECT_EQ(r.exit_code, 2) << r;
+    EXPECT_THAT(r.err, HasSubstr(message)) << r;
+  }
+  r = Ctl({"destinations", "rotate-secret", "orders", absl::StrCat("--shared-secret-file=", first),
+           "--overlap=721h"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("overlap: 721h is outside 0s..720h (30 days)")) << r;
 }
 
 }  // namespace
