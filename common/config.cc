@@ -583,6 +583,27 @@ class YamlMapper {
     });
   }
 
+  void MapBatch(const YAML::Node& node, const std::string& path,
+                hookrelay::v1::BatchOptions& batch) {
+    ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
+                               const std::string& child) {
+      uint32_t number = 0;
+      if (key == "max_events") {
+        MapOption(value, child, &number);
+        batch.set_max_events(number);
+      } else if (key == "max_bytes") {
+        MapOption(value, child, &number);
+        batch.set_max_bytes(number);
+      } else if (key == "max_wait_ms") {
+        MapOption(value, child, &number);
+        batch.set_max_wait_ms(number);
+      } else {
+        return false;
+      }
+      return true;
+    });
+  }
+
   void MapOptions(const YAML::Node& node, const std::string& path, DeliveryOptions& options) {
     ForEachKey(node, path, [&](absl::string_view key, const YAML::Node& value,
                                const std::string& child) {
@@ -608,6 +629,8 @@ class YamlMapper {
         options.set_rate_limit_per_second(number);
       } else if (key == "circuit_breaker") {
         MapCircuitBreaker(value, child, *options.mutable_circuit_breaker());
+      } else if (key == "batch") {
+        MapBatch(value, child, *options.mutable_batch());
       } else {
         return false;
       }

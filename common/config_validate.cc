@@ -294,6 +294,17 @@ void ValidateOptions(const Destination& dest, const std::string& path, ErrorList
       }
     }
   }
+  if (given.has_batch()) {
+    const hookrelay::v1::BatchOptions& b = given.batch();
+    const hookrelay::v1::BatchOptions& e = effective.batch();
+    const std::string bp = absl::StrCat(path, ".batch");
+    CheckRange(errors, absl::StrCat(bp, ".max_events"), b.max_events(), e.max_events(),
+               kMinBatchMaxEvents, kMaxBatchMaxEvents);
+    CheckRange(errors, absl::StrCat(bp, ".max_bytes"), b.max_bytes(), e.max_bytes(),
+               kMinBatchMaxBytes, kMaxBatchMaxBytes);
+    CheckRange(errors, absl::StrCat(bp, ".max_wait_ms"), b.max_wait_ms(), e.max_wait_ms(),
+               kMinBatchMaxWaitMs, kMaxBatchMaxWaitMs);
+  }
 }
 
 // "types", "events" and "where" of a destination's filter; `path` is "destinations[i].filter".
@@ -798,6 +809,12 @@ DeliveryOptions EffectiveOptions(const Destination& destination) {
     hookrelay::v1::CircuitBreaker* b = options.mutable_circuit_breaker();
     if (b->pause_ms() == 0) b->set_pause_ms(kDefaultBreakerPauseMs);
     if (b->max_pause_ms() == 0) b->set_max_pause_ms(kDefaultBreakerMaxPauseMs);
+  }
+  if (options.has_batch()) {
+    hookrelay::v1::BatchOptions* b = options.mutable_batch();
+    if (b->max_events() == 0) b->set_max_events(kDefaultBatchMaxEvents);
+    if (b->max_bytes() == 0) b->set_max_bytes(kDefaultBatchMaxBytes);
+    if (b->max_wait_ms() == 0) b->set_max_wait_ms(kDefaultBatchMaxWaitMs);
   }
   return options;
 }

@@ -50,6 +50,17 @@ inline constexpr uint32_t kMaxMaxBackoffMs = 24 * 3600 * 1000;
 // rate_limit_per_second: 0 (absent) = no limit.
 inline constexpr uint32_t kMaxRateLimitPerSecond = 100000;
 
+// Batched webhooks (DeliveryOptions.batch).
+inline constexpr uint32_t kDefaultBatchMaxEvents = 100;
+inline constexpr uint32_t kMinBatchMaxEvents = 1;
+inline constexpr uint32_t kMaxBatchMaxEvents = 1000;
+inline constexpr uint32_t kDefaultBatchMaxBytes = 500000;
+inline constexpr uint32_t kMinBatchMaxBytes = 1000;
+inline constexpr uint32_t kMaxBatchMaxBytes = 500000;
+inline constexpr uint32_t kDefaultBatchMaxWaitMs = 1000;
+inline constexpr uint32_t kMinBatchMaxWaitMs = 10;
+inline constexpr uint32_t kMaxBatchMaxWaitMs = 10000;
+
 // A secret rotation's overlap (RotateSecret): how long the previous secret keeps signing.
 inline constexpr absl::Duration kDefaultRotationOverlap = absl::Hours(24);
 inline constexpr absl::Duration kMaxRotationOverlap = absl::Hours(30 * 24);

@@ -10,7 +10,11 @@
 #include <thread>
 #include <utility>
 
+#include <openssl/sha.h>
+
+#include "absl/hash/hash.h"
 #include "absl/random/distributions.h"
+#include "absl/strings/escaping.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +28,7 @@
 #include "common/strings.h"
 #include "common/time_format.h"
 #include "common/trace_context.h"
+#include "deliverer/batcher.h"
 #include "deliverer/renderer.h"
 #include "deliverer/signer.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
@@ -61,6 +66,38 @@ absl::BitGen& ThreadBitGen() {
   thread_local absl::BitGen gen;
   return gen;
 }
+
+// What decides how a batched destination's requests are made: jobs with the same key can share a
+// request. Leased before and after a change of the destination, two jobs do not.
+std::string BatchKey(const hookrelay::v1::Destination& d,
+                     const hookrelay::v1::DeliveryOptions& o) {
+  size_t h = absl::HashOf(d.shared_secret(), d.rotation().previous_secret(),
+                          d.rotation().ends_at().seconds(), o.timeout_ms(), o.standard_webhooks(),
+                          o.batch().max_events(), o.batch().max_bytes(), o.batch().max_wait_ms());
+  for (const hookrelay::v1::WebhookUrl& u : d.urls()) {
+    h = absl::HashOf(h, u.url());
+    for (const hookrelay::v1::Header& header : u.headers()) {
+      h = absl::HashOf(h, header.name(), header.value());
+    }
+  }
+  return absl::StrCat(d.id(), "#", h);
+}
+
+}  // namespace
+
+std::string BatchIdempotencyKey(const std::vector<std::string_view>& message_ids) {
+  // Length-prefixed ids: no two lists of ids hash the same bytes.
+  std::string input;
+  for (std::string_view id : message_ids) {
+    absl::StrAppend(&input, id.size(), ":", common::ToAbsl(id));
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
+  return absl::StrCat("batch_", absl::BytesToHexString(absl::string_view(
+                                    reinterpret_cast<const char*>(digest), 16)));
+}
+
+namespace {
 
 }  // namespace
 
@@ -403,7 +440,12 @@ class Deliverer::Link {
 
 Deliverer::Deliverer(Options options, HttpSender& sender, const common::Clock& clock,
                      DeliveryMetrics* metrics)
-    : options_(std::move(options)), sender_(sender), clock_(clock), metrics_(metrics) {}
+    : options_(std::move(options)),
+      sender_(sender),
+      clock_(clock),
+      metrics_(metrics),
+      batcher_(std::make_unique<Batcher>(
+          clock, [this](std::vector<BatchItem> items) { SendBatch(std::move(items)); })) {}
 
 Deliverer::~Deliverer() { Shutdown(); }
 
@@ -561,6 +603,9 @@ void Deliverer::Shutdown() {
   for (Link* link : all) link->BeginStop();
   const absl::Time deadline = absl::Now() + options_.drain_timeout;
   while (absl::Now() < deadline) {
+    // Jobs waiting for their batch go now (and any that still arrive): draining does not wait
+    // for max_wait_ms.
+    batcher_->FlushAll();
     int64_t held = 0;
     for (Link* link : all) held += link->held();
     if (held <= 0) break;
@@ -607,7 +652,6 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
 
   thread_local WebhookRenderer renderer;
-  thread_local Signer signer;
   auto body = std::make_shared<std::string>();
   if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
@@ -619,9 +663,15 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
     FailWithoutAttempt(job, absl::StrCat("destination ", destination.id(), " has no URLs"));
     return;
   }
+  // A batched destination's job waits for its batch (test jobs go alone, as usual).
+  if (job->options.has_batch() && !job->delivery.job().test()) {
+    batcher_->Add(BatchKey(destination, job->options), job->options.batch(),
+                  BatchItem{job, std::move(*body)});
+    return;
+  }
 
-  std::vector<std::pair<std::string, std::string>> headers;
-  // Ours (at most 7), and the URL's own when there is one URL (see below).
+  Headers headers;
+  // Ours (at most 7), and the URL's own when there is one URL (see SendToUrls).
   headers.reserve(7 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
   // The ingest request's trace context (W3C): this attempt is a new span of the same trace, so
@@ -636,44 +686,60 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
       headers.emplace_back(common::kTracestateHeader, job->delivery.job().tracestate());
     }
   }
-  const std::string& secret = destination.shared_secret();
-  if (!secret.empty()) {
-    const absl::Time now = clock_.Now();
-    // In a rotation's overlap (SPEC §5.4), X-Signature stays with the previous secret, and
-    // Standard Webhooks carries both signatures, the new one first, space-separated.
-    const std::string* previous = nullptr;
-    if (destination.has_rotation() && !destination.rotation().previous_secret().empty()) {
-      std::optional<absl::Time> ends = common::FromProtoTime(destination.rotation().ends_at());
-      if (ends.has_value() && now < *ends) previous = &destination.rotation().previous_secret();
-    }
-    headers.emplace_back(kSignatureHeader,
-                         signer.XSignature(previous != nullptr ? *previous : secret, *body));
-    if (job->options.standard_webhooks()) {
-      const int64_t timestamp = absl::ToUnixSeconds(now);
-      StandardWebhookHeaderValues sw = signer.StandardWebhookHeaders(
-          secret, job->delivery.job().message_id(), timestamp, *body);
-      if (previous != nullptr) {
-        StandardWebhookHeaderValues old = signer.StandardWebhookHeaders(
-            *previous, job->delivery.job().message_id(), timestamp, *body);
-        absl::StrAppend(&sw.signature, " ", old.signature);
-      }
-      headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
-      headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
-      headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
-    }
-  }
+  AddSignatureHeaders(destination, job->options, job->delivery.job().message_id(), *body,
+                      headers);
 
   job->results.resize(url_count);
   job->details.resize(url_count);
   job->durations.resize(url_count);
   job->remaining.store(url_count, std::memory_order_relaxed);
-  const absl::Duration timeout = absl::Milliseconds(job->options.timeout_ms());
-  std::shared_ptr<const std::string> shared_body = std::move(body);
+  SendToUrls(destination, job->options, std::move(headers), traced, std::move(body),
+             [this, job](size_t i) {
+               return [this, job, i](HttpResult result) { OnUrlDone(job, i, std::move(result)); };
+             });
+}
+
+void Deliverer::AddSignatureHeaders(const hookrelay::v1::Destination& destination,
+                                    const hookrelay::v1::DeliveryOptions& options,
+                                    const std::string& webhook_id, const std::string& body,
+                                    Headers& headers) const {
+  const std::string& secret = destination.shared_secret();
+  if (secret.empty()) return;
+  thread_local Signer signer;
+  const absl::Time now = clock_.Now();
+  // In a rotation's overlap (SPEC §5.4), X-Signature stays with the previous secret, and
+  // Standard Webhooks carries both signatures, the new one first, space-separated.
+  const std::string* previous = nullptr;
+  if (destination.has_rotation() && !destination.rotation().previous_secret().empty()) {
+    std::optional<absl::Time> ends = common::FromProtoTime(destination.rotation().ends_at());
+    if (ends.has_value() && now < *ends) previous = &destination.rotation().previous_secret();
+  }
+  headers.emplace_back(kSignatureHeader,
+                       signer.XSignature(previous != nullptr ? *previous : secret, body));
+  if (!options.standard_webhooks()) return;
+  const int64_t timestamp = absl::ToUnixSeconds(now);
+  StandardWebhookHeaderValues sw = signer.StandardWebhookHeaders(secret, webhook_id, timestamp, body);
+  if (previous != nullptr) {
+    StandardWebhookHeaderValues old =
+        signer.StandardWebhookHeaders(*previous, webhook_id, timestamp, body);
+    absl::StrAppend(&sw.signature, " ", old.signature);
+  }
+  headers.emplace_back(kWebhookIdHeader, std::move(sw.id));
+  headers.emplace_back(kWebhookTimestampHeader, std::move(sw.timestamp));
+  headers.emplace_back(kWebhookSignatureHeader, std::move(sw.signature));
+}
+
+template <typename DoneFor>
+void Deliverer::SendToUrls(const hookrelay::v1::Destination& destination,
+                           const hookrelay::v1::DeliveryOptions& options, Headers headers,
+                           bool traced, std::shared_ptr<const std::string> body, DoneFor done_for) {
+  const int url_count = destination.urls_size();
+  const absl::Duration timeout = absl::Milliseconds(options.timeout_ms());
   for (int i = 0; i < url_count; ++i) {
     const hookrelay::v1::WebhookUrl& url = destination.urls(i);
     HttpRequest request;
     request.url = url.url();
-    // The last (usually the only) URL takes the job's headers instead of a copy.
+    // The last (usually the only) URL takes the headers instead of a copy.
     if (i + 1 == url_count) {
       request.headers = std::move(headers);
     } else {
@@ -689,12 +755,76 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
       }
       request.headers.emplace_back(h.name(), h.value());
     }
-    request.body = shared_body;
+    request.body = body;
     request.timeout = timeout;
     if (metrics_) metrics_->RequestStarted();
-    sender_.Send(std::move(request), [this, job, i](HttpResult result) {
-      OnUrlDone(job, static_cast<size_t>(i), std::move(result));
-    });
+    sender_.Send(std::move(request), done_for(static_cast<size_t>(i)));
+  }
+}
+
+// One batch request (SPEC §5.4): its members, and the answers of the destination's URLs, which
+// become every member's attempt.
+struct Deliverer::BatchState {
+  std::vector<std::shared_ptr<JobState>> members;
+  std::vector<UrlResult> results;
+  std::vector<std::string> details;
+  std::vector<absl::Duration> durations;
+  std::atomic<size_t> remaining{0};
+};
+
+void Deliverer::SendBatch(std::vector<BatchItem> items) {
+  auto batch = std::make_shared<BatchState>();
+  batch->members.reserve(items.size());
+  for (BatchItem& item : items) {
+    batch->members.push_back(std::static_pointer_cast<JobState>(std::move(item.job)));
+  }
+  auto body = std::make_shared<const std::string>(BatchBody(items));
+  items.clear();
+  const JobState& first = *batch->members.front();
+  const hookrelay::v1::Destination& destination = first.delivery.destination();
+  if (metrics_) metrics_->ObserveBatch(batch->members.size());
+  // The same members give the same key, on every deliverer: a retried batch is recognisable.
+  std::vector<std::string_view> message_ids;
+  message_ids.reserve(batch->members.size());
+  for (const auto& m : batch->members) message_ids.push_back(m->delivery.job().message_id());
+  const std::string key = BatchIdempotencyKey(message_ids);
+  // A batch carries no traceparent: its members may belong to different traces.
+  Headers headers;
+  headers.reserve(5 + (destination.urls_size() == 1 ? destination.urls(0).headers_size() : 0));
+  headers.emplace_back(kIdempotencyHeader, key);
+  AddSignatureHeaders(destination, first.options, key, *body, headers);
+  const size_t url_count = static_cast<size_t>(destination.urls_size());
+  batch->results.resize(url_count);
+  batch->details.resize(url_count);
+  batch->durations.resize(url_count);
+  batch->remaining.store(url_count, std::memory_order_relaxed);
+  SendToUrls(destination, first.options, std::move(headers), /*traced=*/false, std::move(body),
+             [this, batch](size_t i) {
+               return [this, batch, i](HttpResult result) {
+                 OnBatchUrlDone(batch, i, std::move(result));
+               };
+             });
+}
+
+void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t index,
+                               HttpResult result) {
+  if (metrics_) {
+    metrics_->RequestFinished();
+    metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
+    metrics_->CountRequest(batch->members.front()->delivery.destination().id(), result.result,
+                           absl::ToDoubleSeconds(result.duration));
+  }
+  batch->durations[index] = result.duration;
+  batch->results[index] = std::move(result.result);
+  batch->details[index] = std::move(result.error_detail);
+  if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The request's outcome is every member's attempt; each decides on its own attempts and
+  // retry window (a member near the end of its window may go dead while others retry).
+  for (const std::shared_ptr<JobState>& member : batch->members) {
+    member->results = batch->results;
+    member->details = batch->details;
+    member->durations = batch->durations;
+    FinishJob(member);
   }
 }
 

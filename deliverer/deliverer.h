@@ -33,13 +33,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "deliverer/batcher.h"
 #include "deliverer/collector_targets.h"
 #include "deliverer/delivery_metrics.h"
 #include "deliverer/http_sender.h"
@@ -95,11 +98,15 @@ class Deliverer {
   std::vector<std::string> endpoints() const;
   // Jobs received and not yet settled, over all streams.
   int64_t jobs_in_flight() const;
+  // Jobs of batched destinations waiting for their batch to go (part of jobs_in_flight).
+  int64_t jobs_waiting_for_batch() const { return batcher_->pending(); }
 
  private:
   class Call;
   class Link;
   struct JobState;
+  struct BatchState;
+  using Headers = std::vector<std::pair<std::string, std::string>>;
 
   // A job arrived on `call` (on a gRPC thread): render, sign, send.
   void Handle(hookrelay::v1::Delivery delivery, std::shared_ptr<Call> call);
@@ -107,6 +114,21 @@ class Deliverer {
   void FinishJob(const std::shared_ptr<JobState>& job);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
+  // X-Signature and, with standard_webhooks, the Standard Webhooks headers of `body` (both
+  // signatures during a secret rotation's overlap); nothing without a shared secret.
+  void AddSignatureHeaders(const hookrelay::v1::Destination& destination,
+                           const hookrelay::v1::DeliveryOptions& options,
+                           const std::string& webhook_id, const std::string& body,
+                           Headers& headers) const;
+  // POSTs `body` to every URL of `destination` with `headers` and each URL's own; URL i's
+  // answer goes to done_for(i).
+  template <typename DoneFor>
+  void SendToUrls(const hookrelay::v1::Destination& destination,
+                  const hookrelay::v1::DeliveryOptions& options, Headers headers, bool traced,
+                  std::shared_ptr<const std::string> body, DoneFor done_for);
+  // A batch of a batched destination is due (Batcher's send).
+  void SendBatch(std::vector<BatchItem> items);
+  void OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t index, HttpResult result);
 
   // Resolves every dns:/// target and reconciles links_ with the result (new endpoints get a
   // link; gone ones drain and stop). Returns false when a target could not be resolved.
@@ -133,7 +155,15 @@ class Deliverer {
   bool stopping_ ABSL_GUARDED_BY(links_mu_) = false;
   bool started_ = false;
   bool shut_down_ = false;
+  // Jobs of batched destinations waiting for their batch. Declared last: destroyed first, which
+  // sends what waits while the rest is still whole.
+  std::unique_ptr<Batcher> batcher_;
 };
+
+// A batch request's Idempotency-Key (and Standard Webhooks webhook-id): "batch_" and 32 hex
+// digits of SHA-256 over the members' message ids, in order. The same members give the same key
+// on a retry, whichever deliverer sends it.
+std::string BatchIdempotencyKey(const std::vector<std::string_view>& message_ids);
 
 }  // namespace hookrelay::deliverer
 

@@ -355,6 +355,96 @@ TEST_F(DelivererTest, RotatedSecretSignsWithBothUntilTheOverlapEnds) {
   }
 }
 
+// Batched webhooks (SPEC §5.4): jobs of a batched destination go together as {"batch":[…]} once
+// max_events are there or max_wait_ms after the first (by the deliverer's clock), signed once
+// over the whole body, with an Idempotency-Key from the members' message ids that a retry of the
+// same members repeats; the request's outcome is every member's.
+TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) {
+  std::atomic<int> calls{0};
+  Start([&](const ReceivedRequest& r) {
+    Response answer;
+    const int call = calls.fetch_add(1);
+    if (call == 1) answer.status = 503;                             // the second batch, once
+    if (absl::StrContains(r.body, R"("m-6")")) answer.status = 400;  // the last batch
+    return answer;
+  });
+  auto batched = [&](uint64_t id, int attempts = 0) {
+    hookrelay::v1::Delivery d = Job(id);
+    d.mutable_job()->set_attempts(attempts);
+    d.mutable_destination()->set_shared_secret("batch-secret");
+    hookrelay::v1::DeliveryOptions& o = *d.mutable_destination()->mutable_options();
+    o.set_standard_webhooks(true);
+    o.mutable_batch()->set_max_events(3);
+    o.mutable_batch()->set_max_wait_ms(10000);
+    return d;
+  };
+  // Advancing the clock before jobs sent reach the batcher would start their wait after it.
+  auto wait_held = [&](int64_t n) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (deliverer_->jobs_waiting_for_batch() < n && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(deliverer_->jobs_waiting_for_batch(), n);
+  };
+  // Full: three jobs, one request.
+  ASSERT_TRUE(collector_.Send({batched(1), batched(2), batched(3)}));
+  std::vector<Outcome> outcomes = collector_.WaitOutcomes(3);
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (const Outcome& o : outcomes) EXPECT_EQ(o.kind(), Outcome::DELIVERED) << o.job_id();
+  std::vector<ReceivedRequest> requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 1u);
+  const ReceivedRequest& first = requests[0];
+  EXPECT_TRUE(absl::StartsWith(first.body, R"({"batch":[{)")) << first.body;
+  const size_t m1 = first.body.find(R"("messageId":"m-1")");
+  const size_t m2 = first.body.find(R"("messageId":"m-2")");
+  const size_t m3 = first.body.find(R"("messageId":"m-3")");
+  EXPECT_TRUE(m1 < m2 && m2 < m3 && m3 != std::string::npos) << first.body;
+  EXPECT_EQ(first.Header("Idempotency-Key"), BatchIdempotencyKey({"m-1", "m-2", "m-3"}));
+  EXPECT_EQ(first.Header("webhook-id"), first.Header("Idempotency-Key"));
+  EXPECT_EQ(first.Header("X-Signature"), XSignature("batch-secret", first.body));
+  int64_t ts = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(first.Header("webhook-timestamp"), &ts));
+  EXPECT_EQ(first.Header("webhook-signature"),
+            StandardWebhookHeaders("batch-secret", first.Header("webhook-id"), ts, first.body)
+                .signature);
+
+  // Due: two jobs wait max_wait_ms, then go; the 503 makes both retry.
+  ASSERT_TRUE(collector_.Send({batched(4), batched(5)}));
+  wait_held(2);
+  EXPECT_EQ(receiver_->request_count(), 1);  // Not due yet: the clock has not moved.
+  clock_.Advance(absl::Seconds(10));
+  outcomes = collector_.WaitOutcomes(5);
+  ASSERT_EQ(outcomes.size(), 5u);
+  EXPECT_EQ(outcomes[3].kind(), Outcome::RETRY);
+  EXPECT_EQ(outcomes[4].kind(), Outcome::RETRY);
+  // The same members again: the same key.
+  ASSERT_TRUE(collector_.Send({batched(4, 1), batched(5, 1)}));
+  wait_held(2);
+  clock_.Advance(absl::Seconds(10));
+  outcomes = collector_.WaitOutcomes(7);
+  ASSERT_EQ(outcomes.size(), 7u);
+  EXPECT_EQ(outcomes[5].kind(), Outcome::DELIVERED);
+  EXPECT_EQ(outcomes[6].kind(), Outcome::DELIVERED);
+  requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1].Header("Idempotency-Key"), BatchIdempotencyKey({"m-4", "m-5"}));
+  EXPECT_EQ(requests[2].Header("Idempotency-Key"), requests[1].Header("Idempotency-Key"));
+
+  // A 4xx: every member is dead, each with the reason.
+  ASSERT_TRUE(collector_.Send({batched(6), batched(7)}));
+  wait_held(2);
+  clock_.Advance(absl::Seconds(10));
+  outcomes = collector_.WaitOutcomes(9);
+  ASSERT_EQ(outcomes.size(), 9u);
+  for (int i = 7; i < 9; ++i) {
+    EXPECT_EQ(outcomes[i].kind(), Outcome::DEAD);
+    EXPECT_EQ(outcomes[i].attempt().urls(0).status(), 400);
+  }
+  const std::pair<int64_t, double> sizes = Histogram("hookrelay_delivery_batch_events");
+  EXPECT_EQ(sizes.first, 4);     // batch requests
+  EXPECT_EQ(sizes.second, 9.0);  // members, over all of them
+}
+
 // A receiver that speaks HTTP/2 (a gRPC server over TLS, which libcurl reaches through
 // deliverer/http/curl_sender.h) gets the same traceparent header: the trace id kept, a new parent
 // id per request.

@@ -76,6 +76,13 @@ DeliveryMetrics::DeliveryMetrics(prometheus::Registry& registry)
                        "to its receiver host (--max_host_connections per sender thread).")
                  .Register(registry)
                  .Add({}, QueueBuckets())),
+      batch_events_(prometheus::BuildHistogram()
+                        .Name("hookrelay_delivery_batch_events")
+                        .Help("Jobs sent together in one webhook request, for destinations with "
+                              "options.batch (one observation per batch request).")
+                        .Register(registry)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{
+                                     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000})),
       in_flight_requests_(prometheus::BuildGauge()
                               .Name("hookrelay_delivery_in_flight_requests")
                               .Help("Webhook POSTs sent and not yet answered.")

@@ -50,6 +50,7 @@ class DeliveryMetrics {
   void ObservePickup(double seconds) { pickup_.Observe(seconds); }
   // The time one POST waited in the sender's per-host queue (HttpResult::queued).
   void ObserveQueue(double seconds) { queue_.Observe(seconds); }
+  void ObserveBatch(size_t members) { batch_events_.Observe(static_cast<double>(members)); }
   void RequestStarted() { in_flight_requests_.Increment(); }
   void RequestFinished() { in_flight_requests_.Decrement(); }
   void JobStarted() { jobs_in_flight_.Increment(); }
@@ -70,6 +71,7 @@ class DeliveryMetrics {
   prometheus::Histogram& end_to_end_;
   prometheus::Histogram& pickup_;
   prometheus::Histogram& queue_;
+  prometheus::Histogram& batch_events_;
   prometheus::Gauge& in_flight_requests_;
   prometheus::Gauge& jobs_in_flight_;
 

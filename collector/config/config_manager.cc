@@ -148,8 +148,21 @@ absl::Status CheckTimeoutsFitLease(const Config& config, absl::Duration lease) {
   std::vector<std::string> errors;
   for (int i = 0; i < config.destinations_size(); ++i) {
     const hookrelay::v1::Destination& d = config.destinations(i);
-    const absl::Duration timeout =
-        absl::Milliseconds(common::EffectiveOptions(d).timeout_ms());
+    const hookrelay::v1::DeliveryOptions options = common::EffectiveOptions(d);
+    const absl::Duration timeout = absl::Milliseconds(options.timeout_ms());
+    // A batched job also waits in its deliverer for the batch to fill, under the same lease.
+    const absl::Duration wait =
+        options.has_batch() ? absl::Milliseconds(options.batch().max_wait_ms()) : absl::ZeroDuration();
+    if (wait > absl::ZeroDuration() && timeout + wait + margin > lease) {
+      errors.push_back(absl::StrCat(
+          "destinations[", i, "].options.batch.max_wait_ms: ", absl::ToInt64Milliseconds(wait),
+          " ms plus the timeout of ", absl::ToInt64Milliseconds(timeout),
+          " ms does not fit inside the job lease of ", absl::FormatDuration(lease),
+          " (--lease_duration) with ", absl::FormatDuration(margin), " to spare: at most ",
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(lease - margin - timeout)),
+          " ms, or a longer --lease_duration"));
+      continue;
+    }
     if (timeout + margin <= lease) continue;
     errors.push_back(absl::StrCat(
         "destinations[", i, "].options.timeout_ms: ", absl::ToInt64Milliseconds(timeout),

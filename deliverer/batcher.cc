@@ -1,0 +1,115 @@
+#include "deliverer/batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace hookrelay::deliverer {
+
+std::string BatchBody(const std::vector<BatchItem>& items) {
+  size_t bytes = 0;
+  for (const BatchItem& item : items) bytes += item.body.size();
+  std::string out;
+  out.reserve(BatchBodySize(bytes, items.size()));
+  out.append(R"({"batch":[)");
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append(items[i].body);
+  }
+  out.append("]}");
+  return out;
+}
+
+Batcher::Batcher(const common::Clock& clock, Send send)
+    : clock_(clock), send_(std::move(send)), thread_([this] { Loop(); }) {}
+
+Batcher::~Batcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void Batcher::Add(const std::string& key, const hookrelay::v1::BatchOptions& options,
+                  BatchItem item) {
+  const size_t max_events = options.max_events();
+  const size_t max_bytes = options.max_bytes();
+  std::vector<std::vector<BatchItem>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (BatchBodySize(item.body.size(), 1) > max_bytes) {
+      // Too large to share a request: alone, at once.
+      ready.emplace_back().push_back(std::move(item));
+    } else {
+      Pending& p = pending_[key];
+      if (!p.items.empty() &&
+          BatchBodySize(p.bytes + item.body.size(), p.items.size() + 1) > max_bytes) {
+        members_ -= static_cast<int64_t>(p.items.size());
+        ready.push_back(std::move(p.items));
+        p.items.clear();
+        p.bytes = 0;
+      }
+      if (p.items.empty()) {
+        p.due = clock_.Now() + absl::Milliseconds(options.max_wait_ms());
+        ++generation_;
+      }
+      p.bytes += item.body.size();
+      p.items.push_back(std::move(item));
+      ++members_;
+      if (p.items.size() >= max_events) {
+        members_ -= static_cast<int64_t>(p.items.size());
+        ready.push_back(std::move(p.items));
+        pending_.erase(key);
+      }
+    }
+  }
+  for (std::vector<BatchItem>& batch : ready) send_(std::move(batch));
+}
+
+void Batcher::FlushAll() {
+  std::vector<std::vector<BatchItem>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, p] : pending_) {
+      if (!p.items.empty()) ready.push_back(std::move(p.items));
+    }
+    pending_.clear();
+    members_ = 0;
+  }
+  for (std::vector<BatchItem>& batch : ready) send_(std::move(batch));
+}
+
+int64_t Batcher::pending() const {
+  absl::MutexLock lock(&mu_);
+  return members_;
+}
+
+void Batcher::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const auto& [key, p] : pending_) next = std::min(next, p.due);
+    const uint64_t seen = generation_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || generation_ != seen;
+    };
+    if (clock_.AwaitWithDeadline(mu_, absl::Condition(&changed), next)) continue;
+    // Due batches go, without the lock (sending may take a connection slot's wait).
+    const absl::Time now = clock_.Now();
+    std::vector<std::vector<BatchItem>> ready;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.due <= now) {
+        members_ -= static_cast<int64_t>(it->second.items.size());
+        ready.push_back(std::move(it->second.items));
+        pending_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    mu_.Unlock();
+    for (std::vector<BatchItem>& batch : ready) send_(std::move(batch));
+    mu_.Lock();
+  }
+}
+
+}  // namespace hookrelay::deliverer

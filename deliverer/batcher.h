@@ -1,0 +1,88 @@
+// Batched webhooks (SPEC §5.4, DeliveryOptions.batch): gathers the rendered jobs of batched
+// destinations and hands each batch to a send function once it is full (max_events, or one more
+// member would pass max_bytes) or due (max_wait_ms after its first member arrived, on the
+// injected clock). Jobs are grouped by a key the caller computes: the destination and everything
+// that decides how its requests are made (URLs, headers, secrets, options), so that a batch never
+// mixes jobs leased before and after a change of the destination.
+//
+// Thread-safe. One thread waits for due batches; `send` is called without the lock held, on
+// that thread or on the caller of Add (a full batch). Destruction drops what is pending: the
+// owner flushes first (FlushAll); a job dropped anyway is handed out again when its lease ends.
+#ifndef HOOKRELAY_DELIVERER_BATCHER_H_
+#define HOOKRELAY_DELIVERER_BATCHER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "hookrelay/v1/config.pb.h"
+
+namespace hookrelay::deliverer {
+
+// One member of a batch: the caller's job, handed back as is, and its rendered body.
+struct BatchItem {
+  std::shared_ptr<void> job;
+  std::string body;
+};
+
+// The bytes a batch's request body takes around and between its members' bodies:
+// {"batch":[ … , … ]}.
+inline constexpr size_t kBatchEnvelopeBytes = 12;  // {"batch":[ and ]}
+inline size_t BatchBodySize(size_t members_bytes, size_t members) {
+  return kBatchEnvelopeBytes + members_bytes + (members > 0 ? members - 1 : 0);
+}
+// The request body of `items`: {"batch":[body,body,…]}.
+std::string BatchBody(const std::vector<BatchItem>& items);
+
+class Batcher {
+ public:
+  using Send = std::function<void(std::vector<BatchItem>)>;
+
+  Batcher(const common::Clock& clock, Send send);
+  ~Batcher();
+
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Adds `item` to the batch of `key`, whose limits are `options` (effective: none is 0). A
+  // member whose body alone passes max_bytes goes at once, in a batch of its own; one that would
+  // make the pending batch pass it first sends the pending batch.
+  void Add(const std::string& key, const hookrelay::v1::BatchOptions& options, BatchItem item);
+
+  // Sends every pending batch now (shutdown drains).
+  void FlushAll();
+
+  // Members waiting, over all batches.
+  int64_t pending() const;
+
+ private:
+  struct Pending {
+    std::vector<BatchItem> items;
+    size_t bytes = 0;  // the members' bodies
+    absl::Time due;
+  };
+
+  void Loop();
+
+  const common::Clock& clock_;
+  const Send send_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t members_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped when a batch starts (a new, maybe earlier, due time): wakes the loop.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace hookrelay::deliverer
+
+#endif  // HOOKRELAY_DELIVERER_BATCHER_H_
