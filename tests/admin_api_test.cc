@@ -8,6 +8,9 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <atomic>
+#include <set>
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -909,6 +912,115 @@ TEST_P(AdminApiTest, RotateSecretSignsWithBothDuringTheOverlap) {
             deliverer::StandardWebhookHeaders(kNewest, after->Header("webhook-id"), ts,
                                               after->body)
                 .signature);
+}
+
+// Batched webhooks (SPEC §5.4) through the whole pipeline: a destination with options.batch gets
+// its events several per request, {"batch":[…]} signed once; a refused batch makes one dead
+// letter per job, and those replay per job.
+TEST_P(AdminApiTest, BatchedDestinationGetsEventsTogether) {
+  std::atomic<bool> refuse{true};
+  auto receiver = WebhookReceiver::Start(
+      WebhookReceiver::Options{}, [&](const receiver::ReceivedRequest& r) {
+        receiver::Response answer;
+        if (refuse.load() && absl::StrContains(r.body, "refused-")) answer.status = 400;
+        return answer;
+      });
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  StartCollector();
+  StartDeliverer();
+  HttpResponse r =
+      admin_->Call("POST", "/admin/v1/sources", R"({"id":"shop","name":"Shop","kind":"server"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string key = JsonStr(r.body, "/writeKeys/0");
+  r = admin_->Call("POST", "/admin/v1/destinations",
+                   absl::StrCat(R"({"id":"batched","sources":["shop"],"enabled":true,)",
+                                R"("sharedSecret":")", kSecret, R"(","urls":[{"url":")",
+                                (*receiver)->Url(), R"("}],)",
+                                R"("options":{"batch":{"maxEvents":10,"maxWaitMs":200}}})"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(JsonAt(r.body, "/options/batch"),
+            R"({"maxEvents":10,"maxBytes":500000,"maxWaitMs":200})")
+      << r.body;
+  r = admin_->Call("PATCH", "/admin/v1/destinations/batched",
+                   R"({"options":{"batch":{"maxEvents":1001}}})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, "options.batch.maxEvents: 1001, must be between 1 and 1000"))
+      << r.body;
+
+  auto send_batch = [&](const std::string& prefix, int n) {
+    std::string body = R"({"batch":[)";
+    for (int i = 0; i < n; ++i) {
+      absl::StrAppend(&body, i > 0 ? "," : "",
+                      R"({"type":"track","userId":"u1","event":"Ordered","messageId":")", prefix,
+                      i, R"("})");
+    }
+    body += "]}";
+    absl::StatusOr<HttpResponse> t = HttpPost(collector_->IntField("http_port"), "/v1/batch", body, key);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->status, 200) << t->body;
+  };
+  send_batch("ok-", 25);
+  std::set<std::string> seen;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::vector<receiver::ReceivedRequest> requests;
+  while (seen.size() < 25 && absl::Now() < deadline) {
+    requests = (*receiver)->Requests();
+    seen.clear();
+    for (const auto& q : requests) {
+      for (int i = 0; i < 25; ++i) {
+        if (absl::StrContains(q.body, absl::StrCat("\"ok-", i, "\""))) seen.insert(absl::StrCat(i));
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(seen.size(), 25u);
+  size_t members = 0;
+  for (const auto& q : requests) {
+    EXPECT_TRUE(absl::StartsWith(q.body, R"({"batch":[{)")) << q.body;
+    EXPECT_EQ(q.Header("X-Signature"), deliverer::XSignature(kSecret, q.body));
+    EXPECT_TRUE(absl::StartsWith(q.Header("Idempotency-Key"), "batch_")) << q.Header("Idempotency-Key");
+    size_t in_this = 0;
+    for (size_t at = q.body.find("\"messageId\""); at != std::string::npos;
+         at = q.body.find("\"messageId\"", at + 1)) {
+      ++in_this;
+    }
+    EXPECT_LE(in_this, 10u) << q.body;
+    members += in_this;
+  }
+  EXPECT_EQ(members, 25u);
+  EXPECT_GE(requests.size(), 3u);
+  EXPECT_LT(requests.size(), 25u);  // Together, not one by one.
+
+  // A refused batch: each job is its own dead letter, and replays on its own.
+  send_batch("refused-", 2);
+  std::string dead;
+  for (absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;) {
+    dead = admin_->Call("GET", "/admin/v1/dead-letters?destination_id=batched").body;
+    if (absl::StrContains(dead, "refused-0") && absl::StrContains(dead, "refused-1")) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(absl::StrContains(dead, "refused-0") && absl::StrContains(dead, "refused-1")) << dead;
+  EXPECT_EQ(JsonAt(dead, "/jobs/2"), "<missing>") << dead;  // exactly two jobs
+  refuse.store(false);
+  r = admin_->Call("POST", "/admin/v1/dead-letters:replay", R"({"filter":{"destinationId":"batched"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::set<std::string> replayed;
+  for (absl::Time until = absl::Now() + absl::Seconds(30);
+       replayed.size() < 2 && absl::Now() < until;) {
+    for (const auto& q : (*receiver)->Requests()) {
+      for (const char* id : {"refused-0", "refused-1"}) {
+        if (absl::StrContains(q.body, id)) replayed.insert(id);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(replayed.size(), 2u);
+  for (absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;) {
+    dead = admin_->Call("GET", "/admin/v1/dead-letters?destination_id=batched").body;
+    if (!absl::StrContains(dead, "refused-")) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(absl::StrContains(dead, "refused-")) << dead;
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, AdminApiTest, EngineParams(), EngineParamName);

@@ -13,7 +13,9 @@ through the console served at / on the collector's admin HTTP address:
   - the server's limits: a sixth URL (through the page's JSON editor) is refused naming `urls`
     and the limit; a reserved header (Content-Type) typed in the form is refused by the server,
     its error shown next to that header field; the stored destination is unchanged (GET);
-  - the destinations page: disabling persists across a reload;
+  - the destinations page: disabling persists across a reload; Rotate secret refuses the secret
+    in use (the server's error next to the field), then with a 1 h overlap shows when the
+    previous secret stops signing, about 1 h ahead as the API (GET) has it;
   - the sources page: masked keys, Reveal, Rotate, then Revoke of the old key, after which ingest
     refuses the old key with 401 within 1 s;
   - the dead letters page renders its empty state;
@@ -40,6 +42,7 @@ bounded; every process is stopped with SIGTERM at the end.
 """
 
 import base64
+import datetime
 import json
 import os
 import re
@@ -558,6 +561,65 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(toggle is not None and not toggle.is_selected(), "after a reload the toggle is off")
     check((stored() or {}).get("enabled") is False, "the stored destination is disabled")
     b.shot("disabled", row)
+
+    # 10a. Rotating the shared secret from the destinations page (SPEC §5.4): the secret in use
+    # is refused, the server's error next to the new secret's field; a new one with a 1 h overlap
+    # shows when the overlap ends, as the API has it. The previous secret (SECRET) still makes
+    # X-Signature for that hour, so the receiver goes on verifying the later events.
+    b.click(f"{row_sel} button.rotate-secret")
+    form = b.visible("#rotate-form", 5)
+    new_secret_in = b.css("#rotate-new-secret") if form else None
+    overlap_in = Select(b.css("#rotate-overlap")) if form else None
+    check(form is not None and new_secret_in.get_attribute("type") == "password" and
+          overlap_in.first_selected_option.get_attribute("value") == "86400s" and
+          "set" in b.css("#rotation-state").text and "until" not in b.css("#rotation-state").text,
+          "Rotate secret opens a form: a password field, a 24 h overlap by default, the secret "
+          f"shown as set ({b.css('#rotation-state').text if form else None!r})")
+    b.type("#rotate-new-secret", SECRET)
+    b.click("#rotate-submit")
+    same = wait_for(lambda: b.css("#rotate-new-secret-error").is_displayed() and
+                    b.css("#rotate-new-secret-error"), 10)
+    box = b.css("#rotate-error")
+    check(bool(same) and "the same as the secret in use" in same.text and
+          same.get_attribute("data-source") == "server" and box.is_displayed() and
+          "sharedSecret" in box.text and
+          new_secret_in.get_attribute("aria-invalid") == "true",
+          f"the secret in use is refused next to the new secret's field "
+          f"({same.text if same else None!r}; {box.text!r})")
+    check("rotation" not in (stored() or {}), "the refused rotation changed nothing (GET)")
+    b.shot("secret-rotate-refused", b.css("#rotate-secret"))
+    b.type("#rotate-new-secret", "console-rotated-secret")
+    overlap_in.select_by_value("3600s")
+    b.click("#rotate-submit")
+    check(bool(b.wait_status("Rotated the shared secret of " + DEST_ID, 10)),
+          f"the rotation is announced ({b.status_text()!r})")
+    shown = wait_for(lambda: "until" in b.css("#rotation-state").text and
+                     b.css("#rotation-state time"), 10)
+    ends = ((stored() or {}).get("rotation") or {}).get("endsAt", "")
+    try:
+        ends_at = datetime.datetime.fromisoformat(ends).timestamp()
+    except ValueError:
+        ends_at = 0
+    check(abs(ends_at - (time.time() + 3600)) < 120,
+          f"the API's rotation.endsAt is about 1 h ahead ({ends!r})")
+    shown_at = 0
+    if shown:
+        try:
+            shown_at = datetime.datetime.fromisoformat(shown.get_attribute("datetime")).timestamp()
+        except ValueError:
+            pass
+    check(bool(shown) and abs(shown_at - ends_at) < 1 and
+          "the previous secret also signs until" in b.css("#rotation-state").text,
+          f"the form shows the end of the overlap ({b.css('#rotation-state').text!r})")
+    note = wait_for(lambda: b.css(f"{row_sel} .rotation-note"), 10)
+    check(bool(note) and "previous secret also signs until" in note.text and
+          note.find_element("css selector", "time").get_attribute("datetime") ==
+          shown.get_attribute("datetime"),
+          f"the list's row shows the overlap too ({note.text if note else None!r})")
+    check(b.css("#rotate-new-secret").get_attribute("value") == "" and
+          "console-rotated-secret" not in d.page_source and SECRET not in d.page_source,
+          "the page shows neither secret after the rotation")
+    b.shot("secret-rotated", b.css("#rotate-secret"))
 
     # 10b. Protection in the edit form: the stored options are shown; a refused value is
     # explained next to its field; a good one is saved without touching the other options.

@@ -15,6 +15,9 @@ function viewDestinations(view) {
   var testSection = h('section', {class: 'card', id: 'list-test', hidden: true,
     'aria-labelledby': 'list-test-title'});
   append(view, testSection);
+  var rotateSection = h('section', {class: 'card', id: 'rotate-secret', hidden: true,
+    'aria-labelledby': 'rotate-secret-title'});
+  append(view, rotateSection);
 
   function load() {
     clear(listWrap);
@@ -74,6 +77,13 @@ function viewDestinations(view) {
       runTest(d.id, test, out, err);
     });
     append(actions, edit, test);
+    // Rotation needs a secret in use (to overlap with) and an API-managed destination.
+    if (!file && d.sharedSecretSet) {
+      var rotate = h('button', {type: 'button', class: 'button-small rotate-secret',
+        text: 'Rotate secret', 'aria-label': 'Rotate the shared secret of ' + d.id});
+      rotate.addEventListener('click', function () { openRotate(d); });
+      append(actions, rotate);
+    }
     var actionsNote = null;
     if (!file) {
       var del = h('button', {type: 'button', class: 'button-small button-danger delete-destination',
@@ -93,7 +103,9 @@ function viewDestinations(view) {
     }
     return h('tr', {dataset: {destinationId: d.id}, class: file ? 'read-only' : null},
       h('td', null, h('code', {text: d.id}),
-        d.sharedSecretSet ? h('span', {class: 'tag', text: 'signed'}) : null),
+        d.sharedSecretSet ? h('span', {class: 'tag', text: 'signed'}) : null,
+        rotationEnd(d) ? [h('br'), h('small', {class: 'muted rotation-note'},
+          'previous secret also signs until ', timeEl(rotationEnd(d)))] : null),
       h('td', null, sw.label),
       h('td', {text: (d.sources || []).join(', ')}),
       h('td', {class: 'num', text: String((d.urls || []).length)}),
@@ -138,5 +150,101 @@ function viewDestinations(view) {
     return h('td', {class: 'cell-protection'}, lines);
   }
 
+  // The rotation form (POST :rotateSecret) below the list, for one destination.
+  function openRotate(d) {
+    clear(rotateSection);
+    var box = errorBox('rotate-error');
+    var state = h('p', {class: 'rotation-state', id: 'rotation-state'});
+    var secret = h('input', {type: 'password', id: 'rotate-new-secret', autocomplete: 'new-password',
+      spellcheck: 'false'});
+    var secretField = field('New shared secret', secret, 'Give it to the receivers first; it is ' +
+      'not shown again.');
+    var overlap = h('select', {id: 'rotate-overlap'}, ROTATION_OVERLAPS.map(function (o) {
+      return h('option', {value: o[0], text: o[1], selected: o[0] === '86400s'});
+    }));
+    var overlapField = field('Overlap', overlap, 'How long the previous secret also signs.');
+    var submit = h('button', {type: 'submit', class: 'button-primary', id: 'rotate-submit',
+      text: 'Rotate secret'});
+    var cancel = h('button', {type: 'button', id: 'rotate-cancel', text: 'Close'});
+    var form = h('form', {id: 'rotate-form', novalidate: true},
+      h('div', {class: 'field-row'}, secretField.wrap, overlapField.wrap),
+      h('div', {class: 'actions-inline'}, submit, cancel));
+    showRotationState(state, d);
+    append(rotateSection, h('h2', {id: 'rotate-secret-title', tabindex: '-1',
+      text: 'Rotate the shared secret of ' + d.id}), state,
+      h('p', {class: 'lead', text: 'During the overlap X-Signature is still made with the ' +
+        'previous secret and webhook-signature carries both signatures, so receivers can switch ' +
+        'without refusing requests; after it the new secret alone signs.'}),
+      box.el, form);
+    rotateSection.hidden = false;
+    rotateSection.scrollIntoView({block: 'nearest'});
+    rotateSection.querySelector('h2').focus();
+
+    cancel.addEventListener('click', function () {
+      clear(rotateSection);
+      rotateSection.hidden = true;
+    });
+    form.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      box.hide();
+      secretField.setError('');
+      overlapField.setError('');
+      if (!secret.value) {
+        secretField.setError('Enter the new secret.', 'client');
+        secret.focus();
+        return;
+      }
+      submit.disabled = true;
+      announce('Rotating the shared secret of ' + d.id + '…');
+      api('POST', '/destinations/' + enc(d.id) + ':rotateSecret',
+        {sharedSecret: secret.value, overlap: overlap.value}).then(function (saved) {
+        submit.disabled = false;
+        secret.value = '';
+        showRotationState(state, saved);
+        var ends = rotationEnd(saved);
+        announce('Rotated the shared secret of ' + d.id + (ends ? '; the previous secret also ' +
+          'signs until ' + formatTime(ends) : '; the new secret alone signs now') + '.', 'ok');
+        load();
+      }, function (e) {
+        submit.disabled = false;
+        if (e.authFailure) return;
+        var unmatched = [];
+        (e.violations || []).forEach(function (v) {
+          if (v.field === 'sharedSecret') {
+            secretField.setError(v.description || '', 'server');
+          } else if (v.field === 'overlap') {
+            overlapField.setError(v.description || '', 'server');
+          } else {
+            unmatched.push((v.field ? v.field + ': ' : '') + (v.description || ''));
+          }
+        });
+        box.show('The collector refused the rotation', e.message + codeSuffix(e), unmatched);
+        announce('Could not rotate the shared secret of ' + d.id + '.', 'error');
+        box.el.focus();
+      });
+    });
+  }
+
   load();
+}
+
+// The overlap choices of a rotation (protobuf Duration JSON, label); 24 h is the API's default.
+var ROTATION_OVERLAPS = [
+  ['3600s', '1 hour'],
+  ['86400s', '24 hours'],
+  ['604800s', '7 days'],
+  ['2592000s', '30 days (the most)'],
+  ['0s', 'None: the new secret alone signs now']
+];
+
+// The end of a destination's secret rotation (its overlap), or '' when none lasts.
+function rotationEnd(d) {
+  return (d && d.rotation && d.rotation.endsAt) || '';
+}
+
+function showRotationState(el, d) {
+  clear(el);
+  var ends = rotationEnd(d);
+  append(el, h('strong', {text: 'Shared secret: '}), d.sharedSecretSet ? 'set' : 'none',
+    ends ? [' — the previous secret also signs until ', timeEl(ends)] : null);
 }
