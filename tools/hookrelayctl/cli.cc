@@ -26,12 +26,15 @@ Commands:
   destinations create --source=ID... --url=URL [--header="Name: value"]... [--url=...]...
                       [--id=ID] [--shared-secret-file=FILE] [--enabled] [--timeout-ms=N]
                       [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
-                      [--filter-file=FILE]
+                      [--filter-file=FILE] [--batch-max-events=N] [--batch-max-bytes=N]
+                      [--batch-max-wait-ms=N]
   destinations update ID [--source=ID...] [--url=URL [--header=...]...]...
                       [--shared-secret-file=FILE | --no-shared-secret] [--enabled=true|false]
                       [--timeout-ms=N] [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
+                      [--batch-max-events=N] [--batch-max-bytes=N] [--batch-max-wait-ms=N]
                       [--filter-file=FILE | --no-filter]
-                      (the --*-ms / rate / breaker flags replace the whole options object)
+                      (the --*-ms / rate / breaker / batch flags replace the whole options
+                      object; any --batch-* flag sends several events per request)
   destinations enable ID | disable ID
   destinations rotate-secret ID --shared-secret-file=FILE [--overlap=24h]
                                            the new secret signs at once; until the overlap ends,

@@ -55,7 +55,8 @@ constexpr std::string_view kValueFlags[] = {
     "destination", "from", "to", "limit", "service", "id", "name", "kind", "source", "url",
     "header", "shared-secret-file", "timeout-ms", "rate-limit-per-second",
     "circuit-breaker-failures", "user", "request-id", "rule", "rule-file",
-    "sync-interval", "filter-file", "overlap"};
+    "sync-interval", "filter-file", "overlap", "batch-max-events", "batch-max-bytes",
+    "batch-max-wait-ms"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
 // Flags that may repeat; their order relative to each other is kept.
@@ -351,6 +352,11 @@ std::vector<std::pair<std::string, std::string>> DestinationFields(
                                   d.rotation().ends_at().seconds())))
                : "set"},
           {"filter", FilterCell(d)},
+          {"batches", d.options().has_batch()
+                          ? absl::StrCat("up to ", d.options().batch().max_events(), " events, ",
+                                         d.options().batch().max_bytes(), " bytes, ",
+                                         d.options().batch().max_wait_ms(), " ms")
+                          : "no (one event per request)"},
           {"managed by", d.managed_by()},
           {"delivered / retried / dead",
            absl::StrCat(st.delivered(), " / ", st.retried(), " / ", st.dead())},

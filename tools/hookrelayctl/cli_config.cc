@@ -225,7 +225,8 @@ int Sources(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usag
 
 constexpr std::string_view kDestinationFlags[] = {
     "id", "source", "url", "header", "shared-secret-file", "no-shared-secret", "enabled",
-    "timeout-ms", "rate-limit-per-second", "circuit-breaker-failures", "filter-file", "no-filter"};
+    "timeout-ms", "rate-limit-per-second", "circuit-breaker-failures", "filter-file", "no-filter",
+    "batch-max-events", "batch-max-bytes", "batch-max-wait-ms"};
 
 // The filter from --filter-file: a JSON object in the admin API's shape (types, events, where);
 // unknown fields are refused here, what the values mean is the collector's to judge. Appended to
@@ -334,8 +335,10 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
   if (cl.Bool("no-shared-secret")) w.String("sharedSecret", "");
   if (cl.Has("enabled")) w.Bool("enabled", cl.Bool("enabled"));
   if (auto e = FilterFlag(cl, w)) return e;
+  const bool batch =
+      cl.Has("batch-max-events") || cl.Has("batch-max-bytes") || cl.Has("batch-max-wait-ms");
   if (cl.Has("timeout-ms") || cl.Has("rate-limit-per-second") ||
-      cl.Has("circuit-breaker-failures")) {
+      cl.Has("circuit-breaker-failures") || batch) {
     // Limits are the server's to judge (it names the field); only the shape is checked here.
     auto number = [&cl](const char* flag, int64_t* out) -> std::optional<UsageError> {
       if (!absl::SimpleAtoi(cl.Get(flag), out) || *out < 0) {
@@ -361,6 +364,20 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
       b.Int("failures", n);
       b.Close();
       o.Raw("circuitBreaker", breaker);
+    }
+    if (batch) {
+      // Any batch flag turns batching on; the others keep their defaults.
+      std::string batch_json;
+      common::JsonObjectWriter b(&batch_json);
+      for (const auto& [flag, field] : {std::pair{"batch-max-events", "maxEvents"},
+                                        std::pair{"batch-max-bytes", "maxBytes"},
+                                        std::pair{"batch-max-wait-ms", "maxWaitMs"}}) {
+        if (!cl.Has(flag)) continue;
+        if (auto e = number(flag, &n)) return e;
+        b.Int(field, n);
+      }
+      b.Close();
+      o.Raw("batch", batch_json);
     }
     o.Close();
     w.Raw("options", options);

@@ -1286,5 +1286,28 @@ TEST_F(HookrelayctlTest, DestinationRotateSecret) {
   EXPECT_THAT(r.err, HasSubstr("overlap: 721h is outside 0s..720h (30 days)")) << r;
 }
 
+// --batch-* flags turn batched webhooks on (the others at their defaults); shown in `get`.
+TEST_F(HookrelayctlTest, DestinationBatchFlags) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"destinations", "create", "--id=orders", "--source=web",
+           "--url=https://hooks.example.com/x", "--batch-max-events=50"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "batches"), "up to 50 events, 500000 bytes, 1000 ms");
+  r = Ctl({"destinations", "update", "orders", "--batch-max-wait-ms=250", "--timeout-ms=3000"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "batches"), "up to 100 events, 500000 bytes, 250 ms");
+  r = Ctl({"destinations", "update", "orders", "--timeout-ms=3000"});  // options replaced whole
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "batches"), "no (one event per request)");
+  r = Ctl({"destinations", "update", "orders", "--batch-max-events=5000"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("options.batch.maxEvents: 5000, must be between 1 and 1000")) << r;
+  r = Ctl({"destinations", "update", "orders", "--batch-max-bytes=lots"});
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_THAT(r.err, HasSubstr("--batch-max-bytes: \"lots\" is not a number")) << r;
+}
+
 }  // namespace
 }  // namespace hookrelay::hookrelayctl
