@@ -124,7 +124,7 @@ TEST_F(ConfigManagerTest, TimeoutMustFitInsideTheLease) {
       *store_, "", [](const std::shared_ptr<const ConfigManager::Snapshot>&) {},
       absl::Seconds(8));
   ASSERT_TRUE(manager->Start().ok());
-  auto add = [&](uint32_t timeout_ms) {
+  auto add = [&](uint32_t timeout_ms, uint32_t batch_wait_ms = 0) {
     return manager->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kDestination, "d"},
                           [&](Config& api) {
                             api.clear_sources();
@@ -136,6 +136,9 @@ TEST_F(ConfigManagerTest, TimeoutMustFitInsideTheLease) {
                             d->add_sources("a");
                             d->add_urls()->set_url("https://example.com/hook");
                             if (timeout_ms > 0) d->mutable_options()->set_timeout_ms(timeout_ms);
+                            if (batch_wait_ms > 0) {
+                              d->mutable_options()->mutable_batch()->set_max_wait_ms(batch_wait_ms);
+                            }
                             return absl::OkStatus();
                           });
   };
@@ -152,6 +155,16 @@ TEST_F(ConfigManagerTest, TimeoutMustFitInsideTheLease) {
     EXPECT_NE(v[0].description.find(part), std::string::npos) << v[0].description;
   }
   EXPECT_EQ(LeaseMargin(absl::Seconds(2)), absl::Seconds(1));
+  // A batched job also waits for its batch under the same lease: wait + timeout must fit.
+  EXPECT_TRUE(add(5000, 1000).ok());
+  refused = add(5000, 1001);
+  ASSERT_FALSE(refused.ok());
+  v = Violations(refused.status());
+  ASSERT_EQ(v.size(), 1u) << refused.status();
+  EXPECT_EQ(v[0].field, "options.batch.maxWaitMs");
+  for (const char* part : {"1001 ms plus the timeout of 5000 ms", "8s", "at most 1000 ms"}) {
+    EXPECT_NE(v[0].description.find(part), std::string::npos) << v[0].description;
+  }
 
   const std::string file = TempPath("config.yaml");
   Write(file, R"(sources:
