@@ -10,8 +10,9 @@
 //   {"msg":"listening","port":N,"url":"http://127.0.0.1:N/hooks"}     first line
 //   {"msg":"tick","requests":N,"total":T,...}    every --report_interval: requests in that
 //                                               interval, total so far, interval latency
-//   {"msg":"summary",...}                       on exit: requests since start (or the last
-//                                               SIGUSR1), first/last request time, rate over that
+//   {"msg":"summary",...}                       on exit: requests (events: each member of a
+//                                               batch counts) since start (or the last SIGUSR1),
+//                                               posts (HTTP requests), first/last request time, rate over that
 //                                               span, latency count/p50/p90/p99/p99.9/max in ms
 // Exits (after the summary) on SIGTERM/SIGINT, after --duration, or once --exit_after requests
 // have arrived. SIGUSR1 resets the summary's counters and histogram (end of a warm-up); the
@@ -31,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/flags/flag.h"
@@ -64,14 +66,20 @@ namespace {
 
 constexpr std::string_view kTimestampKey = R"("timestamp":")";
 
-// The webhook body's timestamp, if it has one that parses.
-std::optional<absl::Time> BodyTimestamp(std::string_view body) {
-  const size_t at = body.find(kTimestampKey);
-  if (at == std::string_view::npos) return std::nullopt;
-  const size_t from = at + kTimestampKey.size();
-  const size_t to = body.find('"', from);
-  if (to == std::string_view::npos) return std::nullopt;
-  return common::ParseIso8601(body.substr(from, to - from));
+// The timestamps of the events in a webhook body, in order: one for a body of one event, one per
+// member of a batch ({"batch":[…]}). Those that do not parse are left out.
+std::vector<absl::Time> BodyTimestamps(std::string_view body) {
+  std::vector<absl::Time> out;
+  for (size_t at = body.find(kTimestampKey); at != std::string_view::npos;
+       at = body.find(kTimestampKey, at + 1)) {
+    const size_t from = at + kTimestampKey.size();
+    const size_t to = body.find('"', from);
+    if (to == std::string_view::npos) break;
+    if (std::optional<absl::Time> t = common::ParseIso8601(body.substr(from, to - from))) {
+      out.push_back(*t);
+    }
+  }
+  return out;
 }
 
 double Ms(int64_t nanos) { return static_cast<double>(nanos) / 1e6; }
@@ -93,21 +101,24 @@ void PrintLine(const std::string& line) {
 
 class Stats {
  public:
+  // Counts the events of one request (each member of a batch is one; a body without a timestamp
+  // counts as one) and their end-to-end latencies.
   void Record(const receiver::ReceivedRequest& request) {
-    const std::optional<absl::Time> stamp = BodyTimestamp(request.body);
-    const int64_t latency = stamp ? absl::ToInt64Nanoseconds(request.at - *stamp) : 0;
-    total_.fetch_add(1, std::memory_order_relaxed);
+    const std::vector<absl::Time> stamps = BodyTimestamps(request.body);
+    const int64_t events = stamps.empty() ? 1 : static_cast<int64_t>(stamps.size());
+    total_.fetch_add(events, std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     if (requests_ == 0) first_ = request.at;
     if (request.at > last_) last_ = request.at;
-    ++requests_;
-    ++interval_requests_;
-    if (stamp) {
+    requests_ += events;
+    interval_requests_ += events;
+    ++posts_;
+    for (absl::Time stamp : stamps) {
+      const int64_t latency = absl::ToInt64Nanoseconds(request.at - stamp);
       histogram_.Record(latency);
       interval_.Record(latency);
-    } else {
-      ++no_timestamp_;
     }
+    if (stamps.empty()) ++no_timestamp_;
   }
 
   int64_t total() const { return total_.load(std::memory_order_relaxed); }
@@ -115,6 +126,7 @@ class Stats {
   void Reset() {
     absl::MutexLock lock(&mu_);
     requests_ = 0;
+    posts_ = 0;
     no_timestamp_ = 0;
     first_ = last_ = absl::InfinitePast();
     histogram_ = LatencyHistogram();
@@ -144,6 +156,7 @@ class Stats {
         R"({"msg":"summary","requests":)", requests_, R"(,"total":)", total(), R"(,"first":")",
         first, R"(","last":")", last, R"(","span_s":)", absl::StrFormat("%.3f", span),
         R"(,"rate_per_s":)", absl::StrFormat("%.1f", span > 0 ? requests_ / span : 0.0),
+        R"(,"posts":)", posts_,
         R"(,"no_timestamp":)", no_timestamp_, ",", LatencyFields(histogram_), "}");
   }
 
@@ -153,6 +166,7 @@ class Stats {
   int64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t interval_requests_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t no_timestamp_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t posts_ ABSL_GUARDED_BY(mu_) = 0;  // HTTP requests (requests_ counts events)
   absl::Time first_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   LatencyHistogram histogram_ ABSL_GUARDED_BY(mu_);

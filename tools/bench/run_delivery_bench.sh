@@ -28,6 +28,8 @@
 #   RESULTS=/tmp/delivery-bench tools/bench/run_delivery_bench.sh   # keep every log there
 #   IDLE_WAIT=60 tools/bench/run_delivery_bench.sh          # shared machine: wait for quiet first
 #   SMOKE=1 tools/bench/run_delivery_bench.sh               # seconds per phase: a check that it works
+#   BATCH=100:500000:1000 PHASES="throughput latency" THROUGHPUT_VARIANTS=0:0:0 \
+#     tools/bench/run_delivery_bench.sh                     # batched webhooks (deliveries = events)
 #   SMOKE=1 SKIP_BUILD=1 BIN_DIR=$(bazel info bazel-bin) tools/bench/run_delivery_bench.sh  # prebuilt
 #
 # Bounded: the build has BUILD_TIMEOUT (default 600 s), every start-up 10 s, every load run its
@@ -252,6 +254,17 @@ start_receiver() {
   RECEIVER_PORT=$(wait_for_line "$TMP/$name.receiver.log" '"msg":"listening"' "$RECEIVER_PID" | jq -r .port)
 }
 
+# BATCH="max_events:max_bytes:max_wait_ms": the destination sends batched webhooks (options.batch);
+# the receiver counts each member as a delivery. Empty (default): one event per request.
+BATCH=${BATCH:-}
+batch_options() {
+  [[ -n "$BATCH" ]] || return 0
+  local events bytes wait
+  IFS=: read -r events bytes wait <<<"$BATCH"
+  printf '    options:\n      batch: {max_events: %s, max_bytes: %s, max_wait_ms: %s}\n' \
+    "$events" "$bytes" "$wait"
+}
+
 # start_collector NAME: a fresh data directory and a config whose one destination is the
 # receiver (shared secret set, so every request is signed). Sets COLLECTOR_PID, HTTP_PORT,
 # GRPC_PORT, COLLECTOR_METRICS_PORT.
@@ -274,6 +287,7 @@ destinations:
       - url: http://127.0.0.1:$RECEIVER_PORT/hooks
         headers:
           X-Api-Key: bench
+$(batch_options)
 EOF
   "$TMP/collector" --config="$TMP/$name/config.yaml" --data_dir="$TMP/$name/data" \
     --http_address=127.0.0.1:0 --grpc_address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
