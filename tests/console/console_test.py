@@ -650,6 +650,91 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(saved_opts == want_opts,
           f"the form saved the rate limit and kept the other options: {saved_opts}")
 
+    # 10b'. Batched webhooks in the edit form (SPEC §5.4): off, the section is closed and the
+    # limits hidden; ticked, they show the defaults with their ranges as hints; saved with 10
+    # events and 200 ms, the API has options.batch with the default maxBytes and the other options
+    # kept; the list shows it; an out-of-range value gets a hint naming the field and its limit on
+    # blur, and the collector's refusal next to the field; unticked and saved, batch is gone.
+    from selenium.webdriver.common.keys import Keys
+    opts_before = (stored() or {}).get("options") or {}
+    check("batch" not in opts_before, f"the destination starts without batching: {opts_before}")
+    b.go(base, f"#/setup/{DEST_ID}")
+    batch_on = b.visible("#batch-options summary", 15) and b.css("#batch-enabled")
+    check(bool(batch_on) and b.css("#batch-options").get_attribute("open") is None and
+          not batch_on.is_selected() and not b.css("#batch-fields").is_displayed(),
+          "the batch section is closed, unticked, its limits hidden, while there is no batch")
+    b.click("#batch-options summary")
+    b.click("label[for=batch-enabled]")
+    shown = wait_for(lambda: b.css("#batch-fields").is_displayed(), 5)
+    defaults = {sel: b.css(sel).get_attribute("value")
+                for sel in ("#batch-max-events", "#batch-max-bytes", "#batch-max-wait-ms")}
+    check(bool(shown) and batch_on.is_selected() and defaults == {
+        "#batch-max-events": "100", "#batch-max-bytes": "500000", "#batch-max-wait-ms": "1000"},
+          f"ticking 'Send several events per request' shows the limits with the defaults "
+          f"({defaults})")
+    hints = {sel: b.css(sel + "-hint").text
+             for sel in ("#batch-max-events", "#batch-max-bytes", "#batch-max-wait-ms")}
+    check("1 to 1,000" in hints["#batch-max-events"] and
+          "1,000 to 500,000" in hints["#batch-max-bytes"] and
+          "10 to 10,000" in hints["#batch-max-wait-ms"] and
+          all(f"{sel[1:]}-hint" in b.css(sel).get_attribute("aria-describedby") for sel in hints),
+          f"each limit's range is its hint, tied to the field: {hints}")
+    labels = [b.css(f"label[for={i}]").text for i in
+              ("batch-enabled", "batch-max-events", "batch-max-bytes", "batch-max-wait-ms")]
+    check(all(labels) and labels[0] == "Send several events per request",
+          f"the checkbox and the three fields are labelled: {labels}")
+    b.type("#batch-max-events", "10")
+    b.type("#batch-max-wait-ms", "200")
+    b.shot("batch-on", b.css("#batch-options"))
+    b.click("#save-destination")
+    want_batch = {"maxEvents": 10, "maxBytes": 500000, "maxWaitMs": 200}
+    got_opts = wait_for(lambda: (lambda o: o if o.get("batch") else None)(
+        (stored() or {}).get("options") or {}), 10)
+    check(bool(got_opts) and got_opts.get("batch") == want_batch,
+          f"the form saved options.batch {want_batch}: {got_opts and got_opts.get('batch')}")
+    check(bool(got_opts) and dict(got_opts, batch=None) == dict(opts_before, batch=None),
+          f"the other options are kept: {got_opts}")
+    b.go(base, "#/destinations")
+    batch_line = wait_for(lambda: b.css(
+        f"tr[data-destination-id='{DEST_ID}'] td.cell-protection .batching"), 10)
+    check(bool(batch_line) and batch_line.text == "batches ≤ 10 / 200 ms",
+          f"the Protection column shows the batching ({batch_line.text if batch_line else None!r})")
+    b.go(base, f"#/setup/{DEST_ID}")
+    events_in = b.visible("#batch-max-events", 15)
+    check(events_in is not None and b.css("#batch-enabled").is_selected() and
+          b.css("#batch-options").get_attribute("open") is not None and
+          events_in.get_attribute("value") == "10" and
+          b.css("#batch-max-bytes").get_attribute("value") == "500000" and
+          b.css("#batch-max-wait-ms").get_attribute("value") == "200",
+          "the edit form shows the stored batch (ticked; 10 events, 500000 bytes, 200 ms)")
+    b.type("#batch-max-events", "1001").send_keys(Keys.TAB)
+    hint = wait_for(lambda: (lambda e: e if e.is_displayed() else None)(
+        b.css("#batch-max-events-error")), 5)
+    check(bool(hint) and hint.get_attribute("data-source") == "client" and
+          "maxEvents" in hint.text and "1 to 1,000" in hint.text,
+          f"1001 events gets a hint on blur naming the field and its limit: "
+          f"{hint.text if hint else None!r}")
+    b.click("#save-destination")
+    batch_err = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                                  e.get_attribute("data-source") == "server" else None)(
+        b.css("#batch-max-events-error")), 10)
+    check(bool(batch_err) and "1000" in batch_err.text and
+          b.css("#batch-max-events").get_attribute("aria-invalid") == "true" and
+          "One field is marked below" in b.css("#form-error").text,
+          f"the collector refuses 1001 events next to the field: "
+          f"{batch_err.text if batch_err else None!r}; {b.css('#form-error').text!r}")
+    b.shot("batch-refused", b.css("#batch-options"))
+    check(((stored() or {}).get("options") or {}).get("batch") == want_batch,
+          "the refused save changed nothing")
+    b.click("label[for=batch-enabled]")
+    check(not b.css("#batch-enabled").is_selected() and
+          not b.css("#batch-fields").is_displayed(), "unticked, the limits are hidden")
+    b.click("#save-destination")
+    unbatched = wait_for(lambda: (lambda o: [o] if "batch" not in o else None)(
+        (stored() or {}).get("options") or {}), 10)
+    check(bool(unbatched) and unbatched[0] == opts_before,
+          f"unticked and saved, options.batch is gone and the rest kept: {unbatched}")
+
     # 10c. The filter in the edit form: types, event names and a condition saved as the API's
     # JSON; a refused condition explained next to its value field; the test says which part of
     # the filter refuses the sample; emptied, the filter lets everything through again.

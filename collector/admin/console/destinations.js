@@ -122,7 +122,7 @@ function viewDestinations(view) {
   }
 
   // The destination's protection on this collector: breaker state, adaptive limit and jobs in
-  // flight (stats), and the options that bound it (rate limit, breaker settings).
+  // flight (stats), and the options that bound it (rate limit, breaker settings, batches).
   function protectionCell(d) {
     var st = d.stats || {};
     var opts = d.options || {};
@@ -146,6 +146,13 @@ function viewDestinations(view) {
     if (opts.circuitBreaker && opts.circuitBreaker.failures) {
       lines.push(h('br'), h('small', {class: 'bounds', text: 'breaker after ' +
         num(opts.circuitBreaker.failures) + ' failures'}));
+    }
+    if (opts.batch) {
+      lines.push(h('br'), h('small', {class: 'bounds batching', text: 'batches ≤ ' +
+        num(opts.batch.maxEvents) + ' / ' + num(opts.batch.maxWaitMs) + ' ms',
+        title: 'Batched webhooks: up to ' + num(opts.batch.maxEvents) + ' events and ' +
+          num(opts.batch.maxBytes).toLocaleString() + ' bytes per request, sent at most ' +
+          num(opts.batch.maxWaitMs) + ' ms after its first event'}));
     }
     return h('td', {class: 'cell-protection'}, lines);
   }

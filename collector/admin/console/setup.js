@@ -210,12 +210,103 @@ function setupSaveStep(ctx) {
   ctx.protection = h('details', {class: 'protection', id: 'protection-options'},
     h('summary', {text: 'Protection (optional): rate limit and circuit breaker'}),
     ctx.rateField.wrap, ctx.breakerField.wrap);
+  setupBatch(ctx);
   setupFilter(ctx);  // setup_filter.js
   append(ctx.s5, ctx.idField.wrap, h('div', {class: 'field'}, ctx.enabled.label,
     h('p', {class: 'field-hint', id: 'destination-enabled-hint', text: 'A disabled destination ' +
       'receives nothing; events are not queued for it.'}), ctx.enabledErr),
-    ctx.protection, ctx.filterDetails, h('div', {class: 'actions'}, ctx.saveBtn));
+    ctx.protection, ctx.batchDetails, ctx.filterDetails, h('div', {class: 'actions'},
+      ctx.saveBtn));
   append(ctx.form, ctx.s5);
+}
+
+// Batched webhooks (optional, SPEC §5.4): options.batch. Checked, the deliverer sends several
+// jobs per request as {"batch":[…]}; unchecked, batch is left out of the options (one job per
+// request). The limits are the collector's (common/config_validate.cc); the checks below are
+// hints on blur only, and the collector's answer goes next to the field it names.
+var BATCH_FIELDS = [
+  // key in options.batch, input id, label, name in the hints, min, max, default, hint
+  {key: 'maxEvents', id: 'batch-max-events', label: 'Events per request (at most)',
+    name: 'Events per request', min: 1, max: 1000, def: 100,
+    hint: 'events; the request goes out once it holds this many.'},
+  {key: 'maxBytes', id: 'batch-max-bytes', label: 'Request body size (bytes, at most)',
+    name: 'Request body size', min: 1000, max: 500000, def: 500000,
+    hint: 'bytes; a job that would pass it starts the next request.'},
+  {key: 'maxWaitMs', id: 'batch-max-wait-ms', label: 'Wait for more events (ms, at most)',
+    name: 'Wait for more events', min: 10, max: 10000, def: 1000,
+    hint: 'ms after the first job of a request; then it goes out with what it holds.'}
+];
+
+function setupBatch(ctx) {
+  ctx.batchOn = h('input', {type: 'checkbox', id: 'batch-enabled'});
+  ctx.batchOnErr = h('p', {class: 'field-error', id: 'batch-enabled-error', hidden: true});
+  ctx.batchOn.setAttribute('aria-describedby', 'batch-enabled-hint ' + ctx.batchOnErr.id);
+  ctx.batchOn.setAttribute('aria-controls', 'batch-fields');
+  ctx.batchFields = {};
+  var row = h('div', {class: 'field-row'});
+  BATCH_FIELDS.forEach(function (b) {
+    var input = h('input', {type: 'number', id: b.id, min: String(b.min), max: String(b.max),
+      step: '1', inputmode: 'numeric', value: String(b.def)});
+    var f = field(b.label, input, b.min.toLocaleString('en') + ' to ' +
+      b.max.toLocaleString('en') + ' ' + b.hint + ' Default ' + b.def.toLocaleString('en') + '.');
+    input.addEventListener('blur', function () {
+      afterPointer(function () { checkBatchField(ctx, b); });
+    });
+    ctx.batchFields[b.key] = f;
+    append(row, f.wrap);
+  });
+  ctx.batchFieldsWrap = h('div', {class: 'batch-fields', id: 'batch-fields', role: 'group',
+    'aria-label': 'Batch limits', hidden: true}, row);
+  ctx.batchOn.addEventListener('change', function () {
+    ctx.batchFieldsWrap.hidden = !ctx.batchOn.checked;
+  });
+  ctx.batchDetails = h('details', {class: 'protection batch', id: 'batch-options'},
+    h('summary', {text: 'Batched webhooks (optional): several events per request'}),
+    h('div', {class: 'field'}, h('div', {class: 'choice-inline'}, ctx.batchOn,
+      h('label', {for: 'batch-enabled', text: 'Send several events per request'})),
+      h('p', {class: 'field-hint', id: 'batch-enabled-hint', text: 'The receiver gets ' +
+        '{"batch":[…]} with up to the limits below in one signed request, and answers for all ' +
+        'of them. Unticked: one event per request.'}), ctx.batchOnErr),
+    ctx.batchFieldsWrap);
+}
+
+// A hint on blur: the field's value is a whole number within the collector's limits.
+function checkBatchField(ctx, b) {
+  var f = ctx.batchFields[b.key];
+  if (f.source() === 'server') return;
+  var v = f.input.value.trim();
+  var msg = '';
+  if (ctx.batchOn.checked && v) {
+    var n = Number(v);
+    if (!/^\d+$/.test(v) || n < b.min || n > b.max) {
+      msg = b.name + ' (' + b.key + '): ' + v + ' is out of range; use a whole number from ' +
+        b.min.toLocaleString('en') + ' to ' + b.max.toLocaleString('en') + '.';
+    }
+  }
+  f.setError(msg, 'client');
+}
+
+// The stored options.batch in the form (defaults when the destination sends one job per request).
+function fillBatch(ctx, batch) {
+  ctx.batchOn.checked = !!batch;
+  ctx.batchFieldsWrap.hidden = !batch;
+  BATCH_FIELDS.forEach(function (b) {
+    var v = batch && batch[b.key] ? num(batch[b.key]) : b.def;
+    ctx.batchFields[b.key].input.value = String(v);
+  });
+  ctx.batchDetails.open = !!batch;
+}
+
+// options.batch as the form has it, or null when unticked; an empty field is left to the
+// collector's default. Keys in the API's order, so an unchanged batch compares equal.
+function batchBody(ctx) {
+  if (!ctx.batchOn.checked) return null;
+  var out = {};
+  BATCH_FIELDS.forEach(function (b) {
+    var v = ctx.batchFields[b.key].input.value.trim();
+    if (v) out[b.key] = Number(v);
+  });
+  return out;
 }
 
 // Step 6: test.
@@ -383,6 +474,7 @@ function enterEditMode(ctx, dest) {
   ctx.breakerIn.value = o.circuitBreaker && o.circuitBreaker.failures ?
     String(o.circuitBreaker.failures) : '';
   ctx.protection.open = !!(ctx.rateIn.value || ctx.breakerIn.value);
+  fillBatch(ctx, o.batch);
   fillFilter(ctx, dest.filter);
   ctx.testBtn.disabled = false;
   ctx.testNote.textContent = dest.enabled ? 'The destination is enabled.' :
@@ -426,7 +518,8 @@ function buildBody(ctx) {
   } else if (ctx.editing && ctx.removeSecret.checked) {
     body.sharedSecret = '';
   }
-  // Options are replaced as a whole: start from the stored ones and change only these two.
+  // Options are replaced as a whole: start from the stored ones and change only these (rate
+  // limit, circuit breaker, batch).
   var had = (ctx.editing && ctx.editing.options) || {};
   var opts = JSON.parse(JSON.stringify(had));
   var rate = ctx.rateIn.value.trim();
@@ -438,6 +531,8 @@ function buildBody(ctx) {
   } else {
     delete opts.circuitBreaker;
   }
+  var batch = batchBody(ctx);
+  if (batch) opts.batch = batch; else delete opts.batch;
   if (JSON.stringify(opts) !== JSON.stringify(had)) body.options = opts;
   // The filter is sent when it differs from the stored one ({} removes it).
   var filter = filterBody(ctx);
@@ -456,6 +551,8 @@ function clearServerErrors(ctx) {
   setError(ctx.enabled.input, ctx.enabledErr, '');
   ctx.rateField.setError('');
   ctx.breakerField.setError('');
+  setError(ctx.batchOn, ctx.batchOnErr, '');
+  BATCH_FIELDS.forEach(function (b) { ctx.batchFields[b.key].setError(''); });
   clearFilterErrors(ctx);
   ctx.rows.forEach(function (row) {
     row.urlField.setError('');
@@ -485,6 +582,21 @@ function place(ctx, v) {
   if (f.indexOf('options.circuitBreaker') === 0) {
     ctx.protection.open = true;
     ctx.breakerField.setError(d, 'server');
+    return true;
+  }
+  if (f.indexOf('options.batch') === 0) {
+    ctx.batchDetails.open = true;
+    var bf = null;
+    BATCH_FIELDS.forEach(function (b) {
+      if (f === 'options.batch.' + b.key) bf = ctx.batchFields[b.key];
+    });
+    if (bf) {
+      ctx.batchOn.checked = true;
+      ctx.batchFieldsWrap.hidden = false;
+      bf.setError(d, 'server');
+    } else {
+      setError(ctx.batchOn, ctx.batchOnErr, d, 'server');
+    }
     return true;
   }
   if (placeFilter(ctx, v)) return true;
