@@ -31,8 +31,9 @@ Batcher::~Batcher() {
 }
 
 void Batcher::Add(const std::string& key, const hookrelay::v1::BatchOptions& options,
-                  BatchItem item) {
-  const size_t max_events = options.max_events();
+                  BatchItem item, size_t expected) {
+  const size_t max_events =
+      expected > 0 ? std::min<size_t>(expected, options.max_events()) : options.max_events();
   const size_t max_bytes = options.max_bytes();
   std::vector<std::vector<BatchItem>> ready;
   {

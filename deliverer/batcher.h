@@ -54,8 +54,10 @@ class Batcher {
 
   // Adds `item` to the batch of `key`, whose limits are `options` (effective: none is 0). A
   // member whose body alone passes max_bytes goes at once, in a batch of its own; one that would
-  // make the pending batch pass it first sends the pending batch.
-  void Add(const std::string& key, const hookrelay::v1::BatchOptions& options, BatchItem item);
+  // make the pending batch pass it first sends the pending batch. `expected` > 0: the batch is
+  // complete with that many members (a retried batch coming back) and goes as soon as it is.
+  void Add(const std::string& key, const hookrelay::v1::BatchOptions& options, BatchItem item,
+           size_t expected = 0);
 
   // Sends every pending batch now (shutdown drains).
   void FlushAll();

@@ -85,8 +85,10 @@ std::string BatchKey(const hookrelay::v1::Destination& d,
 
 }  // namespace
 
-std::string BatchIdempotencyKey(const std::vector<std::string_view>& message_ids) {
-  // Length-prefixed ids: no two lists of ids hash the same bytes.
+std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids) {
+  // Sorted (a retry may lease the members in another order), length-prefixed (no two sets of
+  // ids hash the same bytes).
+  std::sort(message_ids.begin(), message_ids.end());
   std::string input;
   for (std::string_view id : message_ids) {
     absl::StrAppend(&input, id.size(), ":", common::ToAbsl(id));
@@ -665,8 +667,18 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
   }
   // A batched destination's job waits for its batch (test jobs go alone, as usual).
   if (job->options.has_batch() && !job->delivery.job().test()) {
-    batcher_->Add(BatchKey(destination, job->options), job->options.batch(),
-                  BatchItem{job, std::move(*body)});
+    // A job whose last attempt was in a batch that is to be retried goes with the same members
+    // again (they are due at the same time), never with jobs that were not in it.
+    const hookrelay::v1::Job& j = job->delivery.job();
+    const hookrelay::v1::Attempt* last = j.history_size() > 0 ? &j.history(j.history_size() - 1)
+                                                              : nullptr;
+    std::string key = BatchKey(destination, job->options);
+    size_t expected = 0;
+    if (last != nullptr && !last->batch_key().empty() && last->batch_members() > 0) {
+      absl::StrAppend(&key, "#", last->batch_key());
+      expected = static_cast<size_t>(last->batch_members());
+    }
+    batcher_->Add(key, job->options.batch(), BatchItem{job, std::move(*body)}, expected);
     return;
   }
 
@@ -766,6 +778,7 @@ void Deliverer::SendToUrls(const hookrelay::v1::Destination& destination,
 // become every member's attempt.
 struct Deliverer::BatchState {
   std::vector<std::shared_ptr<JobState>> members;
+  std::string key;  // Idempotency-Key
   std::vector<UrlResult> results;
   std::vector<std::string> details;
   std::vector<absl::Duration> durations;
@@ -773,6 +786,11 @@ struct Deliverer::BatchState {
 };
 
 void Deliverer::SendBatch(std::vector<BatchItem> items) {
+  // In job id order (acceptance order on one collector): a retried batch has the same body.
+  std::sort(items.begin(), items.end(), [](const BatchItem& a, const BatchItem& b) {
+    return static_cast<const JobState*>(a.job.get())->delivery.job().id() <
+           static_cast<const JobState*>(b.job.get())->delivery.job().id();
+  });
   auto batch = std::make_shared<BatchState>();
   batch->members.reserve(items.size());
   for (BatchItem& item : items) {
@@ -787,7 +805,8 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
   std::vector<std::string_view> message_ids;
   message_ids.reserve(batch->members.size());
   for (const auto& m : batch->members) message_ids.push_back(m->delivery.job().message_id());
-  const std::string key = BatchIdempotencyKey(message_ids);
+  batch->key = BatchIdempotencyKey(std::move(message_ids));
+  const std::string& key = batch->key;
   // A batch carries no traceparent: its members may belong to different traces.
   Headers headers;
   headers.reserve(5 + (destination.urls_size() == 1 ? destination.urls(0).headers_size() : 0));
@@ -819,13 +838,31 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   batch->details[index] = std::move(result.error_detail);
   if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   // The request's outcome is every member's attempt; each decides on its own attempts and
-  // retry window (a member near the end of its window may go dead while others retry).
+  // retry window (a member near the end of its window may go dead while others retry). Those
+  // that retry share one retry time, so that they come back together and go as the same batch.
   for (const std::shared_ptr<JobState>& member : batch->members) {
     member->results = batch->results;
     member->details = batch->details;
     member->durations = batch->durations;
-    FinishJob(member);
   }
+  BatchAttempt attempt;
+  attempt.key = batch->key;
+  attempt.members = static_cast<int>(batch->members.size());
+  // The latest of the members' own retry times: none goes back sooner than its backoff says.
+  const absl::Time now = clock_.Now();
+  attempt.retry_at = absl::InfinitePast();
+  // A 2xx from any URL delivers every member alike: the retry time matters only otherwise.
+  bool delivered = false;
+  for (const UrlResult& r : batch->results) {
+    delivered = delivered || (r.error == TransportError::kNone && r.status >= 200 && r.status < 300);
+  }
+  for (const std::shared_ptr<JobState>& member : batch->members) {
+    if (delivered) break;
+    const Decision d =
+        DecideOutcome(member->results, member->delivery.job(), member->options, now, ThreadBitGen());
+    if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
+  }
+  for (const std::shared_ptr<JobState>& member : batch->members) FinishJob(member, &attempt);
 }
 
 void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
@@ -843,11 +880,15 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
   if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
 }
 
-void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
+void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch) {
   const absl::Time now = clock_.Now();
   const hookrelay::v1::Job& j = job->delivery.job();
   const hookrelay::v1::Destination& destination = job->delivery.destination();
-  const Decision decision = DecideOutcome(job->results, j, job->options, now, ThreadBitGen());
+  Decision decision = DecideOutcome(job->results, j, job->options, now, ThreadBitGen());
+  if (batch != nullptr && decision.kind == DecisionKind::kRetry &&
+      batch->retry_at != absl::InfinitePast()) {
+    decision.not_before = batch->retry_at;  // the batch's members come back together
+  }
 
   Outcome outcome;
   outcome.set_job_id(j.id());
@@ -855,6 +896,10 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job) {
   outcome.set_kind(ToOutcomeKind(decision.kind));
   hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
   attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
+  if (batch != nullptr) {
+    attempt->set_batch_key(batch->key);
+    attempt->set_batch_members(batch->members);
+  }
   for (size_t i = 0; i < job->results.size(); ++i) {
     const UrlResult& r = job->results[i];
     hookrelay::v1::UrlAttempt* u = attempt->add_urls();

@@ -111,7 +111,13 @@ class Deliverer {
   // A job arrived on `call` (on a gRPC thread): render, sign, send.
   void Handle(hookrelay::v1::Delivery delivery, std::shared_ptr<Call> call);
   void OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result);
-  void FinishJob(const std::shared_ptr<JobState>& job);
+  // The batch request a job's attempt was part of (nullptr: sent alone).
+  struct BatchAttempt {
+    std::string key;
+    int members = 0;
+    absl::Time retry_at;  // every member that retries waits at least until then
+  };
+  void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
   // X-Signature and, with standard_webhooks, the Standard Webhooks headers of `body` (both
@@ -161,9 +167,9 @@ class Deliverer {
 };
 
 // A batch request's Idempotency-Key (and Standard Webhooks webhook-id): "batch_" and 32 hex
-// digits of SHA-256 over the members' message ids, in order. The same members give the same key
-// on a retry, whichever deliverer sends it.
-std::string BatchIdempotencyKey(const std::vector<std::string_view>& message_ids);
+// digits of SHA-256 over the members' message ids, whatever their order. The same members give
+// the same key on a retry, whichever deliverer sends it.
+std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids);
 
 }  // namespace hookrelay::deliverer
 

@@ -417,11 +417,22 @@ TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) {
   ASSERT_EQ(outcomes.size(), 5u);
   EXPECT_EQ(outcomes[3].kind(), Outcome::RETRY);
   EXPECT_EQ(outcomes[4].kind(), Outcome::RETRY);
-  // The same members again: the same key.
-  ASSERT_TRUE(collector_.Send({batched(4, 1), batched(5, 1)}));
-  wait_held(2);
-  clock_.Advance(absl::Seconds(10));
-  outcomes = collector_.WaitOutcomes(7);
+  // The retrying members share one retry time and carry their batch back with the attempt.
+  for (int i = 3; i < 5; ++i) {
+    EXPECT_EQ(outcomes[i].attempt().batch_key(), BatchIdempotencyKey({"m-4", "m-5"}));
+    EXPECT_EQ(outcomes[i].attempt().batch_members(), 2);
+  }
+  EXPECT_EQ(outcomes[3].not_before().seconds(), outcomes[4].not_before().seconds());
+  EXPECT_EQ(outcomes[3].not_before().nanos(), outcomes[4].not_before().nanos());
+  // Back as the collector hands them out (in another order, beside a fresh job): the same
+  // members go again at once, with the same key and body; the fresh job does not join them.
+  auto retried = [&](uint64_t id, const Outcome& o) {
+    hookrelay::v1::Delivery d = batched(id, 1);
+    *d.mutable_job()->add_history() = o.attempt();
+    return d;
+  };
+  ASSERT_TRUE(collector_.Send({retried(5, outcomes[4]), batched(8), retried(4, outcomes[3])}));
+  outcomes = collector_.WaitOutcomes(7);  // No clock move: the batch is complete.
   ASSERT_EQ(outcomes.size(), 7u);
   EXPECT_EQ(outcomes[5].kind(), Outcome::DELIVERED);
   EXPECT_EQ(outcomes[6].kind(), Outcome::DELIVERED);
@@ -429,20 +440,29 @@ TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) {
   ASSERT_EQ(requests.size(), 3u);
   EXPECT_EQ(requests[1].Header("Idempotency-Key"), BatchIdempotencyKey({"m-4", "m-5"}));
   EXPECT_EQ(requests[2].Header("Idempotency-Key"), requests[1].Header("Idempotency-Key"));
+  EXPECT_EQ(requests[2].body, requests[1].body);
+  EXPECT_EQ(deliverer_->jobs_waiting_for_batch(), 1);  // job 8
+  clock_.Advance(absl::Seconds(10));
+  outcomes = collector_.WaitOutcomes(8);
+  ASSERT_EQ(outcomes.size(), 8u);
+  EXPECT_EQ(outcomes[7].job_id(), 8u);
+  requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 4u);
+  EXPECT_EQ(requests[3].Header("Idempotency-Key"), BatchIdempotencyKey({"m-8"}));
 
   // A 4xx: every member is dead, each with the reason.
   ASSERT_TRUE(collector_.Send({batched(6), batched(7)}));
   wait_held(2);
   clock_.Advance(absl::Seconds(10));
-  outcomes = collector_.WaitOutcomes(9);
-  ASSERT_EQ(outcomes.size(), 9u);
-  for (int i = 7; i < 9; ++i) {
+  outcomes = collector_.WaitOutcomes(10);
+  ASSERT_EQ(outcomes.size(), 10u);
+  for (int i = 8; i < 10; ++i) {
     EXPECT_EQ(outcomes[i].kind(), Outcome::DEAD);
     EXPECT_EQ(outcomes[i].attempt().urls(0).status(), 400);
   }
   const std::pair<int64_t, double> sizes = Histogram("hookrelay_delivery_batch_events");
-  EXPECT_EQ(sizes.first, 4);     // batch requests
-  EXPECT_EQ(sizes.second, 9.0);  // members, over all of them
+  EXPECT_EQ(sizes.first, 5);      // batch requests
+  EXPECT_EQ(sizes.second, 10.0);  // members, over all of them
 }
 
 // A receiver that speaks HTTP/2 (a gRPC server over TLS, which libcurl reaches through

@@ -919,10 +919,14 @@ TEST_P(AdminApiTest, RotateSecretSignsWithBothDuringTheOverlap) {
 // letter per job, and those replay per job.
 TEST_P(AdminApiTest, BatchedDestinationGetsEventsTogether) {
   std::atomic<bool> refuse{true};
+  std::atomic<bool> again_refused{false};
   auto receiver = WebhookReceiver::Start(
       WebhookReceiver::Options{}, [&](const receiver::ReceivedRequest& r) {
         receiver::Response answer;
         if (refuse.load() && absl::StrContains(r.body, "refused-")) answer.status = 400;
+        if (absl::StrContains(r.body, "again-") && !again_refused.exchange(true)) {
+          answer.status = 503;
+        }
         return answer;
       });
   ASSERT_TRUE(receiver.ok()) << receiver.status();
@@ -990,6 +994,23 @@ TEST_P(AdminApiTest, BatchedDestinationGetsEventsTogether) {
   EXPECT_EQ(members, 25u);
   EXPECT_GE(requests.size(), 3u);
   EXPECT_LT(requests.size(), 25u);  // Together, not one by one.
+
+  // A batch answered 503 comes back as the same batch: same members, body and key.
+  send_batch("again-", 3);
+  std::vector<receiver::ReceivedRequest> again;
+  for (absl::Time until = absl::Now() + absl::Seconds(30); again.size() < 2 && absl::Now() < until;) {
+    again.clear();
+    for (const auto& q : (*receiver)->Requests()) {
+      if (absl::StrContains(q.body, "again-")) again.push_back(q);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].Header("Idempotency-Key"), again[1].Header("Idempotency-Key"));
+  EXPECT_EQ(again[0].body, again[1].body);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(absl::StrContains(again[1].body, absl::StrCat("\"again-", i, "\""))) << again[1].body;
+  }
 
   // A refused batch: each job is its own dead letter, and replays on its own.
   send_batch("refused-", 2);
