@@ -840,13 +840,11 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   // The request's outcome is every member's attempt; each decides on its own attempts and
   // retry window (a member near the end of its window may go dead while others retry). Those
   // that retry share one retry time, so that they come back together and go as the same batch.
-  for (const std::shared_ptr<JobState>& member : batch->members) {
-    member->results = batch->results;
-    member->details = batch->details;
-    member->durations = batch->durations;
-  }
   BatchAttempt attempt;
   attempt.key = batch->key;
+  attempt.results = &batch->results;
+  attempt.details = &batch->details;
+  AddUrlAttempts(batch->results, batch->durations, batch->details, &attempt.urls);
   attempt.members = static_cast<int>(batch->members.size());
   // The latest of the members' own retry times: none goes back sooner than its backoff says.
   const absl::Time now = clock_.Now();
@@ -859,7 +857,7 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   for (const std::shared_ptr<JobState>& member : batch->members) {
     if (delivered) break;
     const Decision d =
-        DecideOutcome(member->results, member->delivery.job(), member->options, now, ThreadBitGen());
+        DecideOutcome(batch->results, member->delivery.job(), member->options, now, ThreadBitGen());
     if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
   }
   for (const std::shared_ptr<JobState>& member : batch->members) FinishJob(member, &attempt);
@@ -880,11 +878,34 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
   if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
 }
 
+void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
+                               const std::vector<absl::Duration>& durations,
+                               const std::vector<std::string>& details,
+                               google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const UrlResult& r = results[i];
+    hookrelay::v1::UrlAttempt* u = out->Add();
+    // Attempts are shown to people (dead letters, the CLI): no credentials from the URL.
+    u->set_url(common::RedactUrl(r.url));
+    u->set_latency_ms(absl::ToInt64Milliseconds(durations[i]));
+    if (r.error == TransportError::kNone) {
+      u->set_status(r.status);
+    } else {
+      const std::string_view text = TransportErrorText(r.error);
+      u->set_error(details[i].empty() ? std::string(text)
+                                      : absl::StrCat(common::ToAbsl(text), ": ", details[i]));
+    }
+  }
+}
+
 void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch) {
   const absl::Time now = clock_.Now();
   const hookrelay::v1::Job& j = job->delivery.job();
   const hookrelay::v1::Destination& destination = job->delivery.destination();
-  Decision decision = DecideOutcome(job->results, j, job->options, now, ThreadBitGen());
+  // A batch member's answers are the batch's, kept once in the batch.
+  const std::vector<UrlResult>& results = batch != nullptr ? *batch->results : job->results;
+  const std::vector<std::string>& details = batch != nullptr ? *batch->details : job->details;
+  Decision decision = DecideOutcome(results, j, job->options, now, ThreadBitGen());
   if (batch != nullptr && decision.kind == DecisionKind::kRetry &&
       batch->retry_at != absl::InfinitePast()) {
     decision.not_before = batch->retry_at;  // the batch's members come back together
@@ -899,21 +920,9 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
   if (batch != nullptr) {
     attempt->set_batch_key(batch->key);
     attempt->set_batch_members(batch->members);
-  }
-  for (size_t i = 0; i < job->results.size(); ++i) {
-    const UrlResult& r = job->results[i];
-    hookrelay::v1::UrlAttempt* u = attempt->add_urls();
-    // Attempts are shown to people (dead letters, the CLI): no credentials from the URL.
-    u->set_url(common::RedactUrl(r.url));
-    u->set_latency_ms(absl::ToInt64Milliseconds(job->durations[i]));
-    if (r.error == TransportError::kNone) {
-      u->set_status(r.status);
-    } else {
-      const std::string_view text = TransportErrorText(r.error);
-      u->set_error(job->details[i].empty()
-                       ? std::string(text)
-                       : absl::StrCat(common::ToAbsl(text), ": ", job->details[i]));
-    }
+    *attempt->mutable_urls() = batch->urls;  // made once per batch
+  } else {
+    AddUrlAttempts(job->results, job->durations, job->details, attempt->mutable_urls());
   }
   if (decision.kind == DecisionKind::kRetry) {
     common::ToProtoTime(decision.not_before, outcome.mutable_not_before());
@@ -940,7 +949,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
          {"trace_id", common::TraceIdOf(j.traceparent())},
          {"attempt", j.attempts() + 1},
          {"result", decision.reason},
-         {"error", job->details.empty() ? std::string() : job->details.front()},
+         {"error", details.empty() ? std::string() : details.front()},
          {"outcome", decision.kind == DecisionKind::kRetry ? "retry" : "dead"},
          {"next_attempt", next}});
   }

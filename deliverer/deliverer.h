@@ -115,8 +115,15 @@ class Deliverer {
   struct BatchAttempt {
     std::string key;
     int members = 0;
-    absl::Time retry_at;  // every member that retries waits at least until then
+    absl::Time retry_at;  // every member that retries waits until then
+    const std::vector<UrlResult>* results = nullptr;  // per URL
+    const std::vector<std::string>* details = nullptr;
+    google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt> urls;  // the attempt's, made once
   };
+  static void AddUrlAttempts(const std::vector<UrlResult>& results,
+                             const std::vector<absl::Duration>& durations,
+                             const std::vector<std::string>& details,
+                             google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out);
   void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
