@@ -73,6 +73,12 @@ std::vector<hookrelay::v1::Job> Dead(InProcessPipeline& p) {
 bool ScheduledOrDead(const JobCounts& c) {
   return c.ready == 0 && c.leased == 0 && c.scheduled + c.dead == 1;
 }
+// On the JetStream engine the counts come from two server calls (consumer and stream info) and a
+// retry's scheduled message moves between streams when it fires: one reading may be off by one
+// while that happens. Checks of an exact count wait for it instead of reading once.
+bool OneScheduled(const JobCounts& c) {
+  return c.ready == 0 && c.leased == 0 && c.scheduled == 1 && c.dead == 0;
+}
 bool Empty(const JobCounts& c) {
   return c.ready == 0 && c.leased == 0 && c.scheduled == 0 && c.dead == 0;
 }
@@ -227,8 +233,7 @@ TEST_P(DeliveryRulesTest, TooManyRequestsHonoursRetryAfter) {
   const absl::Time sent = p.clock().Now();
   ASSERT_TRUE(SendTrack(p));
   ASSERT_TRUE(receiver->WaitForRequests(1, kPipelineWait));
-  ASSERT_TRUE(p.WaitForCounts(ScheduledOrDead));
-  ASSERT_EQ(p.store().Counts().scheduled, 1);
+  ASSERT_TRUE(p.WaitForCounts(OneScheduled));
   EXPECT_GE(p.store().NextDue() - sent, absl::Seconds(120));
   EXPECT_LE(p.store().NextDue() - sent, absl::Seconds(121));
   ASSERT_TRUE(p.AdvanceAndWaitForDispatch(absl::Seconds(119)));
@@ -253,7 +258,7 @@ TEST_P(DeliveryRulesTest, TimeoutAfterFiveSecondsIsRetried) {
   const absl::Duration waited = absl::Now() - asked;
   EXPECT_GE(waited, absl::Milliseconds(4800));
   EXPECT_LT(waited, absl::Seconds(7));
-  EXPECT_EQ(p.store().Counts().scheduled, 1);
+  EXPECT_TRUE(p.WaitForCounts(OneScheduled));
   EXPECT_EQ(MetricValue(p.deliverer_registry(), "hookrelay_delivery_requests_total",
                         {{"destination", "hook"}, {"result", "timeout"}}),
             1);
