@@ -12,6 +12,7 @@
 
 #include <openssl/sha.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/random/distributions.h"
 #include "absl/strings/escaping.h"
@@ -99,13 +100,12 @@ std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids) {
                                     reinterpret_cast<const char*>(digest), 16)));
 }
 
-namespace {
-
-}  // namespace
-
 // One job between its arrival and its outcome.
 struct Deliverer::JobState {
   Delivery delivery;
+  // The destination the stream sent once for many jobs (Hello.destinations_by_reference); null
+  // when the delivery carries its own.
+  std::shared_ptr<const hookrelay::v1::Destination> shared_destination;
   std::shared_ptr<Call> call;
   hookrelay::v1::DeliveryOptions options;  // effective
   absl::Time started;
@@ -113,6 +113,10 @@ struct Deliverer::JobState {
   std::vector<std::string> details;  // error_detail per URL
   std::vector<absl::Duration> durations;  // per URL
   std::atomic<size_t> remaining{0};
+
+  const hookrelay::v1::Destination& destination() const {
+    return shared_destination != nullptr ? *shared_destination : delivery.destination();
+  }
 };
 
 // One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
@@ -143,6 +147,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     write_.mutable_hello()->set_deliverer_id(deliverer_id);
     write_.mutable_hello()->set_credits(credits);
     write_.mutable_hello()->set_collectors(static_cast<uint32_t>(std::max(1, collectors)));
+    write_.mutable_hello()->set_destinations_by_reference(true);
     StartWrite(&write_);
     StartRead(&read_);
     StartCall();
@@ -163,8 +168,21 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
       absl::MutexLock lock(&mu_);
       held_ += n;
     }
+    if (read_.destination_configs_size() > 0) {
+      // The collector's whole set, sent when its configuration changed: replaces ours.
+      destinations_.clear();
+      for (hookrelay::v1::Destination& d : *read_.mutable_destination_configs()) {
+        auto shared = std::make_shared<const hookrelay::v1::Destination>(std::move(d));
+        destinations_[shared->id()] = std::move(shared);
+      }
+    }
     for (Delivery& d : *read_.mutable_deliveries()) {
-      deliverer_.Handle(std::move(d), shared_from_this());
+      std::shared_ptr<const hookrelay::v1::Destination> destination;
+      if (!d.has_destination()) {
+        auto it = destinations_.find(d.job().destination_id());
+        if (it != destinations_.end()) destination = it->second;
+      }
+      deliverer_.Handle(std::move(d), std::move(destination), shared_from_this());
     }
     read_.Clear();
     StartRead(&read_);
@@ -305,6 +323,8 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
   const std::string collector_;
   grpc::ClientContext context_;
   SubscribeResponse read_;  // read path only
+  // The destinations the collector sent on this stream, by id (read path only).
+  absl::flat_hash_map<std::string, std::shared_ptr<const hookrelay::v1::Destination>> destinations_;
   SubscribeRequest write_;  // owned by the write in flight
   std::shared_ptr<Call> self_;
   std::atomic<bool> received_any_{false};
@@ -638,11 +658,14 @@ int64_t Deliverer::jobs_in_flight() const {
   return n;
 }
 
-void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
+void Deliverer::Handle(Delivery delivery,
+                       std::shared_ptr<const hookrelay::v1::Destination> shared_destination,
+                       std::shared_ptr<Call> call) {
   auto job = std::make_shared<JobState>();
   job->delivery = std::move(delivery);
+  job->shared_destination = std::move(shared_destination);
   job->call = std::move(call);
-  job->options = common::EffectiveOptions(job->delivery.destination());
+  job->options = common::EffectiveOptions(job->destination());
   job->started = clock_.Now();
   if (metrics_) {
     metrics_->JobStarted();
@@ -659,7 +682,12 @@ void Deliverer::Handle(Delivery delivery, std::shared_ptr<Call> call) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
     return;
   }
-  const hookrelay::v1::Destination& destination = job->delivery.destination();
+  const hookrelay::v1::Destination& destination = job->destination();
+  if (!job->delivery.has_destination() && job->shared_destination == nullptr) {
+    FailWithoutAttempt(job, absl::StrCat("destination ", job->delivery.job().destination_id(),
+                                         " was not sent on this stream"));
+    return;
+  }
   const int url_count = destination.urls_size();
   if (url_count == 0) {
     FailWithoutAttempt(job, absl::StrCat("destination ", destination.id(), " has no URLs"));
@@ -799,7 +827,7 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
   auto body = std::make_shared<const std::string>(BatchBody(items));
   items.clear();
   const JobState& first = *batch->members.front();
-  const hookrelay::v1::Destination& destination = first.delivery.destination();
+  const hookrelay::v1::Destination& destination = first.destination();
   if (metrics_) metrics_->ObserveBatch(batch->members.size());
   // The same members give the same key, on every deliverer: a retried batch is recognisable.
   std::vector<std::string_view> message_ids;
@@ -830,7 +858,7 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   if (metrics_) {
     metrics_->RequestFinished();
     metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
-    metrics_->CountRequest(batch->members.front()->delivery.destination().id(), result.result,
+    metrics_->CountRequest(batch->members.front()->destination().id(), result.result,
                            absl::ToDoubleSeconds(result.duration));
   }
   batch->durations[index] = result.duration;
@@ -868,7 +896,7 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
     metrics_->RequestFinished();
     if (!job->delivery.job().test()) {
       metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
-      metrics_->CountRequest(job->delivery.destination().id(), result.result,
+      metrics_->CountRequest(job->destination().id(), result.result,
                              absl::ToDoubleSeconds(result.duration));
     }
   }
@@ -901,7 +929,7 @@ void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
 void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch) {
   const absl::Time now = clock_.Now();
   const hookrelay::v1::Job& j = job->delivery.job();
-  const hookrelay::v1::Destination& destination = job->delivery.destination();
+  const hookrelay::v1::Destination& destination = job->destination();
   // A batch member's answers are the batch's, kept once in the batch.
   const std::vector<UrlResult>& results = batch != nullptr ? *batch->results : job->results;
   const std::vector<std::string>& details = batch != nullptr ? *batch->details : job->details;
@@ -960,7 +988,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
 void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
   const hookrelay::v1::Job& j = job->delivery.job();
   common::LogError("job cannot be delivered",
-                   {{"destination", job->delivery.destination().id()},
+                   {{"destination", job->destination().id()},
                     {"job_id", j.id()},
                     {"message_id", j.message_id()},
                     {"trace_id", common::TraceIdOf(j.traceparent())},
@@ -972,7 +1000,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
   outcome.set_reason(std::move(reason));
   outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(job->started));
   if (metrics_) {
-    metrics_->CountAttempt(job->delivery.destination().id(), DecisionKind::kDead);
+    metrics_->CountAttempt(job->destination().id(), DecisionKind::kDead);
     metrics_->JobFinished();
   }
   job->call->AddOutcome(std::move(outcome));

@@ -109,7 +109,10 @@ class Deliverer {
   using Headers = std::vector<std::pair<std::string, std::string>>;
 
   // A job arrived on `call` (on a gRPC thread): render, sign, send.
-  void Handle(hookrelay::v1::Delivery delivery, std::shared_ptr<Call> call);
+  // `destination`: the one the stream sent for it when the delivery carries none.
+  void Handle(hookrelay::v1::Delivery delivery,
+              std::shared_ptr<const hookrelay::v1::Destination> destination,
+              std::shared_ptr<Call> call);
   void OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result);
   // The batch request a job's attempt was part of (nullptr: sent alone).
   struct BatchAttempt {

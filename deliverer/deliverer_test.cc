@@ -320,6 +320,43 @@ TEST_F(DelivererTest, TraceparentGoesOutOnEveryAttemptWithANewParentId) {
   EXPECT_EQ(failed, 1);
 }
 
+// A collector that sends each destination once per stream (Hello.destinations_by_reference):
+// deliveries that only name their destination use the one sent, a later set replaces it, and a
+// delivery naming one never sent is dead-lettered with the reason, not sent.
+TEST_F(DelivererTest, DestinationsSentOncePerStream) {
+  Start([](const ReceivedRequest&) { return Response{}; });
+  ASSERT_TRUE(collector_.WaitHello());
+  EXPECT_TRUE(collector_.hello_by_reference());
+  auto named = [&](uint64_t id, const std::string& destination) {
+    hookrelay::v1::Delivery d = Job(id);
+    d.clear_destination();
+    d.mutable_job()->set_destination_id(destination);
+    return d;
+  };
+  hookrelay::v1::Destination hook = Job(0).destination();
+  hook.set_shared_secret("first");
+  ASSERT_TRUE(collector_.Send({named(1, "hook"), named(2, "hook")}, {hook}));
+  ASSERT_EQ(collector_.WaitOutcomes(2).size(), 2u);
+  hook.set_shared_secret("second");  // a config change: the whole set again
+  ASSERT_TRUE(collector_.Send({named(3, "hook"), named(4, "gone")}, {hook}));
+  const std::vector<Outcome> outcomes = collector_.WaitOutcomes(4);
+  ASSERT_EQ(outcomes.size(), 4u);
+  const std::vector<ReceivedRequest> requests = receiver_->Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  for (const ReceivedRequest& r : requests) {
+    const bool later = r.Header("Idempotency-Key") == "m-3";
+    EXPECT_EQ(r.Header("X-Signature"), XSignature(later ? "second" : "first", r.body));
+  }
+  for (const Outcome& o : outcomes) {
+    if (o.job_id() != 4) {
+      EXPECT_EQ(o.kind(), Outcome::DELIVERED) << o.job_id();
+      continue;
+    }
+    EXPECT_EQ(o.kind(), Outcome::DEAD);
+    EXPECT_THAT(o.reason(), HasSubstr("destination gone was not sent on this stream"));
+  }
+}
+
 // A secret rotation in its overlap: X-Signature stays with the previous secret and
 // webhook-signature carries both (the new one first); once the overlap has ended (by the
 // deliverer's clock), the new secret alone signs both headers.

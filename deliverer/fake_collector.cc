@@ -20,7 +20,10 @@ grpc::Status FakeCollector::Subscribe(
   SubscribeRequest request;
   while (stream->Read(&request)) {
     absl::MutexLock lock(&mu_);
-    if (request.has_hello()) hello_credits_ = request.hello().credits();
+    if (request.has_hello()) {
+      hello_credits_ = request.hello().credits();
+      hello_by_reference_ = request.hello().destinations_by_reference();
+    }
     if (request.has_credit() && request.credit().drain()) drained_ = true;
     for (const Outcome& o : request.outcomes().outcomes()) outcomes_.push_back(o);
     if (request.has_outcomes()) ++outcome_messages_;
@@ -50,15 +53,22 @@ bool FakeCollector::stream_open() {
   return stream_ != nullptr;
 }
 
-bool FakeCollector::Send(const std::vector<hookrelay::v1::Delivery>& deliveries) {
+bool FakeCollector::Send(const std::vector<hookrelay::v1::Delivery>& deliveries,
+                         const std::vector<hookrelay::v1::Destination>& destinations) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stream_ != nullptr && hello_credits_ > 0;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kFakeCollectorWait)) return false;
   SubscribeResponse response;
+  for (const auto& d : destinations) *response.add_destination_configs() = d;
   for (const auto& d : deliveries) *response.add_deliveries() = d;
   return stream_->Write(response);
+}
+
+bool FakeCollector::hello_by_reference() {
+  absl::MutexLock lock(&mu_);
+  return hello_by_reference_;
 }
 
 std::vector<Outcome> FakeCollector::WaitOutcomes(size_t n) {

@@ -36,8 +36,12 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
   bool WaitStreamEnded();
   bool stream_open();
 
-  // Sends `deliveries` as one response once the deliverer has said hello.
-  bool Send(const std::vector<hookrelay::v1::Delivery>& deliveries);
+  // Sends `deliveries` as one response once the deliverer has said hello, with `destinations`
+  // as its destination_configs (for deliveries that name their destination).
+  bool Send(const std::vector<hookrelay::v1::Delivery>& deliveries,
+            const std::vector<hookrelay::v1::Destination>& destinations = {});
+  // Whether the Hello said destinations_by_reference.
+  bool hello_by_reference();
 
   // Waits until `n` outcomes arrived and returns them.
   std::vector<hookrelay::v1::Outcome> WaitOutcomes(size_t n);
@@ -51,6 +55,7 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
   grpc::ServerReaderWriter<hookrelay::v1::SubscribeResponse, hookrelay::v1::SubscribeRequest>*
       stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint32_t hello_credits_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hello_by_reference_ ABSL_GUARDED_BY(mu_) = false;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
   int streams_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int outcome_messages_ ABSL_GUARDED_BY(mu_) = 0;

@@ -252,6 +252,9 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
     return 0;
   }
   SubscribeResponse& response = stream.response();
+  // The stream holds `routing`'s destinations (Reserve sent them when it announced `routing`):
+  // deliveries name theirs instead of carrying a copy.
+  const bool by_reference = stream.destinations_by_reference();
   // Parallel to response.deliveries(): each job's lease deadline.
   std::vector<absl::Time> deadlines;
   // Jobs leased and not sent: undeliverable ones buried, held-back ones deferred; settled in one
@@ -342,7 +345,7 @@ size_t Dispatcher::FillStream(DeliveryStream& stream) {
       deadlines.push_back(lj.deadline);
       *delivery->mutable_job() = std::move(lj.job);
       delivery->set_lease(lj.lease);
-      *delivery->mutable_destination() = *destination;
+      if (!by_reference) *delivery->mutable_destination() = *destination;
     }
     if (deferred == 0 || !full) break;
   }

@@ -88,6 +88,10 @@ class DeliveryStream {
   virtual int collectors() const = 0;
   // Jobs sent and not yet settled.
   virtual int64_t held() const = 0;
+  // The deliverer takes deliveries that name their destination (Hello.destinations_by_reference):
+  // Reserve then puts the destinations themselves in the response that announces a routing, and
+  // deliveries go without a copy of theirs.
+  virtual bool destinations_by_reference() const { return false; }
   // Ends the stream with `status` once no write is reserved or in flight; nothing is sent after.
   virtual void RequestFinish(absl::Status status) = 0;
 };

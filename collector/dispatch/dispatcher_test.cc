@@ -187,12 +187,13 @@ class DispatcherTest : public ::testing::Test {
 // One Subscribe stream, as a deliverer drives it.
 class Stream {
  public:
-  Stream(hookrelay::v1::Collector::Stub& stub, uint32_t credits) {
+  Stream(hookrelay::v1::Collector::Stub& stub, uint32_t credits, bool by_reference = false) {
     context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     rw_ = stub.Subscribe(&context_);
     SubscribeRequest hello;
     hello.mutable_hello()->set_deliverer_id("test");
     hello.mutable_hello()->set_credits(credits);
+    hello.mutable_hello()->set_destinations_by_reference(by_reference);
     EXPECT_TRUE(rw_->Write(hello));
   }
   // Reads responses until `n` deliveries arrived; each response's size is recorded.
@@ -428,6 +429,36 @@ TEST_F(DispatcherTest, StreamsAreToldTheDestinationIds) {
   Append(1, "hook");
   std::vector<Delivery> jobs = stream.Read(1);
   ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].destination().id(), "hook");  // a copy with each job on such a stream
+  stream.Close();
+}
+
+// A deliverer that keeps destinations (Hello.destinations_by_reference) gets them whole with
+// each announcement, and deliveries that name theirs without a copy.
+TEST_F(DispatcherTest, DestinationsGoOncePerConfigOnStreamsThatKeepThem) {
+  Stream stream(*stub_, 10, /*by_reference=*/true);
+  SubscribeResponse response;
+  ASSERT_TRUE(stream.ReadResponse(&response));
+  ASSERT_EQ(response.destination_configs_size(), 2);
+  EXPECT_EQ(response.destination_configs(0).id(), "hook");
+  EXPECT_EQ(response.destination_configs(0).urls(0).url(), "https://h.example/a");
+  Append(2, "hook");
+  std::vector<Delivery> jobs = stream.Read(2);
+  ASSERT_EQ(jobs.size(), 2u);
+  for (const Delivery& d : jobs) {
+    EXPECT_FALSE(d.has_destination());
+    EXPECT_EQ(d.job().destination_id(), "hook");
+  }
+  auto config = common::ParseConfigYaml(absl::StrCat(
+      kConfig,
+      R"(  - {id: new, type: webhooks, sources: [web], enabled: true, urls: [{url: "https://h.example/c"}]})",
+      "\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  routing_->Set(std::make_shared<const Routing>(*config));
+  dispatcher_->Notify();
+  ASSERT_TRUE(stream.ReadResponse(&response));
+  ASSERT_EQ(response.destination_configs_size(), 3);
+  EXPECT_EQ(response.destination_configs(2).id(), "new");
   stream.Close();
 }
 

@@ -88,10 +88,13 @@ class SubscribeStream final : public DeliveryStream,
     writing_ = true;
     response_.clear_deliveries();
     response_.clear_destinations();
+    response_.clear_destination_configs();
     if (announce) {
       announced_ = routing;
       auto& ids = *response_.mutable_destinations()->mutable_ids();
       for (const auto& d : routing->config().destinations()) ids.Add()->assign(d.id());
+      // Once per routing (a config change), not once per job.
+      if (by_reference_) *response_.mutable_destination_configs() = routing->config().destinations();
     }
     *want = credits_ <= 0 ? 0
                           : static_cast<size_t>(
@@ -133,6 +136,11 @@ class SubscribeStream final : public DeliveryStream,
     return held_;
   }
 
+  bool destinations_by_reference() const override {
+    absl::MutexLock lock(&mu_);
+    return by_reference_;
+  }
+
   void RequestFinish(absl::Status status) override {
     {
       absl::MutexLock lock(&mu_);
@@ -153,6 +161,7 @@ class SubscribeStream final : public DeliveryStream,
         hello_ = true;
         deliverer_id_ = request_.hello().deliverer_id();
         collectors_ = std::max<uint32_t>(1, request_.hello().collectors());
+        by_reference_ = request_.hello().destinations_by_reference();
         AddCreditsLocked(request_.hello().credits());
         common::LogInfo("deliverer connected", {{"deliverer", deliverer_id_},
                                                 {"peer", peer_},
@@ -221,6 +230,7 @@ class SubscribeStream final : public DeliveryStream,
   int64_t credits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t collectors_ ABSL_GUARDED_BY(mu_) = 1;
+  bool by_reference_ ABSL_GUARDED_BY(mu_) = false;  // Hello.destinations_by_reference
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // A write is reserved by the dispatcher or in flight; response_ belongs to it.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
