@@ -53,15 +53,24 @@ wait_for_line() {  # FILE PATTERN PID: up to 10 s
   echo "no $pattern within 10 s in $file" >&2; return 1
 }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# free_ports N: N different free ports on 127.0.0.1, one per line. Each socket stays bound until
+# all are chosen: ports picked one at a time may repeat (a port released and handed out again),
+# and two servers given one port fail to start.
+free_ports() {
+  python3 -c 'import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 # start_cluster NAME: three nats-servers with JetStream, clustered over loopback routes, on empty
 # store directories; sets NATS_URLS.
 start_cluster() {
   local name=$1 i j routes client=() route=()
-  for i in 0 1 2; do client+=("$(free_port)"); route+=("$(free_port)"); done
+  local ports=()
+  mapfile -t ports < <(free_ports 6)
+  for i in 0 1 2; do client+=("${ports[$(( 2 * i ))]}"); route+=("${ports[$(( 2 * i + 1 ))]}"); done
   NATS_URLS=""; NATS_PIDS=()
   for i in 0 1 2; do
     routes=""

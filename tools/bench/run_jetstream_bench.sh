@@ -282,8 +282,15 @@ wait_for_line() {
   echo "no $pattern within $limit s in $file" >&2; tail -20 "$file" >&2; return 1
 }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+# free_ports N: N different free ports on 127.0.0.1, one per line. Each socket stays bound until
+# all are chosen: ports picked one at a time may repeat (a port released and handed out again),
+# and two servers given one port fail to start.
+free_ports() {
+  python3 -c 'import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
 }
 
 # start_nats NAME NODES: fresh servers on empty store directories; sets NATS_URLS, NATS_PIDS
@@ -294,8 +301,11 @@ start_nats() {
   mkdir -p "$NATS_DIR"
   local client=() route=()
   local monitor=()
+  local ports=()
+  mapfile -t ports < <(free_ports $(( 3 * nodes )))
   for (( i = 0; i < nodes; i++ )); do
-    client+=("$(free_port)"); route+=("$(free_port)"); monitor+=("$(free_port)")
+    client+=("${ports[$(( 3 * i ))]}"); route+=("${ports[$(( 3 * i + 1 ))]}")
+    monitor+=("${ports[$(( 3 * i + 2 ))]}")
   done
   NATS_URLS=""; NATS_PIDS=""; NATS_MONITOR="${monitor[*]}"
   for (( i = 0; i < nodes; i++ )); do
