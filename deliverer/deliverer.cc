@@ -988,7 +988,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
 void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
   const hookrelay::v1::Job& j = job->delivery.job();
   common::LogError("job cannot be delivered",
-                   {{"destination", job->destination().id()},
+                   {{"destination", j.destination_id()},
                     {"job_id", j.id()},
                     {"message_id", j.message_id()},
                     {"trace_id", common::TraceIdOf(j.traceparent())},
@@ -1000,7 +1000,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
   outcome.set_reason(std::move(reason));
   outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(job->started));
   if (metrics_) {
-    metrics_->CountAttempt(job->destination().id(), DecisionKind::kDead);
+    metrics_->CountAttempt(j.destination_id(), DecisionKind::kDead);
     metrics_->JobFinished();
   }
   job->call->AddOutcome(std::move(outcome));
