@@ -1,9 +1,45 @@
 #include "deliverer/batcher.h"
 
+#include <openssl/sha.h>
+
 #include <algorithm>
 #include <utility>
 
+#include "absl/hash/hash.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+
 namespace hookrelay::deliverer {
+
+std::string BatchKey(const hookrelay::v1::Destination& d,
+                     const hookrelay::v1::DeliveryOptions& o) {
+  size_t h = absl::HashOf(d.shared_secret(), d.rotation().previous_secret(),
+                          d.rotation().ends_at().seconds(), o.timeout_ms(), o.standard_webhooks(),
+                          o.batch().max_events(), o.batch().max_bytes(), o.batch().max_wait_ms());
+  for (const hookrelay::v1::WebhookUrl& u : d.urls()) {
+    h = absl::HashOf(h, u.url());
+    for (const hookrelay::v1::Header& header : u.headers()) {
+      h = absl::HashOf(h, header.name(), header.value());
+    }
+  }
+  return absl::StrCat(d.id(), "#", h);
+}
+
+
+std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids) {
+  // Sorted (a retry may lease the members in another order), length-prefixed (no two sets of
+  // ids hash the same bytes).
+  std::sort(message_ids.begin(), message_ids.end());
+  std::string input;
+  for (std::string_view id : message_ids) {
+    absl::StrAppend(&input, id.size(), ":", common::ToAbsl(id));
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
+  return absl::StrCat("batch_", absl::BytesToHexString(absl::string_view(
+                                    reinterpret_cast<const char*>(digest), 16)));
+}
 
 std::string BatchBody(const std::vector<BatchItem>& items) {
   size_t bytes = 0;

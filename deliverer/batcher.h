@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,16 @@ inline size_t BatchBodySize(size_t members_bytes, size_t members) {
 }
 // The request body of `items`: {"batch":[body,body,…]}.
 std::string BatchBody(const std::vector<BatchItem>& items);
+
+// What decides how a batched destination's requests are made: jobs with the same key can share a
+// request. Leased before and after a change of the destination, two jobs do not.
+std::string BatchKey(const hookrelay::v1::Destination& destination,
+                     const hookrelay::v1::DeliveryOptions& options);
+
+// A batch request's Idempotency-Key (and Standard Webhooks webhook-id): "batch_" and 32 hex
+// digits of SHA-256 over the members' message ids, whatever their order. The same members give
+// the same key on a retry, whichever deliverer sends it.
+std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids);
 
 class Batcher {
  public:

@@ -10,12 +10,8 @@
 #include <thread>
 #include <utility>
 
-#include <openssl/sha.h>
-
 #include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/random/distributions.h"
-#include "absl/strings/escaping.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +26,7 @@
 #include "common/time_format.h"
 #include "common/trace_context.h"
 #include "deliverer/batcher.h"
+#include "deliverer/deliverer_state.h"
 #include "deliverer/renderer.h"
 #include "deliverer/signer.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
@@ -51,73 +48,7 @@ std::string DefaultDelivererId() {
   return absl::StrCat(host[0] != '\0' ? host : "deliverer", "-", getpid());
 }
 
-Outcome::Kind ToOutcomeKind(DecisionKind kind) {
-  switch (kind) {
-    case DecisionKind::kDelivered:
-      return Outcome::DELIVERED;
-    case DecisionKind::kRetry:
-      return Outcome::RETRY;
-    case DecisionKind::kDead:
-      return Outcome::DEAD;
-  }
-  return Outcome::DEAD;
-}
-
-absl::BitGen& ThreadBitGen() {
-  thread_local absl::BitGen gen;
-  return gen;
-}
-
-// What decides how a batched destination's requests are made: jobs with the same key can share a
-// request. Leased before and after a change of the destination, two jobs do not.
-std::string BatchKey(const hookrelay::v1::Destination& d,
-                     const hookrelay::v1::DeliveryOptions& o) {
-  size_t h = absl::HashOf(d.shared_secret(), d.rotation().previous_secret(),
-                          d.rotation().ends_at().seconds(), o.timeout_ms(), o.standard_webhooks(),
-                          o.batch().max_events(), o.batch().max_bytes(), o.batch().max_wait_ms());
-  for (const hookrelay::v1::WebhookUrl& u : d.urls()) {
-    h = absl::HashOf(h, u.url());
-    for (const hookrelay::v1::Header& header : u.headers()) {
-      h = absl::HashOf(h, header.name(), header.value());
-    }
-  }
-  return absl::StrCat(d.id(), "#", h);
-}
-
 }  // namespace
-
-std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids) {
-  // Sorted (a retry may lease the members in another order), length-prefixed (no two sets of
-  // ids hash the same bytes).
-  std::sort(message_ids.begin(), message_ids.end());
-  std::string input;
-  for (std::string_view id : message_ids) {
-    absl::StrAppend(&input, id.size(), ":", common::ToAbsl(id));
-  }
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
-  return absl::StrCat("batch_", absl::BytesToHexString(absl::string_view(
-                                    reinterpret_cast<const char*>(digest), 16)));
-}
-
-// One job between its arrival and its outcome.
-struct Deliverer::JobState {
-  Delivery delivery;
-  // The destination the stream sent once for many jobs (Hello.destinations_by_reference); null
-  // when the delivery carries its own.
-  std::shared_ptr<const hookrelay::v1::Destination> shared_destination;
-  std::shared_ptr<Call> call;
-  hookrelay::v1::DeliveryOptions options;  // effective
-  absl::Time started;
-  std::vector<UrlResult> results;
-  std::vector<std::string> details;  // error_detail per URL
-  std::vector<absl::Duration> durations;  // per URL
-  std::atomic<size_t> remaining{0};
-
-  const hookrelay::v1::Destination& destination() const {
-    return shared_destination != nullptr ? *shared_destination : delivery.destination();
-  }
-};
 
 // One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
 // find it even after the stream ended; they are then dropped. A hold keeps the call open until
@@ -658,6 +589,8 @@ int64_t Deliverer::jobs_in_flight() const {
   return n;
 }
 
+void Deliverer::PostOutcome(Call& call, Outcome outcome) { call.AddOutcome(std::move(outcome)); }
+
 void Deliverer::Handle(Delivery delivery,
                        std::shared_ptr<const hookrelay::v1::Destination> shared_destination,
                        std::shared_ptr<Call> call) {
@@ -802,17 +735,6 @@ void Deliverer::SendToUrls(const hookrelay::v1::Destination& destination,
   }
 }
 
-// One batch request (SPEC §5.4): its members, and the answers of the destination's URLs, which
-// become every member's attempt.
-struct Deliverer::BatchState {
-  std::vector<std::shared_ptr<JobState>> members;
-  std::string key;  // Idempotency-Key
-  std::vector<UrlResult> results;
-  std::vector<std::string> details;
-  std::vector<absl::Duration> durations;
-  std::atomic<size_t> remaining{0};
-};
-
 void Deliverer::SendBatch(std::vector<BatchItem> items) {
   // In job id order (acceptance order on one collector): a retried batch has the same body.
   std::sort(items.begin(), items.end(), [](const BatchItem& a, const BatchItem& b) {
@@ -851,159 +773,6 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
                  OnBatchUrlDone(batch, i, std::move(result));
                };
              });
-}
-
-void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t index,
-                               HttpResult result) {
-  if (metrics_) {
-    metrics_->RequestFinished();
-    metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
-    metrics_->CountRequest(batch->members.front()->destination().id(), result.result,
-                           absl::ToDoubleSeconds(result.duration));
-  }
-  batch->durations[index] = result.duration;
-  batch->results[index] = std::move(result.result);
-  batch->details[index] = std::move(result.error_detail);
-  if (batch->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  // The request's outcome is every member's attempt; each decides on its own attempts and
-  // retry window (a member near the end of its window may go dead while others retry). Those
-  // that retry share one retry time, so that they come back together and go as the same batch.
-  BatchAttempt attempt;
-  attempt.key = batch->key;
-  attempt.results = &batch->results;
-  attempt.details = &batch->details;
-  AddUrlAttempts(batch->results, batch->durations, batch->details, &attempt.urls);
-  attempt.members = static_cast<int>(batch->members.size());
-  // The latest of the members' own retry times: none goes back sooner than its backoff says.
-  const absl::Time now = clock_.Now();
-  attempt.retry_at = absl::InfinitePast();
-  // A 2xx from any URL delivers every member alike: the retry time matters only otherwise.
-  bool delivered = false;
-  for (const UrlResult& r : batch->results) {
-    delivered = delivered || (r.error == TransportError::kNone && r.status >= 200 && r.status < 300);
-  }
-  for (const std::shared_ptr<JobState>& member : batch->members) {
-    if (delivered) break;
-    const Decision d =
-        DecideOutcome(batch->results, member->delivery.job(), member->options, now, ThreadBitGen());
-    if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
-  }
-  for (const std::shared_ptr<JobState>& member : batch->members) FinishJob(member, &attempt);
-}
-
-void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
-  if (metrics_) {
-    metrics_->RequestFinished();
-    if (!job->delivery.job().test()) {
-      metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
-      metrics_->CountRequest(job->destination().id(), result.result,
-                             absl::ToDoubleSeconds(result.duration));
-    }
-  }
-  job->durations[index] = result.duration;
-  job->results[index] = std::move(result.result);
-  job->details[index] = std::move(result.error_detail);
-  if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
-}
-
-void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
-                               const std::vector<absl::Duration>& durations,
-                               const std::vector<std::string>& details,
-                               google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out) {
-  for (size_t i = 0; i < results.size(); ++i) {
-    const UrlResult& r = results[i];
-    hookrelay::v1::UrlAttempt* u = out->Add();
-    // Attempts are shown to people (dead letters, the CLI): no credentials from the URL.
-    u->set_url(common::RedactUrl(r.url));
-    u->set_latency_ms(absl::ToInt64Milliseconds(durations[i]));
-    if (r.error == TransportError::kNone) {
-      u->set_status(r.status);
-    } else {
-      const std::string_view text = TransportErrorText(r.error);
-      u->set_error(details[i].empty() ? std::string(text)
-                                      : absl::StrCat(common::ToAbsl(text), ": ", details[i]));
-    }
-  }
-}
-
-void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch) {
-  const absl::Time now = clock_.Now();
-  const hookrelay::v1::Job& j = job->delivery.job();
-  const hookrelay::v1::Destination& destination = job->destination();
-  // A batch member's answers are the batch's, kept once in the batch.
-  const std::vector<UrlResult>& results = batch != nullptr ? *batch->results : job->results;
-  const std::vector<std::string>& details = batch != nullptr ? *batch->details : job->details;
-  Decision decision = DecideOutcome(results, j, job->options, now, ThreadBitGen());
-  if (batch != nullptr && decision.kind == DecisionKind::kRetry &&
-      batch->retry_at != absl::InfinitePast()) {
-    decision.not_before = batch->retry_at;  // the batch's members come back together
-  }
-
-  Outcome outcome;
-  outcome.set_job_id(j.id());
-  outcome.set_lease(job->delivery.lease());
-  outcome.set_kind(ToOutcomeKind(decision.kind));
-  hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
-  attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
-  if (batch != nullptr) {
-    attempt->set_batch_key(batch->key);
-    attempt->set_batch_members(batch->members);
-    *attempt->mutable_urls() = batch->urls;  // made once per batch
-  } else {
-    AddUrlAttempts(job->results, job->durations, job->details, attempt->mutable_urls());
-  }
-  if (decision.kind == DecisionKind::kRetry) {
-    common::ToProtoTime(decision.not_before, outcome.mutable_not_before());
-  } else if (decision.kind == DecisionKind::kDead) {
-    outcome.set_reason(decision.reason);
-  }
-
-  if (metrics_ && !j.test()) {
-    metrics_->CountAttempt(destination.id(), decision.kind);
-    if (decision.kind == DecisionKind::kDelivered && j.received_at_unix_ms() > 0) {
-      metrics_->ObserveEndToEnd(
-          absl::ToDoubleSeconds(now - absl::FromUnixMillis(j.received_at_unix_ms())));
-    }
-  }
-  if (decision.kind != DecisionKind::kDelivered) {
-    static common::LogRateLimiter* const limiter = new common::LogRateLimiter(100, 200);
-    std::string next;
-    if (decision.kind == DecisionKind::kRetry) common::AppendIso8601Millis(&next, decision.not_before);
-    common::LogRateLimited(
-        *limiter, common::LogLevel::kWarning, "delivery attempt failed",
-        {{"destination", destination.id()},
-         {"job_id", j.id()},
-         {"message_id", j.message_id()},
-         {"trace_id", common::TraceIdOf(j.traceparent())},
-         {"attempt", j.attempts() + 1},
-         {"result", decision.reason},
-         {"error", details.empty() ? std::string() : details.front()},
-         {"outcome", decision.kind == DecisionKind::kRetry ? "retry" : "dead"},
-         {"next_attempt", next}});
-  }
-  if (metrics_) metrics_->JobFinished();
-  job->call->AddOutcome(std::move(outcome));
-}
-
-void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
-  const hookrelay::v1::Job& j = job->delivery.job();
-  common::LogError("job cannot be delivered",
-                   {{"destination", j.destination_id()},
-                    {"job_id", j.id()},
-                    {"message_id", j.message_id()},
-                    {"trace_id", common::TraceIdOf(j.traceparent())},
-                    {"reason", reason}});
-  Outcome outcome;
-  outcome.set_job_id(j.id());
-  outcome.set_lease(job->delivery.lease());
-  outcome.set_kind(Outcome::DEAD);
-  outcome.set_reason(std::move(reason));
-  outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(job->started));
-  if (metrics_) {
-    metrics_->CountAttempt(j.destination_id(), DecisionKind::kDead);
-    metrics_->JobFinished();
-  }
-  job->call->AddOutcome(std::move(outcome));
 }
 
 }  // namespace hookrelay::deliverer

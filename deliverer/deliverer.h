@@ -130,6 +130,8 @@ class Deliverer {
   void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
+  // Sends `outcome` back on the job's stream (dropped when the stream has ended).
+  static void PostOutcome(Call& call, hookrelay::v1::Outcome outcome);
   // X-Signature and, with standard_webhooks, the Standard Webhooks headers of `body` (both
   // signatures during a secret rotation's overlap); nothing without a shared secret.
   void AddSignatureHeaders(const hookrelay::v1::Destination& destination,
@@ -175,11 +177,6 @@ class Deliverer {
   // sends what waits while the rest is still whole.
   std::unique_ptr<Batcher> batcher_;
 };
-
-// A batch request's Idempotency-Key (and Standard Webhooks webhook-id): "batch_" and 32 hex
-// digits of SHA-256 over the members' message ids, whatever their order. The same members give
-// the same key on a retry, whichever deliverer sends it.
-std::string BatchIdempotencyKey(std::vector<std::string_view> message_ids);
 
 }  // namespace hookrelay::deliverer
 

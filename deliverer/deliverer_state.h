@@ -1,0 +1,55 @@
+// The deliverer's state per job and per batch request, shared by its files (deliverer.cc takes
+// jobs in and sends them; outcomes.cc turns answers into outcomes). Internal to the deliverer.
+#ifndef HOOKRELAY_DELIVERER_DELIVERER_STATE_H_
+#define HOOKRELAY_DELIVERER_DELIVERER_STATE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/time/time.h"
+#include "deliverer/deliverer.h"
+#include "hookrelay/v1/collector.pb.h"
+
+namespace hookrelay::deliverer {
+
+inline absl::BitGen& ThreadBitGen() {
+  thread_local absl::BitGen gen;
+  return gen;
+}
+
+// One job between its arrival and its outcome.
+struct Deliverer::JobState {
+  hookrelay::v1::Delivery delivery;
+  // The destination the stream sent once for many jobs (Hello.destinations_by_reference); null
+  // when the delivery carries its own.
+  std::shared_ptr<const hookrelay::v1::Destination> shared_destination;
+  std::shared_ptr<Call> call;
+  hookrelay::v1::DeliveryOptions options;  // effective
+  absl::Time started;
+  std::vector<UrlResult> results;
+  std::vector<std::string> details;  // error_detail per URL
+  std::vector<absl::Duration> durations;  // per URL
+  std::atomic<size_t> remaining{0};
+
+  const hookrelay::v1::Destination& destination() const {
+    return shared_destination != nullptr ? *shared_destination : delivery.destination();
+  }
+};
+
+// One batch request (SPEC §5.4): its members, and the answers of the destination's URLs, which
+// become every member's attempt.
+struct Deliverer::BatchState {
+  std::vector<std::shared_ptr<JobState>> members;
+  std::string key;  // Idempotency-Key
+  std::vector<UrlResult> results;
+  std::vector<std::string> details;
+  std::vector<absl::Duration> durations;
+  std::atomic<size_t> remaining{0};
+};
+
+}  // namespace hookrelay::deliverer
+
+#endif  // HOOKRELAY_DELIVERER_DELIVERER_STATE_H_
