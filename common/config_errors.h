@@ -15,6 +15,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 
+namespace hookrelay::v1 {
+class Config;
+}  // namespace hookrelay::v1
+
 namespace hookrelay::common::internal {
 
 // A config with hundreds of mistakes is better answered with the first hundred.
@@ -54,6 +58,13 @@ inline std::string Quote(absl::string_view s) {
 
 inline std::string Index(absl::string_view path, int i) { return absl::StrCat(path, "[", i, "]"); }
 
+
+// Empty when `id` is acceptable: 1..kMaxIdLength of [A-Za-z0-9._-] (ids end up in metric
+// labels, log fields and store keys). Otherwise the rest of a message that follows "path.id".
+std::string IdProblem(absl::string_view id);
+
+// The `audiences` of a config (config_validate_audiences.cc).
+void ValidateAudiences(const hookrelay::v1::Config& config, ErrorList& errors);
 
 }  // namespace hookrelay::common::internal
 
