@@ -37,7 +37,11 @@
 namespace hookrelay::collector {
 namespace {
 
-// hookrelay_jobs{state}, read from the store at scrape time.
+// hookrelay_jobs{state,scope} and hookrelay_jobs_oldest_ready_age_seconds{scope}, read from
+// the store at scrape time. scope="collector": the collector's own store (the embedded engine):
+// the series of all collectors add up. scope="cluster": storage every collector of a cluster
+// shares (JetStream): each collector reports the same cluster-wide values, which dashboards and
+// alerts take once (max), never add up.
 class JobCountsCollectable : public prometheus::Collectable {
  public:
   JobCountsCollectable(JobQueue& store, const common::Clock& clock)
@@ -45,27 +49,35 @@ class JobCountsCollectable : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const JobCounts counts = store_.Counts();
+    const bool shared = counts.cluster.shared;
+    const char* const scope = shared ? "cluster" : "collector";
     prometheus::MetricFamily family;
     family.name = "hookrelay_jobs";
-    family.help = "Delivery jobs by state.";
+    family.help =
+        "Delivery jobs by state; scope=\"collector\": this collector's own store (sum over "
+        "collectors), scope=\"cluster\": the shared JetStream streams (the same on every "
+        "collector: take the max)";
     family.type = prometheus::MetricType::Gauge;
-    auto add = [&family](const char* state, int64_t value) {
+    auto add = [&family, scope](const char* state, int64_t value) {
       prometheus::ClientMetric metric;
       metric.label.push_back({"state", state});
+      metric.label.push_back({"scope", scope});
       metric.gauge.value = static_cast<double>(value);
       family.metric.push_back(std::move(metric));
     };
-    add("ready", counts.ready);
-    add("scheduled", counts.scheduled);
-    add("leased", counts.leased);
-    add("dead", counts.dead);
+    add("ready", shared ? counts.cluster.ready : counts.ready);
+    add("scheduled", shared ? counts.cluster.scheduled : counts.scheduled);
+    add("leased", shared ? counts.cluster.leased : counts.leased);
+    add("dead", shared ? counts.cluster.dead : counts.dead);
 
     // How long the oldest ready job has waited to be handed to a deliverer: the backlog's age.
     prometheus::MetricFamily age;
     age.name = "hookrelay_jobs_oldest_ready_age_seconds";
-    age.help = "Seconds since the oldest ready job became due (0 when none is ready).";
+    age.help = "Seconds since the oldest ready job became due (0 when none is ready); scope as "
+               "for hookrelay_jobs";
     age.type = prometheus::MetricType::Gauge;
     prometheus::ClientMetric metric;
+    metric.label.push_back({"scope", scope});
     metric.gauge.value =
         counts.oldest_ready_due == absl::InfiniteFuture()
             ? 0.0

@@ -35,7 +35,7 @@ constexpr absl::Duration kDeliveryWait = absl::Seconds(90);
 
 // hookrelay_jobs{state="..."} from the collector's /metrics, or -1.
 double JobsGauge(int metrics_port, const std::string& state) {
-  return ScrapeMetric(metrics_port, absl::StrCat("hookrelay_jobs{state=\"", state, "\"}"));
+  return ScrapeMetric(metrics_port, absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"collector\"}"));
 }
 
 bool WaitStoreEmpty(int metrics_port) {

@@ -40,18 +40,21 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& 
                              "invalid_json", "invalid_userId", "invalid_messageId"}) {
     zero.push_back(absl::StrCat("hookrelay_ingest_rejected_total{reason=\"", reason, "\"} 0"));
   }
-  // The JetStream engine does not export the store's error and commit-latency series yet
-  // (issue 24, "monitoring that tells the truth"): checked on the embedded engine only.
-  const bool store_series = engine == "embedded";
-  if (store_series) {
-    for (const char* kind : {"no_space", "io_error"}) {
-      zero.push_back(absl::StrCat("hookrelay_store_errors_total{kind=\"", kind, "\"} 0"));
-    }
+  for (const char* kind : {"no_space", "io_error"}) {
+    zero.push_back(absl::StrCat("hookrelay_store_errors_total{kind=\"", kind, "\"} 0"));
   }
+  if (engine == "jetstream") {
+    zero.push_back("hookrelay_store_errors_total{kind=\"unavailable\"} 0");
+    zero.push_back("hookrelay_jetstream_dedup_lookup_failures_total 0");
+  }
+  // The job counts: the collector's own store, or the cluster's shared streams (the same on
+  // every collector: dashboards take them once).
+  const std::string scope = engine == "jetstream" ? "cluster" : "collector";
   for (const char* state : {"ready", "scheduled", "leased", "dead"}) {
-    zero.push_back(absl::StrCat("hookrelay_jobs{state=\"", state, "\"} 0"));
+    zero.push_back(
+        absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"", scope, "\"} 0"));
   }
-  zero.push_back("hookrelay_jobs_oldest_ready_age_seconds 0");
+  zero.push_back(absl::StrCat("hookrelay_jobs_oldest_ready_age_seconds{scope=\"", scope, "\"} 0"));
   zero.push_back("hookrelay_ingest_duplicates_total 0");
   zero.push_back("hookrelay_deletions_total 0");
   zero.push_back("hookrelay_purged_jobs_total 0");
@@ -66,10 +69,8 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& 
         "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"}) {
     EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", family))) << "missing: " << family;
   }
-  if (store_series) {
-    EXPECT_TRUE(absl::StrContains(metrics, "\nhookrelay_store_commit_duration_seconds_count"))
-        << "missing: hookrelay_store_commit_duration_seconds_count";
-  }
+  EXPECT_TRUE(absl::StrContains(metrics, "\nhookrelay_store_commit_duration_seconds_count"))
+      << "missing: hookrelay_store_commit_duration_seconds_count";
 }
 
 // On both job-store engines (tests/test_engines.h).

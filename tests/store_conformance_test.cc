@@ -989,9 +989,6 @@ TEST_P(StoreConformanceTest, WriteHealthAndCounts) {
 // Counts().oldest_ready_due is when the oldest ready job became due; InfiniteFuture when
 // nothing is ready.
 TEST_P(StoreConformanceTest, CountsOldestReadyDue) {
-  if (GetParam() == "jetstream") {
-    GTEST_SKIP() << "gap: the JetStream engine's Counts() never sets oldest_ready_due";
-  }
   Open();
   EXPECT_EQ(store_->Counts().oldest_ready_due, absl::InfiniteFuture());
   const absl::Time first_due = clock_.Now();

@@ -73,40 +73,74 @@ bool ReadVarint(const char*& p, const char* end, uint64_t& v) {
 
 }  // namespace
 
-std::optional<std::string_view> SerializedJobDestination(std::string_view serialized) {
-  constexpr uint64_t kDestinationField = 3;  // Job.destination_id (proto/hookrelay/v1/job.proto)
+namespace {
+
+// Walks the top-level fields of a serialized message: `visit(field, varint, bytes)` gets each
+// varint field's value or each length-delimited field's bytes and returns true to stop there.
+// False when the bytes are not a message.
+template <typename Visit>
+bool WalkFields(std::string_view serialized, Visit visit) {
   const char* p = serialized.data();
   const char* const end = p + serialized.size();
   while (p < end) {
     uint64_t tag = 0;
-    if (!ReadVarint(p, end, tag)) return std::nullopt;
+    if (!ReadVarint(p, end, tag)) return false;
     const uint64_t field = tag >> 3;
     switch (tag & 7) {
       case 0: {  // varint
-        uint64_t ignored = 0;
-        if (!ReadVarint(p, end, ignored)) return std::nullopt;
+        uint64_t value = 0;
+        if (!ReadVarint(p, end, value)) return false;
+        if (visit(field, value, std::string_view())) return true;
         break;
       }
       case 1:  // 64-bit
-        if (end - p < 8) return std::nullopt;
+        if (end - p < 8) return false;
         p += 8;
         break;
       case 2: {  // length-delimited
         uint64_t len = 0;
-        if (!ReadVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return std::nullopt;
-        if (field == kDestinationField) return std::string_view(p, static_cast<size_t>(len));
+        if (!ReadVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return false;
+        if (visit(field, 0, std::string_view(p, static_cast<size_t>(len)))) return true;
         p += len;
         break;
       }
       case 5:  // 32-bit
-        if (end - p < 4) return std::nullopt;
+        if (end - p < 4) return false;
         p += 4;
         break;
       default:  // groups: never in a Job
-        return std::nullopt;
+        return false;
     }
   }
-  return std::string_view();
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string_view> SerializedJobDestination(std::string_view serialized) {
+  constexpr uint64_t kDestinationField = 3;  // Job.destination_id (proto/hookrelay/v1/job.proto)
+  std::string_view destination;
+  if (!WalkFields(serialized, [&](uint64_t field, uint64_t, std::string_view bytes) {
+        if (field != kDestinationField) return false;
+        destination = bytes;
+        return true;
+      })) {
+    return std::nullopt;
+  }
+  return destination;
+}
+
+std::optional<int64_t> SerializedJobDue(std::string_view serialized) {
+  constexpr uint64_t kDueField = 11;  // Job.due_unix_ms (proto/hookrelay/v1/job.proto)
+  int64_t due = 0;
+  if (!WalkFields(serialized, [&](uint64_t field, uint64_t value, std::string_view) {
+        if (field != kDueField) return false;
+        due = static_cast<int64_t>(value);
+        return true;
+      })) {
+    return std::nullopt;
+  }
+  return due;
 }
 
 }  // namespace hookrelay::collector

@@ -61,6 +61,8 @@ struct LeasedJob {
   absl::Time deadline;
 };
 
+// The jobs as one collector sees them: the totals, and the part of them that lives in storage
+// shared by every collector of a cluster (SPEC §11: the metrics add up across collectors).
 struct JobCounts {
   int64_t ready = 0;
   int64_t scheduled = 0;
@@ -68,6 +70,21 @@ struct JobCounts {
   int64_t dead = 0;
   // When the oldest ready job became due; InfiniteFuture when nothing is ready.
   absl::Time oldest_ready_due = absl::InfiniteFuture();
+
+  // What storage shared by every collector of a cluster holds, as its servers count it
+  // (JetStream: the consumer's pending jobs, the jobs it handed to any collector and not yet
+  // settled, including those a collector fetched ahead for its deliverers, schedules not yet
+  // fired, dead letters). Every collector of a cluster reads the same values, so the metrics
+  // export these once per cluster (scope="cluster") instead of the totals. `shared` is false on
+  // an engine whose storage is the collector's own (the embedded one).
+  struct Shared {
+    bool shared = false;
+    int64_t ready = 0;
+    int64_t scheduled = 0;
+    int64_t leased = 0;
+    int64_t dead = 0;
+  };
+  Shared cluster;
 };
 
 // An outcome for a leased job (JobQueue::Settle).
@@ -224,6 +241,8 @@ void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, hookre
 // rest (engines page queued jobs in by it); nullopt when the bytes are not a Job. A Job written
 // by this code holds the field once; an absent field is "".
 std::optional<std::string_view> SerializedJobDestination(std::string_view serialized);
+// The due_unix_ms of a serialized v1::Job, read the same way (0 when absent).
+std::optional<int64_t> SerializedJobDue(std::string_view serialized);
 
 // The dedup key of an event: unique per (source, messageId).
 inline std::string DedupKey(std::string_view source_id, std::string_view message_id) {

@@ -472,7 +472,7 @@ if has_phase throughput; then
     PRELOAD_S=$(python3 -c "print($PRELOAD_EVENTS / $PRELOAD_RATE)")
     ingest "$name" "$PRELOAD_RATE" "$PRELOAD_S" 0 100 16
     echo "   preload: $(jq -c '{ok_requests, durable_events, failures}' "$TMP/$name.ingest.json")"
-    JOBS=$(metric "$COLLECTOR_METRICS_PORT" 'hookrelay_jobs{state="ready"}')
+    JOBS=$(metric "$COLLECTOR_METRICS_PORT" 'hookrelay_jobs{state="ready"')
     echo "   jobs ready in the store: $JOBS"
     [[ "$JOBS" =~ ^[0-9]+$ ]] && (( JOBS > 0 )) || { echo "   no jobs; skipping" >&2; stop_services; continue; }
     wait_idle
@@ -504,8 +504,8 @@ if has_phase throughput; then
     echo "   deliverer threads (% of one core): $(threads_json "$DT_A" "$DT_B" "$WALL" | tee "$TMP/$name.deliverer_threads.json")"
     echo "   collector threads (% of one core): $(threads_json "$CT_A" "$CT_B" "$WALL" | tee "$TMP/$name.collector_threads.json")"
     sleep 1  # outcomes reach the collector
-    LEFT=$(metric "$COLLECTOR_METRICS_PORT" 'hookrelay_jobs{state="ready"}' \
-      'hookrelay_jobs{state="leased"}' 'hookrelay_jobs{state="scheduled"}')
+    LEFT=$(metric "$COLLECTOR_METRICS_PORT" 'hookrelay_jobs{state="ready"' \
+      'hookrelay_jobs{state="leased"' 'hookrelay_jobs{state="scheduled"')
     save_metrics "$name"
     stop "$RECEIVER_PID"
     SUMMARY=$(receiver_summary "$name")

@@ -565,7 +565,7 @@ if has_phase ingest; then
       ingest_run "${engine}_closed_$round" 0
       half=$(half_rate "${engine}_closed_$round")
       if (( half > 0 )); then ingest_run "${engine}_open_$round" "$half"; else FAILED+=("${engine}_closed_$round"); fi
-      JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}')
+      JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"')
       echo "   jobs ready in the store after both runs: $JOBS; warnings/errors logged: $(problems "$TMP/$name.collector.log")"
       stop_collector "$name"
       if [[ -n "$NATS_PIDS" ]]; then stop_nats; fi
@@ -638,7 +638,7 @@ EOF
       echo "   preload: $(grep '^RESULT ' "$TMP/$name.preload.out" | sed 's/^RESULT //' | jq -c '{ok_requests, durable_events, failures}')"
       JOBS=NA
       for _ in $(seq 1 20); do
-        JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}')
+        JOBS=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"')
         [[ "$JOBS" =~ ^[0-9]+$ ]] && (( JOBS > 0 )) && break
         sleep 0.5
       done
@@ -688,8 +688,8 @@ EOF
       cpu_json "$A" "$B" collector nats receiver deliverer >"$TMP/$name.cpu.json"
       threads_json "$CT_A" "$CT_B" "$WALL" >"$TMP/$name.threads.json"
       sleep 1  # outcomes reach the store
-      LEFT=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"}' 'hookrelay_jobs{state="leased"}' \
-        'hookrelay_jobs{state="scheduled"}')
+      LEFT=$(metric "$METRICS_PORT" 'hookrelay_jobs{state="ready"' 'hookrelay_jobs{state="leased"' \
+        'hookrelay_jobs{state="scheduled"')
       stop "$DELIVERER_PID"; forget "$DELIVERER_PID"
       stop "$RECEIVER_PID"; forget "$RECEIVER_PID"
       SUMMARY=$(grep '"msg":"summary"' "$TMP/$name.receiver.log" | tail -1 || echo '{}')

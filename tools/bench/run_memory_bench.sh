@@ -109,7 +109,7 @@ start_collector() {
 }
 ready_jobs() {
   curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" |
-    awk '/^hookrelay_jobs\{state="ready"\}/ { printf "%.0f", $2; found = 1 } END { if (!found) print 0 }'
+    awk '/^hookrelay_jobs\{state="ready",/ { printf "%.0f", $2; found = 1 } END { if (!found) print 0 }'
 }
 
 echo "== machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')," \

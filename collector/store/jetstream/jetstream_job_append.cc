@@ -12,6 +12,7 @@
 #include "collector/store/jetstream/nats_request.h"
 #include "common/log.h"
 #include "prometheus/counter.h"
+#include "prometheus/histogram.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -75,7 +76,7 @@ void JetStreamJobStore::RepublishLoop() {
         natsMsg_Nak(leased, nullptr);
         natsMsg_Destroy(leased);
       } else {
-        Acked(msg, NatsError("publishing a job", s), false);
+        Acked(msg, NatsError("publishing a job", s), false, StoreErrorKind(s, jsErrCode{}, ""));
       }
       if (owned != nullptr) natsMsg_Destroy(owned);
     }
@@ -111,6 +112,10 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
       natsMsg_Ack(leased, nullptr);
     } else {
       natsMsg_Nak(leased, nullptr);
+      store->CountStoreError(
+          pae != nullptr
+              ? StoreErrorKind(pae->Err, pae->ErrCode, pae->ErrText != nullptr ? pae->ErrText : "")
+              : "unavailable");
       common::LogWarning("a retry or dead letter was not stored; the job is handed out again",
                          {{"subject", natsMsg_GetSubject(msg)},
                           {"error", pae != nullptr && pae->ErrText != nullptr ? pae->ErrText
@@ -140,18 +145,26 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
         "JetStream publish not acknowledged: ",
         pae != nullptr && pae->ErrText != nullptr ? pae->ErrText : "no answer"));
   }
-  store->Acked(msg, status, pa != nullptr && pa->Duplicate);
+  store->Acked(msg, status, pa != nullptr && pa->Duplicate,
+               pa != nullptr ? ""
+               : pae != nullptr
+                   ? StoreErrorKind(pae->Err, pae->ErrCode, pae->ErrText != nullptr ? pae->ErrText : "")
+                   : "unavailable");
   natsMsg_Destroy(msg);
 }
 
-void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool duplicate) {
+void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool duplicate,
+                              const char* error_kind) {
   std::shared_ptr<PendingAppend> finished;
   {
     absl::MutexLock lock(&mu_);
     auto it = publishing_.find(msg);
     if (it == publishing_.end()) return;
     PendingAppend& p = *it->second.append;
-    if (!status.ok() && p.status.ok()) p.status = status;
+    if (!status.ok() && p.status.ok()) {
+      p.status = status;
+      p.error_kind = error_kind;
+    }
     // Not a job (an index entry or profile delta, JetStreamUserData::kNotAJob): no stored flag.
     if (duplicate && it->second.item < p.result.stored.size() && p.result.stored[it->second.item]) {
       p.result.stored[it->second.item] = false;  // A racing copy of the event was stored first.
@@ -162,9 +175,14 @@ void JetStreamJobStore::Acked(natsMsg* msg, const absl::Status& status, bool dup
   }
   if (finished != nullptr) {
     if (finished->status.ok()) {
+      if (commit_duration_ != nullptr) {
+        commit_duration_->Observe(absl::ToDoubleSeconds(absl::Now() - finished->published));
+        commit_batch_items_->Observe(static_cast<double>(finished->messages));
+      }
       PublishMarkers(finished->markers);
       std::move(finished->done)(std::move(finished->result));
     } else {
+      CountStoreError(*finished->error_kind != '\0' ? finished->error_kind : "other");
       std::move(finished->done)(finished->status);
     }
   }
@@ -340,6 +358,8 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
   {
     absl::MutexLock lock(&mu_);
     pending->outstanding = msgs.size();
+    pending->messages = msgs.size();
+    pending->published = absl::Now();
     for (auto& [msg, item] : msgs) publishing_[msg] = Publishing{pending, item};
   }
   jsPubOptions wait = AsyncPublishOptions(options_.layout.request_timeout);
@@ -349,7 +369,7 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
     if (s != NATS_OK) {
       // Not sent: no ack will come for it.
       if (owned != nullptr) natsMsg_Destroy(owned);
-      Acked(msg, NatsError("publishing a job", s), false);
+      Acked(msg, NatsError("publishing a job", s), false, StoreErrorKind(s, jsErrCode{}, ""));
     }
   }
 }

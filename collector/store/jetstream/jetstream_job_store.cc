@@ -4,10 +4,14 @@
 // jetstream_dead_letters.cc; the configuration: jetstream_config_kv.cc.
 #include "collector/store/jetstream/jetstream_job_store.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <limits>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -15,8 +19,10 @@
 #include "collector/store/jetstream/nats_connect.h"
 #include "collector/store/jetstream/nats_request.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace hookrelay::collector {
@@ -81,6 +87,31 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
                      "rejoining): stored without the dedup-window check")
                .Register(*o.registry)
                .Add({});
+      store->commit_duration_ =
+          &prometheus::BuildHistogram()
+               .Name("hookrelay_store_commit_duration_seconds")
+               .Help("Time to store one append of the job store: on JetStream, from its "
+                     "publishes to the last of their acknowledgements")
+               .Register(*o.registry)
+               .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.002, 0.005, 0.01,
+                                                                0.02, 0.05, 0.1, 0.2, 0.5, 1});
+      store->commit_batch_items_ =
+          &prometheus::BuildHistogram()
+               .Name("hookrelay_store_commit_batch_items")
+               .Help("Messages (jobs, index entries, profile deltas) of one append of the job "
+                     "store")
+               .Register(*o.registry)
+               .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 5, 10, 20, 50, 100, 200,
+                                                                500, 1000, 2000, 5000, 10000,
+                                                                20000});
+      auto& errors = prometheus::BuildCounter()
+                         .Name("hookrelay_store_errors_total")
+                         .Help("Failed writes of the job store, by kind (JetStream: no_space, "
+                               "io_error, unavailable, other)")
+                         .Register(*o.registry);
+      for (size_t k = 0; k < store->store_errors_.size(); ++k) {
+        store->store_errors_[k] = &errors.Add({{"kind", kStoreErrorKinds[k]}});  // 0 from start
+      }
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("job store: registering metrics: ", e.what()));
@@ -293,13 +324,18 @@ absl::Status JetStreamJobStore::WriteHealth() const {
 
 JobCounts JetStreamJobStore::Counts() {
   JobCounts counts;
+  counts.cluster.shared = true;
   jsErrCode code = static_cast<jsErrCode>(0);
   jsConsumerInfo* ci = nullptr;
+  uint64_t delivered = 0;  // The consumer's last handed-out stream sequence.
   if (js_GetConsumerInfo(&ci, js_, kJobsStream, kDispatchConsumer, nullptr, &code) == NATS_OK) {
     counts.ready = static_cast<int64_t>(ci->NumPending);
     counts.leased = ci->NumAckPending;
+    delivered = ci->Delivered.Stream;
     jsConsumerInfo_Destroy(ci);
   }
+  // Two readings, not one: a schedule firing or a job settled in between makes them disagree
+  // by that job for one reading (the total stays right; `scheduled` never goes below 0).
   jsStreamInfo* si = nullptr;
   if (js_GetStreamInfo(&si, js_, kJobsStream, nullptr, &code) == NATS_OK) {
     counts.scheduled =
@@ -310,9 +346,22 @@ JobCounts JetStreamJobStore::Counts() {
     counts.dead = static_cast<int64_t>(si->State.Msgs);
     jsStreamInfo_Destroy(si);
   }
+  counts.cluster.ready = counts.ready;
+  counts.cluster.scheduled = counts.scheduled;
+  counts.cluster.leased = counts.leased;
+  counts.cluster.dead = counts.dead;
+  // The oldest ready job: the consumer's next pending one, or one this collector fetched ahead
+  // or holds past its time, whichever became due first (due_unix_ms: when it was stored, or when
+  // its retry fell due).
+  if (counts.ready > 0) {
+    if (std::optional<int64_t> due = NextPendingDue(delivered + 1); due.has_value()) {
+      counts.oldest_ready_due = absl::FromUnixMillis(*due);
+    }
+  }
+  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   {
-    // Held jobs are ack-pending on the server but wait for their time here.
     absl::MutexLock lock(&mu_);
+    // Held jobs are ack-pending on the server but wait for their time here.
     const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
     counts.leased -= held;
     counts.scheduled += held;
@@ -321,8 +370,64 @@ JobCounts JetStreamJobStore::Counts() {
         std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
     counts.leased -= fetched;
     counts.ready += fetched;
+    for (const auto& [at, msg] : fetched_) {
+      const std::optional<int64_t> due = SerializedJobDue(std::string_view(
+          natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
+      if (due.has_value() && *due <= now_ms) {
+        counts.oldest_ready_due = std::min(counts.oldest_ready_due, absl::FromUnixMillis(*due));
+      }
+    }
+    if (!held_.empty() && held_.begin()->first <= now_ms) {
+      counts.oldest_ready_due =
+          std::min(counts.oldest_ready_due, absl::FromUnixMillis(held_.begin()->first));
+    }
   }
   return counts;
+}
+
+std::optional<int64_t> JetStreamJobStore::NextPendingDue(uint64_t from_seq) {
+  const std::string request =
+      absl::StrCat(R"({"seq":)", from_seq, R"(,"next_by_subj":")", kReadySubjects, R"("})");
+  absl::StatusOr<JetStreamApiReply> reply =
+      JetStreamApi(nc_, absl::StrCat("$JS.API.STREAM.MSG.GET.", kJobsStream), request,
+                   options_.layout.request_timeout);
+  if (!reply.ok() || reply->error_code != 0) return std::nullopt;  // Settled meanwhile, or down.
+  simdjson::dom::parser parser;
+  std::string_view data64;
+  if (parser.parse(reply->body)["message"]["data"].get_string().get(data64) !=
+      simdjson::SUCCESS) {
+    return std::nullopt;
+  }
+  std::string data;
+  if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &data)) {
+    return std::nullopt;
+  }
+  return SerializedJobDue(data);
+}
+
+const char* JetStreamJobStore::StoreErrorKind(natsStatus status, jsErrCode code,
+                                              std::string_view text) {
+  if (status == NATS_NO_RESPONDERS || status == NATS_TIMEOUT || status == NATS_CONNECTION_CLOSED ||
+      status == NATS_CONNECTION_DISCONNECTED || status == NATS_NOT_YET_CONNECTED) {
+    return "unavailable";
+  }
+  // The stream's servers out of storage, or the stream at its max_bytes / max_msgs limit.
+  if (code == JSInsufficientResourcesErr || code == JSStorageResourcesExceededErr ||
+      absl::StrContains(common::ToAbsl(text), "maximum bytes exceeded") ||
+      absl::StrContains(common::ToAbsl(text), "maximum messages exceeded") ||
+      absl::StrContains(common::ToAbsl(text), "insufficient")) {
+    return "no_space";
+  }
+  if (code == JSStreamStoreFailedErr) return "io_error";
+  return "other";
+}
+
+void JetStreamJobStore::CountStoreError(const char* kind) {
+  for (size_t k = 0; k < store_errors_.size(); ++k) {
+    if (store_errors_[k] != nullptr && std::string_view(kStoreErrorKinds[k]) == kind) {
+      store_errors_[k]->Increment();
+    }
+  }
 }
 
 absl::Time JetStreamJobStore::NextDue() {

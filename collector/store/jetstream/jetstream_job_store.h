@@ -30,6 +30,7 @@
 #include <nats/nats.h>
 
 #include <cstdint>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -57,6 +58,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 class Registry;
 }  // namespace prometheus
 
@@ -151,6 +153,9 @@ class JetStreamJobStore final : public Store {
   absl::Status DropAudience(std::string_view audience_id) override;
 
  private:
+  // The due time (ms) of the first ready job at or after stream sequence `from_seq`: the
+  // consumer's next pending one. nullopt when there is none or the cluster does not answer.
+  std::optional<int64_t> NextPendingDue(uint64_t from_seq);
   // One settlement each (Settle).
   absl::Status CompleteJob(uint64_t job_id, uint64_t lease);
   absl::Status RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
@@ -165,6 +170,11 @@ class JetStreamJobStore final : public Store {
     AppendCallback done;
     // Dedup markers of the stored events, published once every job is acknowledged.
     std::vector<std::string> markers;
+    // hookrelay_store_errors_total's kind of the first failure ("" while none).
+    const char* error_kind = "";
+    // When its messages were published (real time: the cluster's answer), and how many.
+    absl::Time published;
+    size_t messages = 0;
   };
   // An Append waiting for its dedup markers to be looked up (HR_DEDUP, batched direct gets).
   struct Lookup {
@@ -239,13 +249,23 @@ class JetStreamJobStore final : public Store {
   static void OnClosed(natsConnection* nc, void* events);
   static void OnAsyncError(natsConnection* nc, natsSubscription* sub, natsStatus s, void* events);
   ConnectionEvents* events_ = nullptr;
+  // hookrelay_store_errors_total{kind}: failed job writes (appends, retries, dead letters).
+  static constexpr const char* kStoreErrorKinds[] = {"no_space", "io_error", "unavailable",
+                                                     "other"};
+  static const char* StoreErrorKind(natsStatus status, jsErrCode code, std::string_view text);
+  void CountStoreError(const char* kind);
+  std::array<prometheus::Counter*, 4> store_errors_{};
+  prometheus::Histogram* commit_duration_ = nullptr;
+  prometheus::Histogram* commit_batch_items_ = nullptr;
   prometheus::Counter* duplicates_ = nullptr;
   prometheus::Counter* dedup_lookup_failures_ = nullptr;
   void WatchLoop(kvWatcher* watcher);
 
   JetStreamJobStore(Options options, const common::Clock& clock);
   static void OnPublishAck(jsCtx* js, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* self);
-  void Acked(natsMsg* msg, const absl::Status& status, bool duplicate);
+  // `error_kind`: hookrelay_store_errors_total's kind when `status` is a failure.
+  void Acked(natsMsg* msg, const absl::Status& status, bool duplicate,
+             const char* error_kind = "");
   // Takes the leased message of (job_id, lease) out of the map, or says why not.
   absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
   absl::Status PublishSync(const std::string& subject, const std::string& body,
