@@ -38,10 +38,11 @@ namespace hookrelay::collector {
 namespace {
 
 // hookrelay_jobs{state,scope} and hookrelay_jobs_oldest_ready_age_seconds{scope}, read from
-// the store at scrape time. scope="collector": the collector's own store (the embedded engine):
-// the series of all collectors add up. scope="cluster": storage every collector of a cluster
-// shares (JetStream): each collector reports the same cluster-wide values, which dashboards and
-// alerts take once (max), never add up.
+// the store at scrape time (JobCounts::Shared). scope="collector": jobs this collector holds,
+// which add up over collectors. scope="cluster": JetStream's shared streams, which every
+// collector reports alike: dashboards and alerts take them once (max), never add them up. The
+// age is the oldest ready job this collector can see: on JetStream the cluster's (scope
+// "cluster"), its own store's otherwise.
 class JobCountsCollectable : public prometheus::Collectable {
  public:
   JobCountsCollectable(JobQueue& store, const common::Clock& clock)
@@ -49,26 +50,31 @@ class JobCountsCollectable : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const JobCounts counts = store_.Counts();
-    const bool shared = counts.cluster.shared;
-    const char* const scope = shared ? "cluster" : "collector";
+    const JobCounts::Shared& cluster = counts.cluster;
     prometheus::MetricFamily family;
     family.name = "hookrelay_jobs";
     family.help =
-        "Delivery jobs by state; scope=\"collector\": this collector's own store (sum over "
-        "collectors), scope=\"cluster\": the shared JetStream streams (the same on every "
-        "collector: take the max)";
+        "Delivery jobs by state; scope=\"collector\": held by this collector (its store, or on "
+        "JetStream the jobs it fetched, holds or leased): add up over collectors; "
+        "scope=\"cluster\": JetStream's shared streams, the same on every collector: count once";
     family.type = prometheus::MetricType::Gauge;
-    auto add = [&family, scope](const char* state, int64_t value) {
+    auto add = [&family](const char* state, const char* scope, int64_t value) {
       prometheus::ClientMetric metric;
       metric.label.push_back({"state", state});
       metric.label.push_back({"scope", scope});
       metric.gauge.value = static_cast<double>(value);
       family.metric.push_back(std::move(metric));
     };
-    add("ready", shared ? counts.cluster.ready : counts.ready);
-    add("scheduled", shared ? counts.cluster.scheduled : counts.scheduled);
-    add("leased", shared ? counts.cluster.leased : counts.leased);
-    add("dead", shared ? counts.cluster.dead : counts.dead);
+    add("ready", "collector", counts.ready - cluster.ready);
+    add("scheduled", "collector", counts.scheduled - cluster.scheduled);
+    add("leased", "collector", counts.leased);
+    if (cluster.shared) {
+      add("ready", "cluster", cluster.ready);
+      add("scheduled", "cluster", cluster.scheduled);
+      add("dead", "cluster", cluster.dead);
+    } else {
+      add("dead", "collector", counts.dead);
+    }
 
     // How long the oldest ready job has waited to be handed to a deliverer: the backlog's age.
     prometheus::MetricFamily age;
@@ -77,7 +83,7 @@ class JobCountsCollectable : public prometheus::Collectable {
                "for hookrelay_jobs";
     age.type = prometheus::MetricType::Gauge;
     prometheus::ClientMetric metric;
-    metric.label.push_back({"scope", scope});
+    metric.label.push_back({"scope", cluster.shared ? "cluster" : "collector"});
     metric.gauge.value =
         counts.oldest_ready_due == absl::InfiniteFuture()
             ? 0.0

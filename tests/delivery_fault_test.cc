@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -33,9 +34,16 @@ using receiver::WebhookReceiver;
 
 constexpr absl::Duration kDeliveryWait = absl::Seconds(90);
 
-// hookrelay_jobs{state="..."} from the collector's /metrics, or -1.
+// hookrelay_jobs{state="..."} from the collector's /metrics, the collector's own part and (on
+// JetStream) the cluster's added up; -1 when neither is there.
 double JobsGauge(int metrics_port, const std::string& state) {
-  return ScrapeMetric(metrics_port, absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"collector\"}"));
+  double total = -1;
+  for (const char* scope : {"collector", "cluster"}) {
+    const double v = ScrapeMetric(
+        metrics_port, absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"", scope, "\"}"));
+    if (v >= 0) total = std::max(total, 0.0) + v;
+  }
+  return total;
 }
 
 bool WaitStoreEmpty(int metrics_port) {

@@ -47,14 +47,20 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& 
     zero.push_back("hookrelay_store_errors_total{kind=\"unavailable\"} 0");
     zero.push_back("hookrelay_jetstream_dedup_lookup_failures_total 0");
   }
-  // The job counts: the collector's own store, or the cluster's shared streams (the same on
-  // every collector: dashboards take them once).
-  const std::string scope = engine == "jetstream" ? "cluster" : "collector";
-  for (const char* state : {"ready", "scheduled", "leased", "dead"}) {
-    zero.push_back(
-        absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"", scope, "\"} 0"));
+  // The job counts: what this collector holds (its store; on JetStream the jobs it fetched,
+  // holds or leased), and on JetStream the shared streams' part, the same on every collector.
+  for (const char* state : {"ready", "scheduled", "leased"}) {
+    zero.push_back(absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"collector\"} 0"));
   }
-  zero.push_back(absl::StrCat("hookrelay_jobs_oldest_ready_age_seconds{scope=\"", scope, "\"} 0"));
+  if (engine == "jetstream") {
+    for (const char* state : {"ready", "scheduled", "dead"}) {
+      zero.push_back(absl::StrCat("hookrelay_jobs{state=\"", state, "\",scope=\"cluster\"} 0"));
+    }
+    zero.push_back("hookrelay_jobs_oldest_ready_age_seconds{scope=\"cluster\"} 0");
+  } else {
+    zero.push_back("hookrelay_jobs{state=\"dead\",scope=\"collector\"} 0");
+    zero.push_back("hookrelay_jobs_oldest_ready_age_seconds{scope=\"collector\"} 0");
+  }
   zero.push_back("hookrelay_ingest_duplicates_total 0");
   zero.push_back("hookrelay_deletions_total 0");
   zero.push_back("hookrelay_purged_jobs_total 0");

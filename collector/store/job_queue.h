@@ -71,17 +71,18 @@ struct JobCounts {
   // When the oldest ready job became due; InfiniteFuture when nothing is ready.
   absl::Time oldest_ready_due = absl::InfiniteFuture();
 
-  // What storage shared by every collector of a cluster holds, as its servers count it
-  // (JetStream: the consumer's pending jobs, the jobs it handed to any collector and not yet
-  // settled, including those a collector fetched ahead for its deliverers, schedules not yet
-  // fired, dead letters). Every collector of a cluster reads the same values, so the metrics
-  // export these once per cluster (scope="cluster") instead of the totals. `shared` is false on
-  // an engine whose storage is the collector's own (the embedded one).
+  // The part of the totals above held by storage that every collector of a cluster shares and
+  // no collector has taken (JetStream: the consumer's pending jobs, schedules not yet fired,
+  // dead letters), as its servers count it: every collector of a cluster reads the same values.
+  // The rest of the totals is this collector's own (JetStream: the jobs it fetched ahead for its
+  // deliverers, holds until their time, or leased). The metrics export the two parts apart
+  // (scope="cluster" and scope="collector") so that dashboards add the collectors' own parts
+  // and take the cluster's once. `shared` is false on an engine whose storage is the
+  // collector's own (the embedded one): everything is its own.
   struct Shared {
     bool shared = false;
     int64_t ready = 0;
     int64_t scheduled = 0;
-    int64_t leased = 0;
     int64_t dead = 0;
   };
   Shared cluster;

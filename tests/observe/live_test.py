@@ -10,9 +10,16 @@ Prometheus's HTTP API:
     the main panels (ingest rate, deliveries by outcome, latency quantiles, jobs by state) must
     return series;
   - every alert expression: each must parse; HookrelayDeliveryFailing's must be true for the
-    failing destination and not for the healthy one.
+    failing destination and not for the healthy one;
+  - then the deliverer stops and more events come in: HookrelayNoDelivererSubscribed's
+    expression becomes true, and so does HookrelayBacklogGrowing's with its 300 s threshold
+    lowered to 2 s (the one change made to an expression; its `for:` is not evaluated).
+Runs on both job-store engines: the embedded one, and JetStream (a one-node nats-server with
+JetStream on 127.0.0.1, R1), where the job counts are the cluster's (scope="cluster").
 
-Usage: HOOKRELAY_BIN_DIR=$(bazel info bazel-bin) python3 tests/observe/live_test.py
+Usage: HOOKRELAY_BIN_DIR=$(bazel info bazel-bin) python3 tests/observe/live_test.py [ENGINE...]
+  ENGINE: embedded, jetstream (default: both). JetStream needs nats-server: HOOKRELAY_NATS_SERVER,
+  else ~/.cache/hookrelay-nats/v2.14.9/nats-server (tools/bootstrap.sh builds it).
 Network: 127.0.0.1 only; every wait is bounded.
 """
 
@@ -40,10 +47,12 @@ WRITE_KEY = "wk_live_observe"
 SECRET = "observe-secret"
 
 failures = []
+ENGINE = ["embedded"]  # the engine of the current run, shown in every check
+NATS_SERVER_VERSION = "v2.14.9"  # tests/nats_cluster.h
 
 
 def check(ok, message):
-    print(("PASS  " if ok else "FAIL  ") + message, flush=True)
+    print(("PASS  " if ok else "FAIL  ") + f"[{ENGINE[0]}] " + message, flush=True)
     if not ok:
         failures.append(message)
 
@@ -174,21 +183,40 @@ def event(i, kind="track"):
     return e
 
 
-def main():
-    bin_dir = os.environ.get("HOOKRELAY_BIN_DIR")
-    if not bin_dir:
-        print("HOOKRELAY_BIN_DIR is not set (bazel info bazel-bin)", file=sys.stderr)
-        return 2
-    prometheus = shutil.which("prometheus")
-    if not prometheus:
-        print("prometheus is not installed (tools/bootstrap.sh installs it)", file=sys.stderr)
-        return 2
+def nats_server_path():
+    path = os.environ.get("HOOKRELAY_NATS_SERVER") or os.path.join(
+        os.path.expanduser("~"), ".cache", "hookrelay-nats", NATS_SERVER_VERSION, "nats-server")
+    return path if os.access(path, os.X_OK) else None
 
-    work = tempfile.mkdtemp(prefix="hookrelay-observe-")
+
+def query_value(base, expr):
+    """The first sample of `expr`'s result, or None (no result, or an error)."""
+    status, body = prom_query(base, expr)
+    try:
+        return float(body["data"]["result"][0]["value"][1]) if status == 200 else None
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def run(engine, bin_dir, prometheus):
+    ENGINE[0] = engine
+    failed_before = len(failures)
+    work = tempfile.mkdtemp(prefix=f"hookrelay-observe-{engine}-")
     processes = []
     failing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FailingHandler)
+    FailingHandler.requests = 0
     threading.Thread(target=failing.serve_forever, daemon=True).start()
     try:
+        store_flags = []
+        if engine == "jetstream":
+            nats_port = free_port()
+            nats = Process("nats-server", [
+                nats_server_path(), "-js", "-a", "127.0.0.1", "-p", str(nats_port),
+                "-sd", os.path.join(work, "nats")], work)
+            processes.append(nats)
+            nats.wait_line("Server is ready")
+            store_flags = ["--store=jetstream", f"--nats_url=nats://127.0.0.1:{nats_port}",
+                           "--nats_replicas=1"]
         receiver = Process("receiver", [os.path.join(bin_dir, "tools/receiver/demo_receiver"),
                                         "--address=127.0.0.1:0", f"--secret={SECRET}"], work)
         processes.append(receiver)
@@ -224,7 +252,7 @@ destinations:
             os.path.join(bin_dir, "collector/collector"), f"--config={config}",
             f"--data_dir={work}/data", "--grpc_address=127.0.0.1:0",
             "--http_address=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
-            "--admin_http_address=127.0.0.1:0"], work)
+            "--admin_http_address=127.0.0.1:0"] + store_flags, work)
         processes.append(collector)
         grpc_port = collector.field("grpc_port")
         http_port = collector.field("http_port")
@@ -328,7 +356,7 @@ scrape_configs:
             "hookrelay_delivery_attempts_total{namespace": "deliveries by outcome",
             "hookrelay_delivery_attempt_duration_seconds_bucket": "attempt latency quantiles",
             "hookrelay_delivery_end_to_end_seconds_bucket": "end-to-end latency quantiles",
-            "hookrelay_jobs{namespace": "jobs by state",
+            "sum by (state, scope) (hookrelay_jobs{": "jobs by state",
             "hookrelay_delivery_requests_total": "receivers' responses",
             "process_resident_memory_bytes": "process memory",
             "hookrelay_delivery_pickup_seconds_bucket": "pickup latency quantiles",
@@ -363,6 +391,51 @@ scrape_configs:
                 check(destinations == {"failing-hook"},
                       f"{rule['alert']} (> {threshold}) is true for failing-hook only: "
                       f"{sorted(d or '' for d in destinations)}")
+        # Deliverers gone, events still coming: nothing delivers them. The job counts and the
+        # backlog's age come from the engine (on JetStream: the consumer's pending jobs).
+        deliverer.stop()
+        processes.remove(deliverer)
+        for b in range(5):
+            batch = [event(1000 + b * 10 + i) for i in range(10)]
+            status, _ = http_json(ingest, {"batch": batch}, auth)
+            check(status == 200, f"batch {b} accepted with no deliverer ({status})")
+        scope = "cluster" if engine == "jetstream" else "collector"
+        # 50 events for 2 destinations: 100 jobs ready at least (retries falling due add more).
+        # On JetStream some wait at the consumer (scope cluster), some were fetched ahead by the
+        # collector (scope collector): the two parts add up.
+        ready = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            ready = query_value(base, 'sum(hookrelay_jobs{state="ready"})')
+            if ready is not None and ready >= 100:
+                break
+            time.sleep(0.5)
+        parts = {s: query_value(base, f'hookrelay_jobs{{state="ready", scope="{s}"}}')
+                 for s in ("collector", "cluster")}
+        check(ready is not None and ready >= 100,
+              f"the ready jobs count the 100 undelivered jobs ({ready}; by scope {parts})")
+        check((parts["cluster"] is not None) == (engine == "jetstream"),
+              f"a cluster part exists on JetStream only ({parts})")
+        by_alert = {r["alert"]: r["expr"] for r in rules}
+        for alert, lower in (("HookrelayNoDelivererSubscribed", None),
+                             ("HookrelayBacklogGrowing", ("> 300", "> 2"))):
+            expr = by_alert.get(alert, "")
+            if lower:
+                check(lower[0] in expr, f"{alert}'s threshold is {lower[0]}")
+                expr = expr.replace(lower[0], lower[1])
+            fired = []
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                status, body = prom_query(base, expr)
+                fired = body["data"]["result"] if status == 200 else []
+                if fired:
+                    break
+                time.sleep(0.5)
+            check(len(fired) == 1 and fired[0]["metric"].get("scope") == scope,
+                  f"{alert}'s expression{' (threshold ' + lower[1] + ')' if lower else ''} is "
+                  f"true once, for scope {scope}, with no deliverer: "
+                  f"{[f['metric'] for f in fired]}")
+
         # The loaded rule groups are the file's, and Prometheus reports no evaluation error.
         status, body = http_json(base + "/api/v1/rules")
         groups = body["data"]["groups"] if status == 200 else []
@@ -374,10 +447,36 @@ scrape_configs:
         for p in reversed(processes):
             p.stop()
         failing.shutdown()
-        if failures:
+        failing.server_close()
+        if len(failures) > failed_before:
             print(f"logs kept in {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def main():
+    bin_dir = os.environ.get("HOOKRELAY_BIN_DIR")
+    if not bin_dir:
+        print("HOOKRELAY_BIN_DIR is not set (bazel info bazel-bin)", file=sys.stderr)
+        return 2
+    prometheus = shutil.which("prometheus")
+    if not prometheus:
+        print("prometheus is not installed (tools/bootstrap.sh installs it)", file=sys.stderr)
+        return 2
+    engines = sys.argv[1:] or ["embedded", "jetstream"]
+    for engine in engines:
+        if engine not in ("embedded", "jetstream"):
+            print(f"unknown engine {engine!r}: embedded or jetstream", file=sys.stderr)
+            return 2
+        if engine == "jetstream" and nats_server_path() is None:
+            print("no nats-server: run tools/bootstrap.sh or set HOOKRELAY_NATS_SERVER",
+                  file=sys.stderr)
+            return 2
+    for engine in engines:
+        print(f"--- engine: {engine}", flush=True)
+        if run(engine, bin_dir, prometheus) != 0:
+            failures.append(f"{engine}: could not run")
     print(f"{'FAILED' if failures else 'OK'}: {len(failures)} failure(s)")
     return 1 if failures else 0
 

@@ -142,7 +142,7 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
   # The fast destination's jobs: the ready jobs, one per destination per event.
   local durable
   durable=$(curl -s --max-time 5 "http://127.0.0.1:$metrics/metrics" |
-    awk '/^hookrelay_jobs\{state="ready",/ { print int($2) }')
+    awk '/^hookrelay_jobs\{state="ready",/ { s += $2 } END { print int(s) }')
   durable=$(( ${durable:-0} / (1 + with_slow) ))
   "$BIN_DIR/deliverer/deliverer" --collector="127.0.0.1:$grpc" --metrics_address=127.0.0.1:0 \
     --allow_private_networks ${DELIVERER_FLAGS:-} >"$TMP/$name.deliverer.log" 2>&1 &

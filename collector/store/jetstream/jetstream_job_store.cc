@@ -346,9 +346,10 @@ JobCounts JetStreamJobStore::Counts() {
     counts.dead = static_cast<int64_t>(si->State.Msgs);
     jsStreamInfo_Destroy(si);
   }
+  // The cluster's part; what the consumer handed out (ack pending) is in some collector's
+  // hands, and each collector counts its own below.
   counts.cluster.ready = counts.ready;
   counts.cluster.scheduled = counts.scheduled;
-  counts.cluster.leased = counts.leased;
   counts.cluster.dead = counts.dead;
   // The oldest ready job: the consumer's next pending one, or one this collector fetched ahead
   // or holds past its time, whichever became due first (due_unix_ms: when it was stored, or when
@@ -361,15 +362,13 @@ JobCounts JetStreamJobStore::Counts() {
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   {
     absl::MutexLock lock(&mu_);
-    // Held jobs are ack-pending on the server but wait for their time here.
-    const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
-    counts.leased -= held;
-    counts.scheduled += held;
-    // Fetched ahead but not handed to a deliverer: ready, as far as anyone can tell.
-    const int64_t fetched =
-        std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
-    counts.leased -= fetched;
-    counts.ready += fetched;
+    // This collector's own: fetched ahead but not handed to a deliverer (ready, as far as anyone
+    // can tell), held until their time on its clock (scheduled), leased to its deliverers or
+    // being settled (leased). A job handed back to the consumer and not yet redelivered is in
+    // nobody's count for that moment.
+    counts.ready += static_cast<int64_t>(fetched_.size());
+    counts.scheduled += static_cast<int64_t>(held_.size());
+    counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
     for (const auto& [at, msg] : fetched_) {
       const std::optional<int64_t> due = SerializedJobDue(std::string_view(
           natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
