@@ -8,6 +8,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "collector/server.h"
 #include "collector/store/jetstream/nats_connect.h"
 #include "common/log.h"
@@ -27,6 +29,10 @@ ABSL_FLAG(int, nats_dedup_replicas, 0,
           "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 0 = as "
           "--nats_replicas, or 1, 3, 5. At 1 an event costs one replicated write instead of two; "
           "a lost node then forgets its share of the markers (duplicates possible, no loss)");
+ABSL_FLAG(absl::Duration, nats_deletion_resume_after, absl::Seconds(30),
+          "--store=jetstream: a user deletion left unfinished this long (its collector died "
+          "mid-way) is finished by any collector; every collector looks at start and then "
+          "periodically (1s..1h)");
 // NATS credentials and TLS (collector/store/jetstream/nats_connect.h): every secret from a file.
 ABSL_FLAG(std::string, nats_creds_file, "",
           "--store=jetstream: a NATS credentials file (user JWT + NKey seed, as `nsc generate "
@@ -89,6 +95,15 @@ int main(int argc, char** argv) {
   options.nats_url = absl::GetFlag(FLAGS_nats_url);
   options.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
   options.nats_dedup_replicas = absl::GetFlag(FLAGS_nats_dedup_replicas);
+  options.nats_deletion_resume_after = absl::GetFlag(FLAGS_nats_deletion_resume_after);
+  if (options.nats_deletion_resume_after < absl::Seconds(1) ||
+      options.nats_deletion_resume_after > absl::Hours(1)) {
+    hookrelay::common::LogError(
+        absl::StrCat("--nats_deletion_resume_after=",
+                     absl::FormatDuration(options.nats_deletion_resume_after),
+                     ": allowed 1s to 1h"));
+    return 2;
+  }
   if (options.store == "jetstream" && options.nats_url.empty()) {
     hookrelay::common::LogError("--store=jetstream needs --nats_url (nats://host:port,...)");
     return 2;

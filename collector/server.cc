@@ -202,6 +202,7 @@ absl::Status Server::Start() {
   store_options.nats_url = s.options.nats_url;
   store_options.nats_replicas = s.options.nats_replicas;
   store_options.nats_dedup_replicas = s.options.nats_dedup_replicas;
+  store_options.nats_deletion_resume_after = s.options.nats_deletion_resume_after;
   store_options.nats_connect = s.options.nats_connect;
   store_options.lease_duration = s.options.lease_duration;
   store_options.dedup_window = s.options.dedup_window;

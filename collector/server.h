@@ -28,6 +28,8 @@ class Server {
     std::string nats_url;
     int nats_replicas = 3;
     int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+    // --nats_deletion_resume_after (JetStreamLayout::deletion_resume_after).
+    absl::Duration nats_deletion_resume_after = absl::Seconds(30);
     // jetstream: NATS credentials and TLS, secrets as files (--nats_creds_file, ...).
     NatsConnectOptions nats_connect;
     std::string grpc_address = "0.0.0.0:50051";

@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options)
     o.connect = options.nats_connect;
     o.layout.replicas = options.nats_replicas;
     o.layout.dedup_replicas = options.nats_dedup_replicas;
+    o.layout.deletion_resume_after = options.nats_deletion_resume_after;
     o.layout.ack_wait = options.lease_duration;
     o.clock = options.clock;
     o.layout.dedup_window = options.dedup_window;

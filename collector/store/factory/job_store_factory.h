@@ -32,6 +32,8 @@ struct JobStoreOptions {
   std::string nats_url;
   int nats_replicas = 3;
   int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+  // A deletion left unfinished this long (its collector died) is finished by another.
+  absl::Duration nats_deletion_resume_after = absl::Seconds(30);
   // jetstream: credentials and TLS (--nats_creds_file, --nats_tls_ca_file, ...).
   NatsConnectOptions nats_connect;
   // How long a dispatched job stays with a deliverer (jetstream: the consumer's ack wait).

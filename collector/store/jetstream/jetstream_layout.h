@@ -80,6 +80,10 @@ struct JetStreamLayout {
   absl::Duration dedup_window = absl::Hours(24);
   // How long one API request may take (leader elections make the first ones slow).
   absl::Duration request_timeout = absl::Seconds(5);
+  // --nats_deletion_resume_after: a deletion whose progress has not moved for this long (the
+  // collector applying it died) is finished by any collector that sees it (every collector looks
+  // at start and then every few seconds). Far longer than a live deletion's step takes.
+  absl::Duration deletion_resume_after = absl::Seconds(30);
 };
 
 // Creates what is missing and checks what exists; idempotent. Errors: INVALID_ARGUMENT for bad

@@ -53,6 +53,7 @@ std::optional<std::string> Untok(std::string_view token) {
 }
 
 std::string RecordSubject(std::string_view id) { return absl::StrCat("hr.del.rec.", Tok(id)); }
+std::string ProgressSubject(std::string_view id) { return absl::StrCat("hr.del.plan.", Tok(id)); }
 std::string ClaimSubject(std::string_view request_id) {
   return absl::StrCat("hr.del.req.", Tok(request_id));
 }

@@ -36,6 +36,8 @@ std::string JobMsgId(const std::string& marker, const std::string& destination);
 
 // Deletions (HR_DELETIONS): a deletion's record and the claim of a request id.
 std::string RecordSubject(std::string_view id);
+// A deletion's progress while it is applied (v1::DeletionProgress).
+std::string ProgressSubject(std::string_view id);
 std::string ClaimSubject(std::string_view request_id);
 // Audiences (HR_AUDIENCES): state, sync lock, membership, recheck.
 std::string StateSubject(std::string_view audience);

@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<JetStreamUserData>> JetStreamUserData::Start(
                                data.get());
   if (s != NATS_OK) return NatsError("subscribing to deletion records", s);
   data->compactor_ = std::thread([raw = data.get()] { raw->CompactLoop(); });
+  data->resumer_ = std::thread([raw = data.get()] { raw->ResumeLoop(); });
   return data;
 }
 
@@ -63,6 +64,7 @@ JetStreamUserData::~JetStreamUserData() {
     stopping_ = true;
   }
   if (compactor_.joinable()) compactor_.join();
+  if (resumer_.joinable()) resumer_.join();
   if (records_ != nullptr) {
     if (natsSubscription_Drain(records_) == NATS_OK) {
       natsSubscription_WaitForDrainCompletion(records_, 2000);

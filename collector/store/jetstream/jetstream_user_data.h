@@ -21,11 +21,15 @@
 // <U>, <S>, <A> are JetStreamToken()s.
 //
 // A deletion (ApplyDeletion) cannot be one atomic write across streams. It claims the request
-// id, records "applying" with the HR_JOBS sequence L it purges up to, purges by subject (the
-// user's ready and scheduled jobs of each source with a sequence <= L, dead letters, index
+// id (when it has one), writes its plan and progress (hr.del.plan.<id>: the HR_JOBS sequence L
+// it purges up to, the notifications made once), records "applying" with L, purges by subject
+// (the user's ready and scheduled jobs of each source with a sequence <= L, dead letters, index
 // entries, profiles), removes memberships (member counts by compare-and-set), publishes the
-// notifications (Nats-Msg-Id del-<id>-<n>) and records COMPLETED. A re-run of the request id
-// resumes an unfinished one, or answers the completed record. A job leased while its subject
+// notifications (Nats-Msg-Id del-<id>-<n>), noting each step in the progress record
+// (compare-and-set), records COMPLETED and removes the progress. A collector that dies mid-way
+// leaves the progress record: any collector finishes the deletion from there once it has not
+// moved for --nats_deletion_resume_after (ResumeLoop). A re-run of the request id finishes an
+// unfinished one at once, or answers the completed record. A job leased while its subject
 // was purged finishes its attempt: Retry and Bury drop it (PurgedByDeletion), every collector
 // learning L from the records it sees on hr.del.rec.>.
 //
@@ -169,7 +173,22 @@ class JetStreamUserData {
   static void OnRecord(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
   void NotePurge(const hookrelay::v1::Deletion& record, uint64_t jobs_upto);
   absl::StatusOr<DeletionOutcome> Resume(DeletionPlan& plan, const std::string& earlier_id);
+  // Writes the plan's progress record, then Finish.
   absl::StatusOr<DeletionOutcome> Apply(DeletionPlan& plan);
+  // The steps not yet done by `p` (whose record is at HR_DELETIONS sequence `seq`), each noted
+  // in the progress record; the record COMPLETED, the progress removed. ABORTED when another
+  // collector moved the progress meanwhile (it is finishing the deletion).
+  absl::StatusOr<DeletionOutcome> Finish(hookrelay::v1::DeletionProgress& p, uint64_t seq);
+  // Compare-and-set of the progress record: its new sequence, or ABORTED.
+  absl::StatusOr<uint64_t> SaveProgress(const hookrelay::v1::DeletionProgress& p, uint64_t seq);
+  // Deletions left unfinished by a collector that died: every progress record that has not
+  // moved for layout_.deletion_resume_after is finished here. Run by the resumer thread, at
+  // start and then periodically.
+  void ResumeLoop();
+  void ResumeStale();
+  // Progress records seen by ResumeStale: subject → (sequence, since when). Resumer thread only.
+  absl::flat_hash_map<std::string, std::pair<uint64_t, absl::Time>> progress_seen_;
+  std::thread resumer_;
   absl::Status RemoveMembership(const std::string& audience, const std::string& user,
                                 bool* removed);
   // Read-modify-write of an audience's state, retried on concurrent changes. `change` returns

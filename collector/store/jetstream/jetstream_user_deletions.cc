@@ -3,7 +3,11 @@
 // jobs leased while their subject was purged.
 #include "collector/store/jetstream/jetstream_user_data.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -21,6 +25,7 @@ namespace {
 
 using hookrelay::v1::AudienceState;
 using hookrelay::v1::Deletion;
+using hookrelay::v1::DeletionProgress;
 using hookrelay::v1::Job;
 
 // How long a purge mark (a deletion's HR_JOBS sequence) is kept for leased jobs: well past a
@@ -28,6 +33,15 @@ using hookrelay::v1::Job;
 // server redelivering jobs fetched before the deletion, which runs on the servers' time (a test's
 // manual clock moved hours ahead must not let a purged job through).
 constexpr absl::Duration kPurgeMarkFor = absl::Minutes(10);
+
+// The fault test's crash points (tests/jetstream_deletion_crash_test.cc): with
+// HOOKRELAY_CRASH_IN_DELETION=<step> in its environment the process kills itself (SIGKILL, as
+// kill -9 would) right after that step of a deletion: planned, recorded, purged (the first
+// source), memberships, notified, completed. Unset: nothing.
+void CrashPoint(std::string_view step) {
+  static const char* const at = std::getenv("HOOKRELAY_CRASH_IN_DELETION");
+  if (at != nullptr && step == at) raise(SIGKILL);
+}
 
 }  // namespace
 
@@ -119,7 +133,17 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Resume(DeletionPlan& plan,
     outcome.record = std::move(earlier);
     return outcome;
   }
-  // Interrupted: finished now under its own id (its notifications keep their message ids).
+  // Interrupted: finished from where it stopped when its progress was written (its counts and
+  // notifications as they were), else again from the start under its own id.
+  ASSIGN_OR_RETURN(std::optional<Stored> progress,
+                   GetLast(kDeletionsStream, ProgressSubject(earlier.id())));
+  if (progress.has_value()) {
+    DeletionProgress p;
+    if (!p.ParseFromString(progress->data)) {
+      return absl::DataLossError("JetStream: an unreadable deletion progress");
+    }
+    return Finish(p, progress->seq);
+  }
   const std::string new_id = plan.record.id();
   if (new_id != earlier.id()) {
     for (Job& job : plan.notifications) {
@@ -146,76 +170,194 @@ absl::Status JetStreamUserData::RemoveMembership(const std::string& audience,
 }
 
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
-  DeletionOutcome outcome;
-  size_t& touched = outcome.keys_touched;
-  Deletion& record = plan.record;
-  const std::string user = Tok(record.user_id());
-
   // Jobs stored up to L are purged; L travels with the record so that every collector drops the
   // outcome of a purged job it has leased (PurgedByDeletion).
   ASSIGN_OR_RETURN(const uint64_t jobs_upto, LastSeq(kJobsStream));
-  const std::string upto = absl::StrCat(jobs_upto);
+  // The plan first, notifications made once (ids, due times): from here on a crash leaves a
+  // deletion any collector finishes (ResumeLoop), whether or not the caller gave a request id.
+  DeletionProgress p;
+  *p.mutable_record() = plan.record;
+  p.set_jobs_upto(jobs_upto);
+  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  for (Job& job : plan.notifications) {
+    job.set_id(0);
+    job.set_due_unix_ms(now_ms);
+    *p.add_notifications() = std::move(job);
+  }
+  for (const std::string& audience : plan.audience_ids) p.add_audience_ids(audience);
+  ASSIGN_OR_RETURN(const uint64_t seq,
+                   Publish({ProgressSubject(plan.record.id()), p.SerializeAsString(),
+                            {{"Nats-Expected-Last-Subject-Sequence", "0"}}}));
+  CrashPoint("planned");
+  absl::StatusOr<DeletionOutcome> finished = Finish(p, seq);
+  if (!absl::IsAborted(finished.status())) return finished;
+  // Another collector took it over (this one was too slow): its record, once COMPLETED.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    ASSIGN_OR_RETURN(std::optional<Deletion> done, GetDeletion(p.record().id()));
+    if (done.has_value()) {
+      DeletionOutcome outcome;
+      outcome.record = *std::move(done);
+      outcome.created = true;
+      return outcome;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return finished.status();
+}
+
+absl::StatusOr<uint64_t> JetStreamUserData::SaveProgress(const DeletionProgress& p,
+                                                         uint64_t seq) {
+  absl::StatusOr<uint64_t> saved =
+      Publish({ProgressSubject(p.record().id()), p.SerializeAsString(),
+               {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(seq)}}});
+  if (absl::IsFailedPrecondition(saved.status())) {
+    return absl::AbortedError(absl::StrCat("deletion ", p.record().id(),
+                                           " is being finished by another collector"));
+  }
+  return saved;
+}
+
+absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, uint64_t seq) {
+  DeletionOutcome outcome;
+  size_t& touched = outcome.keys_touched;
+  Deletion& record = *p.mutable_record();
+  const std::string user = Tok(record.user_id());
+  const std::string upto = absl::StrCat(p.jobs_upto());
+  ASSIGN_OR_RETURN(std::optional<Stored> stored, GetLast(kDeletionsStream, RecordSubject(record.id())));
   ++touched;
+  Deletion done;
+  if (stored.has_value() && done.ParseFromString(stored->data) &&
+      done.state() == Deletion::COMPLETED) {
+    // Finished, and interrupted before its progress was removed.
+    RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
+    outcome.record = std::move(done);
+    return outcome;
+  }
+  // "Applying", with L: every collector drops the outcomes of purged jobs it has leased.
+  record.clear_state();
   RETURN_IF_ERROR(Publish({RecordSubject(record.id()), record.SerializeAsString(),
                            {{"Hr-Jobs-Upto", upto}}})
                       .status());
-  NotePurge(record, jobs_upto);
+  NotePurge(record, p.jobs_upto());
   ++touched;
+  CrashPoint("recorded");
 
-  uint64_t jobs = 0;
-  uint64_t dead = 0;
-  bool profile = false;
-  for (const std::string& source_id : record.source_ids()) {
-    const std::string source = Tok(source_id);
+  // Each source's purges, then its counts in the progress: a crash between the two loses that
+  // source's counts only (a re-run purges nothing more there).
+  for (int i = static_cast<int>(p.sources_done()); i < record.source_ids_size(); ++i) {
+    const std::string source = Tok(record.source_ids(i));
     const std::string tail = absl::StrCat(source, ".", user);
-    ASSIGN_OR_RETURN(uint64_t n, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail),
-                                       jobs_upto + 1));
-    jobs += n;
-    ASSIGN_OR_RETURN(n, Purge(kJobsStream, absl::StrCat("hr.jobs.sched.", tail, ".*"),
-                              jobs_upto + 1));
-    jobs += n;
-    ASSIGN_OR_RETURN(n, Purge(kDeadStream, absl::StrCat("hr.dead.*.", tail)));
-    dead += n;
-    ASSIGN_OR_RETURN(n, Purge(kUsersStream, absl::StrCat("hr.users.", user, ".", source)));
-    ASSIGN_OR_RETURN(n, Purge(kProfilesStream, absl::StrCat("hr.prof.", tail)));
-    profile = profile || n > 0;
+    ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail),
+                                           p.jobs_upto() + 1));
+    ASSIGN_OR_RETURN(uint64_t scheduled,
+                     Purge(kJobsStream, absl::StrCat("hr.jobs.sched.", tail, ".*"),
+                           p.jobs_upto() + 1));
+    ASSIGN_OR_RETURN(uint64_t dead, Purge(kDeadStream, absl::StrCat("hr.dead.*.", tail)));
+    RETURN_IF_ERROR(Purge(kUsersStream, absl::StrCat("hr.users.", user, ".", source)).status());
+    ASSIGN_OR_RETURN(uint64_t profile, Purge(kProfilesStream, absl::StrCat("hr.prof.", tail)));
     touched += 5;
+    record.set_purged_jobs(record.purged_jobs() + ready + scheduled);
+    record.set_purged_dead_letters(record.purged_dead_letters() + dead);
+    record.set_purged_profile(record.purged_profile() || profile > 0);
+    p.set_sources_done(static_cast<uint32_t>(i + 1));
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    CrashPoint("purged");
   }
-  for (const std::string& audience : plan.audience_ids) {
-    bool removed = false;
-    RETURN_IF_ERROR(RemoveMembership(audience, record.user_id(), &removed));
-    touched += removed ? 3 : 1;
+  if (!p.memberships_done()) {
+    for (const std::string& audience : p.audience_ids()) {
+      bool removed = false;
+      RETURN_IF_ERROR(RemoveMembership(audience, record.user_id(), &removed));
+      touched += removed ? 3 : 1;
+    }
+    p.set_memberships_done(true);
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    CrashPoint("memberships");
   }
-
-  // The notifications, due now; their message ids make a resumed deletion store them once
-  // (within the stream's duplicate window).
-  const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
-  std::vector<Request> notifications;
-  for (size_t n = 0; n < plan.notifications.size(); ++n) {
-    Job& job = plan.notifications[n];
-    job.set_id(0);
-    job.set_due_unix_ms(now_ms);
-    notifications.push_back({absl::StrCat("hr.jobs.ready.", JobSubjectTail(job)),
-                             job.SerializeAsString(),
-                             {{"Nats-Msg-Id", absl::StrCat("del-", record.id(), "-", n)}}});
+  // The notifications: their message ids store a re-sent one once within the stream's
+  // duplicate window (a crash between sending them and noting it, resumed within 2 minutes).
+  if (!p.notified()) {
+    std::vector<Request> notifications;
+    for (int n = 0; n < p.notifications_size(); ++n) {
+      const Job& job = p.notifications(n);
+      notifications.push_back({absl::StrCat("hr.jobs.ready.", JobSubjectTail(job)),
+                               job.SerializeAsString(),
+                               {{"Nats-Msg-Id", absl::StrCat("del-", record.id(), "-", n)}}});
+    }
+    RETURN_IF_ERROR(PublishAll(notifications));
+    touched += notifications.size();
+    p.set_notified(true);
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    CrashPoint("notified");
   }
-  RETURN_IF_ERROR(PublishAll(notifications));
-  touched += notifications.size();
 
   record.set_state(Deletion::COMPLETED);
-  record.set_notifications(notifications.size());
-  record.set_purged_jobs(jobs);
-  record.set_purged_dead_letters(dead);
-  record.set_purged_profile(profile);
+  record.set_notifications(static_cast<uint64_t>(p.notifications_size()));
   RETURN_IF_ERROR(
       Publish({RecordSubject(record.id()), record.SerializeAsString(), {{"Hr-Jobs-Upto", upto}}})
           .status());
   ++touched;
+  CrashPoint("completed");
+  RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
   // Appends that hit the cache between the purge and here wrote no index entry: forget again.
-  NotePurge(record, jobs_upto);
+  NotePurge(record, p.jobs_upto());
   outcome.record = record;
   outcome.created = true;
   return outcome;
+}
+
+void JetStreamUserData::ResumeLoop() {
+  pthread_setname_np(pthread_self(), "deletion-resume");
+  const absl::Duration every =
+      std::clamp(layout_.deletion_resume_after / 2, absl::Milliseconds(100), absl::Seconds(10));
+  for (bool first = true;; first = false) {
+    {
+      absl::MutexLock lock(&compact_mu_);
+      compact_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                                   first ? absl::ZeroDuration() : every);
+      if (stopping_) return;
+    }
+    ResumeStale();
+  }
+}
+
+void JetStreamUserData::ResumeStale() {
+  absl::StatusOr<std::vector<std::string>> subjects = Subjects(kDeletionsStream, "hr.del.plan.*");
+  if (!subjects.ok()) return;  // The cluster is away: the next round looks again.
+  const absl::Time now = absl::Now();
+  absl::flat_hash_map<std::string, std::pair<uint64_t, absl::Time>> seen;
+  for (const std::string& subject : *subjects) {
+    absl::StatusOr<std::optional<Stored>> stored = GetLast(kDeletionsStream, subject);
+    if (!stored.ok() || !stored->has_value()) continue;
+    const uint64_t seq = (*stored)->seq;
+    // Stale: the same progress for resume_after (this process's own watch: no clocks compared).
+    auto earlier = progress_seen_.find(subject);
+    const bool stale = earlier != progress_seen_.end() && earlier->second.first == seq &&
+                       now - earlier->second.second >= layout_.deletion_resume_after;
+    seen[subject] = earlier != progress_seen_.end() && earlier->second.first == seq
+                        ? earlier->second
+                        : std::make_pair(seq, now);
+    if (!stale) continue;
+    DeletionProgress p;
+    if (!p.ParseFromString((*stored)->data)) continue;
+    common::LogWarning("finishing an interrupted deletion",
+                       {{"deletion", p.record().id()},
+                        {"sources_done", static_cast<int64_t>(p.sources_done())},
+                        {"memberships_done", p.memberships_done()},
+                        {"notified", p.notified()}});
+    absl::StatusOr<DeletionOutcome> finished = Finish(p, seq);
+    if (finished.ok()) {
+      common::LogInfo("finished an interrupted deletion",
+                      {{"deletion", finished->record.id()},
+                       {"purged_jobs", static_cast<int64_t>(finished->record.purged_jobs())},
+                       {"notifications", static_cast<int64_t>(finished->record.notifications())}});
+      seen.erase(subject);
+    } else if (!absl::IsAborted(finished.status())) {
+      common::LogWarning("an interrupted deletion could not be finished yet; trying again",
+                         {{"deletion", p.record().id()}, {"error", finished.status().ToString()}});
+    }
+  }
+  progress_seen_ = std::move(seen);
 }
 
 absl::StatusOr<std::optional<Deletion>> JetStreamUserData::GetDeletion(std::string_view id) {
