@@ -50,16 +50,19 @@ else
   echo "bootstrap: packages done"
 fi
 
-# The NATS server the JetStream engine is tested against: a pinned current release built from the
-# Go module proxy (Debian's nats-server 2.9.10 predates features hookrelay relies on). Kept
-# outside the tree; tests find it there (or at $HOOKRELAY_NATS_SERVER).
-nats_version=v2.14.9
-nats_dir="$HOME/.cache/hookrelay-nats/$nats_version"
-if [ -x "$nats_dir/nats-server" ]; then
-  echo "bootstrap: nats-server $nats_version present"
-else
-  echo "bootstrap: building nats-server $nats_version (go install, about a minute)"
-  mkdir -p "$nats_dir"
-  GOBIN="$nats_dir" GOFLAGS=-buildvcs=false go install "github.com/nats-io/nats-server/v2@$nats_version"
-  "$nats_dir/nats-server" --version
-fi
+# The NATS servers the JetStream engine is tested against, built from the Go module proxy
+# (Debian's nats-server 2.9.10 predates features hookrelay relies on): the oldest release it
+# supports (collector/store/jetstream/jetstream_layout.h, kMinNatsServerVersion; the whole test
+# suite runs on it) and the current one (tools/test.sh runs the engine's suites on it too). Kept
+# outside the tree; tests find them there (or at $HOOKRELAY_NATS_SERVER).
+for nats_version in v2.14.9 v2.15.2; do
+  nats_dir="$HOME/.cache/hookrelay-nats/$nats_version"
+  if [ -x "$nats_dir/nats-server" ]; then
+    echo "bootstrap: nats-server $nats_version present"
+  else
+    echo "bootstrap: building nats-server $nats_version (go install, about a minute)"
+    mkdir -p "$nats_dir"
+    GOBIN="$nats_dir" GOFLAGS=-buildvcs=false go install "github.com/nats-io/nats-server/v2@$nats_version"
+    "$nats_dir/nats-server" --version
+  fi
+done

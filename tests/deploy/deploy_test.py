@@ -922,6 +922,11 @@ def run_jetstream(docs, images, work, ctl, nats_server):
     work = os.path.join(work, "jetstream")
     os.makedirs(work)
     images.add_nats(nats_server)
+    image = find(docs, "StatefulSet", "hookrelay-nats")["spec"]["template"]["spec"]["containers"][0]["image"]
+    version = run([nats_server, "--version"]).stdout.strip().rsplit(" ", 1)[-1]
+    print(f"NOTE  jetstream: the NATS pods run the nats-server {version} binary built by "
+          f"tools/bootstrap.sh in place of the image {image}, which cannot be pulled or built "
+          f"offline (same release; the image's entrypoint, command and paths)", flush=True)
     network = PodNetwork()
 
     def replicas(kind, name):
