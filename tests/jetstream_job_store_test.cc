@@ -4,9 +4,11 @@
 // time, with the attempt recorded) and dead-lettered; a node lost during appends loses nothing
 // acknowledged.
 #include "collector/store/jetstream/jetstream_job_store.h"
+#include "collector/store/jetstream/jetstream_health.h"
 #include "collector/store/jetstream/jetstream_layout.h"
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -379,6 +381,99 @@ TEST(JetStreamJobStoreTest, DedupMarkersOnOneReplicaSurviveTheirServerBeingDown)
     refused = !appended->stored[0];
   }
   EXPECT_TRUE(refused) << "no marker of the first batch was found after its server came back";
+}
+
+
+// A labelled gauge or counter of `registry` (labels as name=value pairs, all of them), or -1.
+double LabelledMetric(prometheus::Registry& registry, const std::string& name,
+                      const std::vector<std::pair<std::string, std::string>>& labels) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      bool all = true;
+      for (const auto& [k, v] : labels) {
+        bool found = false;
+        for (const prometheus::ClientMetric::Label& l : m.label) found |= l.name == k && l.value == v;
+        all = all && found;
+      }
+      if (all) {
+        return family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      }
+    }
+  }
+  return -1;
+}
+
+// The NATS row's series (SPEC §11) follow the cluster: three current copies of the jobs stream
+// and its consumer with a leader; the stream's leader killed: a new leader (one change counted),
+// one copy not current; back: three current again.
+TEST(JetStreamJobStoreTest, ClusterHealthFollowsALeaderKilledAndBack) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();  // The streams and the consumer exist.
+  absl::StatusOr<natsConnection*> nc = (*cluster)->Connect();
+  ASSERT_TRUE(nc.ok()) << nc.status();
+  jsCtx* js = nullptr;
+  ASSERT_EQ(natsConnection_JetStream(&js, *nc, nullptr), NATS_OK);
+  prometheus::Registry registry;
+  absl::StatusOr<std::unique_ptr<JetStreamClusterHealth>> health =
+      JetStreamClusterHealth::Start(js, registry, absl::Milliseconds(100));
+  ASSERT_TRUE(health.ok()) << health.status();
+  auto value = [&](const std::string& name, const std::string& group, const char* state = nullptr) {
+    std::vector<std::pair<std::string, std::string>> labels = {{"group", group}};
+    if (state != nullptr) labels.emplace_back("state", state);
+    return LabelledMetric(registry, name, labels);
+  };
+  auto eventually = [](const std::function<bool()>& pred) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!pred()) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(50));  // The watcher reads every 100 ms.
+    }
+    return true;
+  };
+  for (const char* group : {"HR_JOBS", "HR_JOBS/dispatch"}) {
+    EXPECT_TRUE(eventually([&] {
+      return value("hookrelay_jetstream_replicas", group, "current") == 3 &&
+             value("hookrelay_jetstream_has_leader", group) == 1;
+    })) << group;
+    EXPECT_EQ(value("hookrelay_jetstream_leader_changes_total", group), 0) << group;
+  }
+  jsErrCode code = static_cast<jsErrCode>(0);
+  jsStreamInfo* si = nullptr;
+  ASSERT_EQ(js_GetStreamInfo(&si, js, "HR_JOBS", nullptr, &code), NATS_OK);
+  const std::string leader = si->Cluster != nullptr && si->Cluster->Leader != nullptr
+                                 ? si->Cluster->Leader : "";
+  jsStreamInfo_Destroy(si);
+  int killed = -1;
+  for (int n = 0; n < (*cluster)->size(); ++n) {
+    if ((*cluster)->name(n) == leader) killed = n;
+  }
+  ASSERT_GE(killed, 0) << "HR_JOBS has no leader";
+  ASSERT_TRUE((*cluster)->Kill(killed).ok());
+  EXPECT_TRUE(eventually([&] {
+    return value("hookrelay_jetstream_leader_changes_total", "HR_JOBS") == 1 &&
+           value("hookrelay_jetstream_has_leader", "HR_JOBS") == 1 &&
+           value("hookrelay_jetstream_replicas", "HR_JOBS", "behind") +
+                   value("hookrelay_jetstream_replicas", "HR_JOBS", "offline") ==
+               1 &&
+           value("hookrelay_jetstream_replicas", "HR_JOBS", "current") == 2;
+  })) << "changes " << value("hookrelay_jetstream_leader_changes_total", "HR_JOBS")
+      << ", offline " << value("hookrelay_jetstream_replicas", "HR_JOBS", "offline")
+      << ", current " << value("hookrelay_jetstream_replicas", "HR_JOBS", "current")
+      << ", behind " << value("hookrelay_jetstream_replicas", "HR_JOBS", "behind");
+  ASSERT_TRUE((*cluster)->Restart(killed).ok());
+  EXPECT_TRUE(eventually([&] {
+    return value("hookrelay_jetstream_replicas", "HR_JOBS", "current") == 3 &&
+           value("hookrelay_jetstream_replicas", "HR_JOBS", "behind") == 0 &&
+           value("hookrelay_jetstream_replicas", "HR_JOBS", "offline") == 0;
+  }));
+  health->reset();
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(*nc);
 }
 
 }  // namespace

@@ -46,6 +46,12 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& 
   if (engine == "jetstream") {
     zero.push_back("hookrelay_store_errors_total{kind=\"unavailable\"} 0");
     zero.push_back("hookrelay_jetstream_dedup_lookup_failures_total 0");
+    // The cluster's health: no leader change seen yet (the copies and leaders are read at start;
+    // their values are the cluster's, checked for presence below).
+    for (const char* group : {"HR_JOBS", "HR_JOBS/dispatch"}) {
+      zero.push_back(absl::StrCat("hookrelay_jetstream_leader_changes_total{group=\"", group,
+                                  "\"} 0"));
+    }
   }
   // The job counts: what this collector holds (its store; on JetStream the jobs it fetched,
   // holds or leased), and on JetStream the shared streams' part, the same on every collector.
@@ -74,6 +80,15 @@ void ExpectCollectorSeriesAtZero(const std::string& metrics, const std::string& 
         "hookrelay_dispatch_latency_seconds_count 0", "process_cpu_seconds_total",
         "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"}) {
     EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", family))) << "missing: " << family;
+  }
+  if (engine == "jetstream") {
+    for (const char* family :
+         {"hookrelay_jetstream_replicas{group=\"HR_JOBS\",state=\"current\"} ",
+          "hookrelay_jetstream_replicas{group=\"HR_JOBS/dispatch\",state=\"offline\"} ",
+          "hookrelay_jetstream_replica_lag{group=\"HR_JOBS\"} ",
+          "hookrelay_jetstream_has_leader{group=\"HR_JOBS/dispatch\"} "}) {
+      EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("\n", family))) << "missing: " << family;
+    }
   }
   EXPECT_TRUE(absl::StrContains(metrics, "\nhookrelay_store_commit_duration_seconds_count"))
       << "missing: hookrelay_store_commit_duration_seconds_count";

@@ -363,6 +363,9 @@ scrape_configs:
             "hookrelay_destination_concurrency_limit": "concurrency limit by destination",
             "hookrelay_dispatch_deferred_total": "jobs held back by reason",
         }
+        if engine == "jetstream":  # the NATS row: one server here, the leader of both groups
+            main_panels["hookrelay_jetstream_replicas"] = "NATS copies by state"
+            main_panels["hookrelay_jetstream_has_leader"] = "NATS leaderless groups"
         seen_main = set()
         for expr in exprs:
             status, body = prom_query(base, expr)

@@ -178,6 +178,12 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
       JetStreamUserData::Start(store->nc_, o.layout, clock);
   if (!user_data.ok()) return user_data.status();
   store->user_data_ = *std::move(user_data);
+  if (o.registry != nullptr) {
+    absl::StatusOr<std::unique_ptr<JetStreamClusterHealth>> health =
+        JetStreamClusterHealth::Start(store->js_, *o.registry);
+    if (!health.ok()) return health.status();
+    store->health_ = *std::move(health);
+  }
 
   // The configuration bucket: bound when it exists, created (replicated like the jobs) when not.
   // On a cluster formed moments ago the creation can be refused with a generic error (its
@@ -281,6 +287,7 @@ JetStreamJobStore::~JetStreamJobStore() {
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
   if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
+  health_.reset();  // Before the JetStream context goes.
   if (js_ != nullptr) jsCtx_Destroy(js_);
   user_data_.reset();  // Before the connection goes.
   if (events_ != nullptr) events_->store_closed = true;

@@ -47,6 +47,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "collector/store/jetstream/jetstream_health.h"
 #include "collector/store/jetstream/jetstream_layout.h"
 #include "collector/store/jetstream/nats_connect.h"
 // The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
@@ -290,6 +291,8 @@ class JetStreamJobStore final : public Store {
   natsSubscription* dispatch_ = nullptr;
   kvStore* config_kv_ = nullptr;
   std::unique_ptr<JetStreamUserData> user_data_;
+  // The cluster's health as metrics (with a registry only).
+  std::unique_ptr<JetStreamClusterHealth> health_;
 
   absl::Mutex mu_;
   // Retries scheduled through the server by this collector, by due time (ms of the store's
