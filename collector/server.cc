@@ -67,7 +67,7 @@ class JobCountsCollectable : public prometheus::Collectable {
     };
     add("ready", "collector", counts.ready - cluster.ready);
     add("scheduled", "collector", counts.scheduled - cluster.scheduled);
-    add("leased", "collector", counts.leased);
+    add("leased", "collector", cluster.shared ? cluster.leased_here : counts.leased);
     if (cluster.shared) {
       add("ready", "cluster", cluster.ready);
       add("scheduled", "cluster", cluster.scheduled);

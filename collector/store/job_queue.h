@@ -84,6 +84,10 @@ struct JobCounts {
     int64_t ready = 0;
     int64_t scheduled = 0;
     int64_t dead = 0;
+    // The jobs this collector has leased to its deliverers or is settling. The totals' `leased`
+    // is the servers' count (the consumer's unsettled jobs of every collector, less those this
+    // one fetched or holds): it falls to 0 only once the servers have the settlements.
+    int64_t leased_here = 0;
   };
   Shared cluster;
 };

@@ -371,11 +371,16 @@ JobCounts JetStreamJobStore::Counts() {
     absl::MutexLock lock(&mu_);
     // This collector's own: fetched ahead but not handed to a deliverer (ready, as far as anyone
     // can tell), held until their time on its clock (scheduled), leased to its deliverers or
-    // being settled (leased). A job handed back to the consumer and not yet redelivered is in
-    // nobody's count for that moment.
-    counts.ready += static_cast<int64_t>(fetched_.size());
-    counts.scheduled += static_cast<int64_t>(held_.size());
-    counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
+    // being settled (leased_here). All are ack-pending on the servers; the rest of that count
+    // (other collectors' jobs, settlements on their way) stays `leased`.
+    const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
+    counts.leased -= held;
+    counts.scheduled += held;
+    const int64_t fetched =
+        std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
+    counts.leased -= fetched;
+    counts.ready += fetched;
+    counts.cluster.leased_here = static_cast<int64_t>(leased_.size() + settling_.size());
     for (const auto& [at, msg] : fetched_) {
       const std::optional<int64_t> due = SerializedJobDue(std::string_view(
           natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
