@@ -352,6 +352,31 @@ TEST_F(JetStreamUserDataTest, OneSyncAtATimeAcrossCollectors) {
 // (one job each) without user data, by users seen before (a profile delta each: the index entry
 // is cached) and by new users (a delta and an index entry each), interleaved on the same cluster
 // in the same run. Prints the numbers (docs/BENCHMARKS.md).
+// A collector that dies in the middle of an audience's sync holds its lock for at most a minute
+// (on the store's clock): another collector is refused before that, then syncs the audience,
+// from the state the dead one never committed (the user is evaluated again).
+TEST_F(JetStreamUserDataTest, SyncLockOfADeadCollectorRunsOutWithinAMinute) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  const std::vector<std::string> sources = {"web", "ios"};
+  {
+    std::unique_ptr<JetStreamJobStore> dying = Open();
+    ASSERT_NE(dying, nullptr);
+    absl::StatusOr<AudienceSyncInput> begun =
+        dying->BeginAudienceSync("aud_power", sources, clock_.Now());
+    ASSERT_TRUE(begun.ok()) << begun.status();
+    EXPECT_THAT(begun->users, ElementsAre("u1"));
+  }  // Gone without committing or releasing, as a killed process would be.
+  clock_.Advance(absl::Seconds(59));
+  EXPECT_EQ(store_->BeginAudienceSync("aud_power", sources, clock_.Now()).status().code(),
+            absl::StatusCode::kAborted);
+  clock_.Advance(absl::Seconds(2));
+  absl::StatusOr<AudienceSyncInput> next =
+      store_->BeginAudienceSync("aud_power", sources, clock_.Now());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->state.has_value());  // Never committed: computed afresh.
+  EXPECT_THAT(next->users, ElementsAre("u1"));
+}
+
 TEST_F(JetStreamUserDataTest, AppendCostOfUserData) {
   constexpr int kBatches = 30;
   enum Kind { kNone, kKnownUsers, kNewUsers };

@@ -24,8 +24,8 @@ using hookrelay::v1::Job;
 // A profile read folding this many deltas rolls them up.
 constexpr int kRollupAfter = 16;
 // An audience lock not refreshed for this long is free for another collector.
-constexpr absl::Duration kLockFor = absl::Minutes(5);
-constexpr absl::Duration kLockRefresh = absl::Minutes(1);
+constexpr absl::Duration kLockFor = absl::Minutes(1);
+constexpr absl::Duration kLockRefresh = absl::Seconds(15);
 
 }  // namespace
 
