@@ -1,11 +1,9 @@
 // The JetStream engine's job queue, dead letters: listing HR_DEAD and replaying from it.
 #include "collector/store/jetstream/jetstream_job_store.h"
 
-#include <simdjson.h>
 
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
@@ -45,38 +43,17 @@ absl::StatusOr<std::optional<JetStreamJobStore::DeadLetter>> JetStreamJobStore::
   const std::string subject = filter.destination_id.empty()
                                   ? std::string(kDeadSubjects)
                                   : absl::StrCat("hr.dead.", JetStreamToken(filter.destination_id), ".>");
-  const std::string request =
-      absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")", subject, R"("})");
-  absl::StatusOr<JetStreamApiReply> reply;
-  for (int attempt = 0; attempt < 50; ++attempt) {  // Passing failures: up to 10 s.
-    reply = JetStreamApi(nc_, absl::StrCat("$JS.API.STREAM.MSG.GET.", kDeadStream), request,
-                         options_.layout.request_timeout);
-    if (reply.ok() || !absl::IsUnavailable(reply.status())) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  if (!reply.ok()) return reply.status();
-  constexpr int64_t kNoMessageFound = 10037;
-  if (reply->error_code == kNoMessageFound) return std::optional<DeadLetter>();
-  if (reply->error_code != 0) {
-    return absl::UnavailableError(absl::StrCat("JetStream: reading dead letters: ", reply->error));
-  }
-  simdjson::dom::parser parser;
-  simdjson::dom::object message;
-  uint64_t found = 0;
-  std::string_view data64;
-  if (parser.parse(reply->body)["message"].get_object().get(message) != simdjson::SUCCESS ||
-      message["seq"].get_uint64().get(found) != simdjson::SUCCESS) {
-    return absl::DataLossError("JetStream: an unreadable answer reading dead letters");
-  }
-  if (message["data"].get_string().get(data64) != simdjson::SUCCESS) data64 = "";
-  std::string data;
+  absl::StatusOr<std::optional<JetStreamMessage>> next = JetStreamNextMessage(
+      nc_, kDeadStream, seq, subject, options_.layout.request_timeout,
+      /*retry_for=*/absl::Seconds(10));
+  if (!next.ok()) return next.status();
+  if (!next->has_value()) return std::optional<DeadLetter>();
   DeadLetter dead;
-  dead.seq = found;
-  if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &data) ||
-      !dead.job.ParseFromString(data)) {
-    return absl::DataLossError(absl::StrCat("JetStream: dead letter ", found, " is unreadable"));
+  dead.seq = (*next)->seq;
+  if (!dead.job.ParseFromString((*next)->data)) {
+    return absl::DataLossError(absl::StrCat("JetStream: dead letter ", dead.seq, " is unreadable"));
   }
-  dead.job.set_id(found);
+  dead.job.set_id(dead.seq);
   return std::optional<DeadLetter>(std::move(dead));
 }
 

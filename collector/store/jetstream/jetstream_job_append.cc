@@ -112,10 +112,7 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
       natsMsg_Ack(leased, nullptr);
     } else {
       natsMsg_Nak(leased, nullptr);
-      store->CountStoreError(
-          pae != nullptr
-              ? StoreErrorKind(pae->Err, pae->ErrCode, pae->ErrText != nullptr ? pae->ErrText : "")
-              : "unavailable");
+      store->CountStoreError(StoreErrorKind(pae));
       common::LogWarning("a retry or dead letter was not stored; the job is handed out again",
                          {{"subject", natsMsg_GetSubject(msg)},
                           {"error", pae != nullptr && pae->ErrText != nullptr ? pae->ErrText
@@ -146,10 +143,7 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
         pae != nullptr && pae->ErrText != nullptr ? pae->ErrText : "no answer"));
   }
   store->Acked(msg, status, pa != nullptr && pa->Duplicate,
-               pa != nullptr ? ""
-               : pae != nullptr
-                   ? StoreErrorKind(pae->Err, pae->ErrCode, pae->ErrText != nullptr ? pae->ErrText : "")
-                   : "unavailable");
+               pa != nullptr ? "" : StoreErrorKind(pae));
   natsMsg_Destroy(msg);
 }
 

@@ -4,13 +4,10 @@
 // jetstream_dead_letters.cc; the configuration: jetstream_config_kv.cc.
 #include "collector/store/jetstream/jetstream_job_store.h"
 
-#include <simdjson.h>
-
 #include <algorithm>
 #include <limits>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -397,23 +394,12 @@ JobCounts JetStreamJobStore::Counts() {
 }
 
 std::optional<int64_t> JetStreamJobStore::NextPendingDue(uint64_t from_seq) {
-  const std::string request =
-      absl::StrCat(R"({"seq":)", from_seq, R"(,"next_by_subj":")", kReadySubjects, R"("})");
-  absl::StatusOr<JetStreamApiReply> reply =
-      JetStreamApi(nc_, absl::StrCat("$JS.API.STREAM.MSG.GET.", kJobsStream), request,
-                   options_.layout.request_timeout);
-  if (!reply.ok() || reply->error_code != 0) return std::nullopt;  // Settled meanwhile, or down.
-  simdjson::dom::parser parser;
-  std::string_view data64;
-  if (parser.parse(reply->body)["message"]["data"].get_string().get(data64) !=
-      simdjson::SUCCESS) {
-    return std::nullopt;
-  }
-  std::string data;
-  if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &data)) {
-    return std::nullopt;
-  }
-  return SerializedJobDue(data);
+  // Not retried: a scrape is no place to wait for the cluster.
+  absl::StatusOr<std::optional<JetStreamMessage>> next = JetStreamNextMessage(
+      nc_, kJobsStream, from_seq, kReadySubjects, options_.layout.request_timeout,
+      /*retry_for=*/absl::ZeroDuration());
+  if (!next.ok() || !next->has_value()) return std::nullopt;  // Settled meanwhile, or down.
+  return SerializedJobDue((*next)->data);
 }
 
 const char* JetStreamJobStore::StoreErrorKind(natsStatus status, jsErrCode code,

@@ -254,6 +254,12 @@ class JetStreamJobStore final : public Store {
   static constexpr const char* kStoreErrorKinds[] = {"no_space", "io_error", "unavailable",
                                                      "other"};
   static const char* StoreErrorKind(natsStatus status, jsErrCode code, std::string_view text);
+  // A publish not acknowledged (nullptr: no answer at all).
+  static const char* StoreErrorKind(const jsPubAckErr* pae) {
+    return pae == nullptr ? "unavailable"
+                          : StoreErrorKind(pae->Err, pae->ErrCode,
+                                           pae->ErrText != nullptr ? pae->ErrText : "");
+  }
   void CountStoreError(const char* kind);
   std::array<prometheus::Counter*, 4> store_errors_{};
   prometheus::Histogram* commit_duration_ = nullptr;

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -132,6 +134,44 @@ absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::st
     out.error = std::string(description);
   }
   return out;
+}
+
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnection* nc,
+                                                                    const char* stream,
+                                                                    uint64_t seq,
+                                                                    std::string_view subject,
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration retry_for) {
+  const std::string api = absl::StrCat("$JS.API.STREAM.MSG.GET.", stream);
+  const std::string request = absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")",
+                                           absl::string_view(subject.data(), subject.size()),
+                                           R"("})");
+  const absl::Time give_up = absl::Now() + retry_for;
+  absl::StatusOr<JetStreamApiReply> reply = JetStreamApi(nc, api, request, timeout);
+  while (!reply.ok() && absl::IsUnavailable(reply.status()) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(200));  // Passing: a leader election, a node rejoining.
+    reply = JetStreamApi(nc, api, request, timeout);
+  }
+  if (!reply.ok()) return reply.status();
+  constexpr int64_t kNoMessageFound = 10037;
+  if (reply->error_code == kNoMessageFound) return std::optional<JetStreamMessage>();
+  if (reply->error_code != 0) {
+    return absl::UnavailableError(absl::StrCat("JetStream: reading ", stream, ": ", reply->error));
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::object message;
+  JetStreamMessage out;
+  std::string_view data64;
+  if (parser.parse(reply->body)["message"].get_object().get(message) != simdjson::SUCCESS ||
+      message["seq"].get_uint64().get(out.seq) != simdjson::SUCCESS) {
+    return absl::DataLossError(absl::StrCat("JetStream: an unreadable answer reading ", stream));
+  }
+  if (message["data"].get_string().get(data64) != simdjson::SUCCESS) data64 = "";
+  if (!absl::Base64Unescape(absl::string_view(data64.data(), data64.size()), &out.data)) {
+    return absl::DataLossError(
+        absl::StrCat("JetStream: message ", out.seq, " of ", stream, " is unreadable"));
+  }
+  return std::optional<JetStreamMessage>(std::move(out));
 }
 
 

@@ -28,7 +28,9 @@
 #include <nats/nats.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -100,6 +102,21 @@ struct JetStreamApiReply {
 };
 absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::string& subject,
                                                const std::string& body, absl::Duration timeout);
+
+// The first message of `stream` at or after sequence `seq` whose subject matches `subject`
+// (STREAM.MSG.GET with next_by_subj, answered by the stream's leader): its sequence and data, or
+// nullopt when there is none. A request nothing answered is sent again every 200 ms for up to
+// `retry_for` (real time), then UNAVAILABLE; an error answer is not retried.
+struct JetStreamMessage {
+  uint64_t seq = 0;
+  std::string data;
+};
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnection* nc,
+                                                                    const char* stream,
+                                                                    uint64_t seq,
+                                                                    std::string_view subject,
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration retry_for);
 
 namespace internal {
 // The JSON configs sent to the API (for tests and docs).

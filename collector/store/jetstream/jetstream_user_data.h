@@ -179,6 +179,9 @@ class JetStreamUserData {
   // in the progress record; the record COMPLETED, the progress removed. ABORTED when another
   // collector moved the progress meanwhile (it is finishing the deletion).
   absl::StatusOr<DeletionOutcome> Finish(hookrelay::v1::DeletionProgress& p, uint64_t seq);
+  // Finish for a caller waiting for the deletion: when another collector took it over, its
+  // COMPLETED record (awaited up to 60 s).
+  absl::StatusOr<DeletionOutcome> FinishOrAwait(hookrelay::v1::DeletionProgress& p, uint64_t seq);
   // Compare-and-set of the progress record: its new sequence, or ABORTED.
   absl::StatusOr<uint64_t> SaveProgress(const hookrelay::v1::DeletionProgress& p, uint64_t seq);
   // Deletions left unfinished by a collector that died: every progress record that has not

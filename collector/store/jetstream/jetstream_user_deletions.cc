@@ -142,7 +142,7 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Resume(DeletionPlan& plan,
     if (!p.ParseFromString(progress->data)) {
       return absl::DataLossError("JetStream: an unreadable deletion progress");
     }
-    return Finish(p, progress->seq);
+    return FinishOrAwait(p, progress->seq);
   }
   const std::string new_id = plan.record.id();
   if (new_id != earlier.id()) {
@@ -189,6 +189,11 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
                    Publish({ProgressSubject(plan.record.id()), p.SerializeAsString(),
                             {{"Nats-Expected-Last-Subject-Sequence", "0"}}}));
   CrashPoint("planned");
+  return FinishOrAwait(p, seq);
+}
+
+absl::StatusOr<DeletionOutcome> JetStreamUserData::FinishOrAwait(DeletionProgress& p,
+                                                                 uint64_t seq) {
   absl::StatusOr<DeletionOutcome> finished = Finish(p, seq);
   if (!absl::IsAborted(finished.status())) return finished;
   // Another collector took it over (this one was too slow): its record, once COMPLETED.
