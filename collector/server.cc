@@ -242,7 +242,7 @@ absl::Status Server::Start() {
         common::LogInfo("configuration in effect", {{"summary", Summary(snapshot->merged)},
                                                     {"version", snapshot->version}});
       },
-      s.store->lease_duration());
+      s.store->lease_duration(), s.store->KeepsPerKeyOrder());
   {
     AudienceSyncer::Options audience_options;
     audience_options.clock = s.options.clock;

@@ -631,6 +631,8 @@ class YamlMapper {
         MapCircuitBreaker(value, child, *options.mutable_circuit_breaker());
       } else if (key == "batch") {
         MapBatch(value, child, *options.mutable_batch());
+      } else if (key == "ordering") {
+        MapString(value, child, options.mutable_ordering());
       } else {
         return false;
       }

@@ -309,6 +309,10 @@ void ValidateOptions(const Destination& dest, const std::string& path, ErrorList
     CheckRange(errors, absl::StrCat(bp, ".max_wait_ms"), b.max_wait_ms(), e.max_wait_ms(),
                kMinBatchMaxWaitMs, kMaxBatchMaxWaitMs);
   }
+  if (!given.ordering().empty() && given.ordering() != kOrderingPerUser) {
+    errors.Add(absl::StrCat(path, ".ordering: \"", absl::CHexEscape(given.ordering().substr(0, 64)),
+                            "\", must be \"", kOrderingPerUser, "\" (omit it for no order)"));
+  }
 }
 
 // "types", "events" and "where" of a destination's filter; `path` is "destinations[i].filter".

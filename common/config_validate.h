@@ -58,6 +58,8 @@ inline constexpr uint32_t kDefaultBatchMaxBytes = 500000;
 inline constexpr uint32_t kMinBatchMaxBytes = 1000;
 inline constexpr uint32_t kMaxBatchMaxBytes = 500000;
 inline constexpr uint32_t kDefaultBatchMaxWaitMs = 1000;
+// DeliveryOptions.ordering: the one order a destination may keep.
+inline constexpr char kOrderingPerUser[] = "per_user";
 inline constexpr uint32_t kMinBatchMaxWaitMs = 10;
 inline constexpr uint32_t kMaxBatchMaxWaitMs = 10000;
 

@@ -546,6 +546,97 @@ TEST_P(StoreConformanceTest, LeaseWithinEachDestinationsBudget) {
   EXPECT_THAT(rest, testing::IsSupersetOf({"f1", "s3"}));
 }
 
+// Per-key order (DeliveryOptions.ordering, SPEC §5.4), on an engine that keeps it: one job of a
+// (destination, key) leased at a time, the oldest first; a retry holds only its own key (and
+// keeps holding it across a restart); a completed or buried job lets the next one go; an expired
+// lease hands the same job out again before the later ones.
+TEST_P(StoreConformanceTest, PerKeyOrderOneJobOfAKeyAtATime) {
+  Open(absl::Seconds(30));
+  if (!store_->KeepsPerKeyOrder()) GTEST_SKIP() << "this engine does not keep per-key order";
+  auto ordered = [&](const std::string& message, const std::string& user) {
+    AppendItem item = Event(message, "d1", user);
+    item.jobs[0].set_ordering_key(user);
+    return item;
+  };
+  // Jobs leased earlier come back when their 30 s leases run out: what matters is a's jobs.
+  const auto no_a_jobs = ::testing::Each(::testing::Not(::testing::StartsWith("a")));
+  AppendAll({ordered("a1", "a"), ordered("a2", "a"), ordered("b1", "b"), Event("x1", "d1", "c"),
+             Event("x2", "d1", "c"), ordered("a3", "a")});
+  std::vector<LeasedJob> first = LeaseN(4);
+  EXPECT_THAT(MessageIds(first), UnorderedElementsAre("a1", "b1", "x1", "x2"));
+  EXPECT_THAT(LeaseThroughBarrier(), IsEmpty());  // a2, a3 wait for a1.
+  auto find = [&](const std::vector<LeasedJob>& jobs, const std::string& message) {
+    for (const LeasedJob& j : jobs) {
+      if (j.job.message_id() == message) return j;
+    }
+    ADD_FAILURE() << message << " not leased";
+    return LeasedJob();
+  };
+  const LeasedJob a1 = find(first, "a1");
+  const LeasedJob b1 = find(first, "b1");
+
+  // a1 fails and retries in a minute: only a's jobs wait. b1 completes and b2 follows it.
+  ASSERT_TRUE(store_->Retry(a1.job.id(), a1.lease, clock_.Now() + absl::Minutes(1),
+                            MakeAttempt(clock_.Now(), 503))
+                  .ok());
+  ASSERT_TRUE(store_->Complete(b1.job.id(), b1.lease).ok());
+  AppendAll({ordered("b2", "b")});
+  EXPECT_THAT(MessageIds(LeaseThrough("b2")), ElementsAre("b2"));
+  EXPECT_THAT(LeaseThroughBarrier(), IsEmpty());
+
+  // A restart: leases end (b2 and the others are ready again), and a1's retry still holds a's
+  // jobs.
+  Open(absl::Seconds(30));
+  const std::vector<std::string> after_restart = LeaseThroughBarrier();
+  EXPECT_THAT(after_restart, Contains("b2"));
+  EXPECT_THAT(after_restart, no_a_jobs);
+
+  // The retry's time: a1 first (attempt recorded, place kept), a2 once a1 completed.
+  clock_.Advance(absl::Minutes(1) + absl::Milliseconds(1));
+  std::vector<LeasedJob> again = LeaseThrough("a1");
+  ASSERT_THAT(MessageIds(again), ElementsAre("a1"));
+  EXPECT_EQ(again[0].job.attempts(), 1);
+  EXPECT_THAT(LeaseThroughBarrier(), no_a_jobs);
+  ASSERT_TRUE(store_->Complete(again[0].job.id(), again[0].lease).ok());
+  std::vector<LeasedJob> a2 = LeaseThrough("a2");
+  ASSERT_THAT(MessageIds(a2), ElementsAre("a2"));
+
+  // An expired lease: a2 comes back before a3.
+  clock_.Advance(absl::Seconds(31));
+  std::vector<LeasedJob> a2_again = LeaseThrough("a2");
+  ASSERT_THAT(MessageIds(a2_again), ElementsAre("a2"));
+  EXPECT_THAT(LeaseThroughBarrier(), no_a_jobs);
+
+  // A dead letter lets the next one go.
+  ASSERT_TRUE(store_->Bury(a2_again[0].job.id(), a2_again[0].lease, "gone",
+                           MakeAttempt(clock_.Now(), 410))
+                  .ok());
+  EXPECT_THAT(MessageIds(LeaseThrough("a3")), ElementsAre("a3"));
+  DeadFilter all;
+  EXPECT_THAT(MessageIds(ListDeadN(all, 1)), ElementsAre("a2"));
+}
+
+// A retry that is due at once (a deferral put back now) does not hold its key.
+TEST_P(StoreConformanceTest, PerKeyOrderRetryDueNowKeepsItsPlace) {
+  Open();
+  if (!store_->KeepsPerKeyOrder()) GTEST_SKIP() << "this engine does not keep per-key order";
+  std::vector<AppendItem> items;
+  for (const char* message : {"k1", "k2"}) {
+    AppendItem item = Event(message, "d1", "k");
+    item.jobs[0].set_ordering_key("k");
+    items.push_back(std::move(item));
+  }
+  AppendAll(std::move(items));
+  std::vector<LeasedJob> leased = LeaseN(1);
+  ASSERT_THAT(MessageIds(leased), ElementsAre("k1"));
+  ASSERT_TRUE(store_->Retry(leased[0].job.id(), leased[0].lease, clock_.Now(), Attempt()).ok());
+  leased = LeaseThrough("k1");
+  ASSERT_THAT(MessageIds(leased), ElementsAre("k1"));  // Not k2: k1 kept its place.
+  EXPECT_EQ(leased[0].job.deferrals(), 1);
+  ASSERT_TRUE(store_->Complete(leased[0].job.id(), leased[0].lease).ok());
+  EXPECT_THAT(MessageIds(LeaseThrough("k2")), ElementsAre("k2"));
+}
+
 // An attempt still running as its lease nears its end keeps its job: ExtendLeases moves the
 // deadline (JetStream: InProgress restarts the servers' ack wait, in real time), the job is not
 // handed out again past its first deadline, and the same lease still settles it. A lease that

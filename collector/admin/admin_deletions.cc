@@ -12,6 +12,7 @@
 #include "collector/admin/admin_core_internal.h"
 #include "collector/api/admin_errors.h"
 #include "collector/model/event.h"
+#include "common/config_validate.h"
 #include "common/json_writer.h"
 #include "common/log.h"
 #include "common/proto_time.h"
@@ -136,6 +137,8 @@ absl::Status AdminCore::CreateDeletion(const std::string& who,
       job.set_type(hookrelay::v1::DELETE);
       job.set_message_id(absl::StrCat(record.id(), "/", source));
       job.set_user_id(user);
+      // After the user's job in flight, if any (the rest are purged).
+      if (d.options().ordering() == common::kOrderingPerUser) job.set_ordering_key(user);
       job.set_received_at_unix_ms(absl::ToUnixMillis(now));
       job.set_event_json(body);
     }

@@ -248,6 +248,9 @@ absl::StatusOr<AudienceState> AudienceSyncer::Sync(const Audience& a, const Conf
         job.set_type(hookrelay::v1::IDENTIFY);
         job.set_message_id(message_id);
         job.set_user_id(user.user_id);
+        if (d->options().ordering() == common::kOrderingPerUser) {
+          job.set_ordering_key(user.user_id);
+        }
         job.set_received_at_unix_ms(absl::ToUnixMillis(now));
         job.set_event_json(body);
       }

@@ -135,8 +135,8 @@ std::string ConfigManager::Snapshot::AudienceManagedBy(const std::string& id) co
 }
 
 ConfigManager::ConfigManager(ConfigStore& store, std::string file_path, Publish publish,
-                             absl::Duration lease)
-    : store_(store), lease_(lease), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
+                             absl::Duration lease, bool per_key_order)
+    : store_(store), lease_(lease), per_key_order_(per_key_order), file_path_(std::move(file_path)), publish_(std::move(publish)) {}
 
 absl::Duration LeaseMargin(absl::Duration lease) {
   return std::max(absl::Seconds(1), lease / 4);
@@ -175,6 +175,19 @@ absl::Status CheckTimeoutsFitLease(const Config& config, absl::Duration lease) {
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
 }
 
+absl::Status CheckNoOrdering(const Config& config) {
+  std::vector<std::string> errors;
+  for (int i = 0; i < config.destinations_size(); ++i) {
+    const std::string& ordering = config.destinations(i).options().ordering();
+    if (ordering.empty()) continue;
+    errors.push_back(absl::StrCat("destinations[", i, "].options.ordering: \"", ordering,
+                                  "\" is not available with --store=jetstream yet (per-user order "
+                                  "needs --store=embedded)"));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
 absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
     Config api, uint64_t version, const Focus* focus) const {
   auto snapshot = std::make_shared<Snapshot>();
@@ -187,6 +200,13 @@ absl::StatusOr<std::shared_ptr<ConfigManager::Snapshot>> ConfigManager::Build(
   if (absl::Status fits = CheckTimeoutsFitLease(snapshot->merged, lease_); !fits.ok()) {
     valid = valid.ok() ? fits
                        : absl::InvalidArgumentError(absl::StrCat(valid.message(), "; ", fits.message()));
+  }
+  if (!per_key_order_) {
+    if (absl::Status order = CheckNoOrdering(snapshot->merged); !order.ok()) {
+      valid = valid.ok() ? order
+                         : absl::InvalidArgumentError(
+                               absl::StrCat(valid.message(), "; ", order.message()));
+    }
   }
   if (valid.ok()) return snapshot;
   if (focus == nullptr) return valid;

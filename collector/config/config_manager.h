@@ -56,8 +56,10 @@ class ConfigManager {
   // manager's lock, so snapshots arrive in order). `lease`: the job queue's lease duration; every
   // destination's timeout must fit inside it with LeaseMargin(lease) to spare (the job's wait in
   // the deliverer and its outcome's way back), or the change is refused naming both values.
+  // `per_key_order`: whether the engine keeps per-user order (JobQueue::KeepsPerKeyOrder); when
+  // it does not, a destination with options.ordering is refused, naming the engine.
   ConfigManager(ConfigStore& store, std::string file_path, Publish publish,
-                absl::Duration lease = absl::InfiniteDuration());
+                absl::Duration lease = absl::InfiniteDuration(), bool per_key_order = true);
 
   // Loads the stored API objects and the file, validates the merge, publishes. An invalid file
   // or a merge that does not validate is an error (the collector does not start).
@@ -110,6 +112,7 @@ class ConfigManager {
 
   ConfigStore& store_;
   const absl::Duration lease_;
+  const bool per_key_order_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   const std::string file_path_;
   const Publish publish_;
@@ -124,6 +127,8 @@ absl::Duration LeaseMargin(absl::Duration lease);
 // A destination whose timeout does not fit inside `lease` with LeaseMargin to spare: errors in
 // the validator's form ("destinations[i].options.timeout_ms: ...").
 absl::Status CheckTimeoutsFitLease(const hookrelay::v1::Config& config, absl::Duration lease);
+// Destinations asking for per-user order, in the validator's form, for an engine without it.
+absl::Status CheckNoOrdering(const hookrelay::v1::Config& config);
 
 // "destinations[2].urls[1].shared_secret" → "urls[1].sharedSecret" when the focus is
 // destinations[2]: the field paths of the validator relative to one object, in JSON names.

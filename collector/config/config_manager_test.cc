@@ -182,6 +182,66 @@ destinations:
       << start;
 }
 
+// Per-user order on an engine without it (JetStream): refused through the API on the field, and
+// a file asking for it stops the start; a wrong value is the validator's error on both engines.
+TEST_F(ConfigManagerTest, OrderingIsRefusedWhereTheEngineCannotKeepIt) {
+  Open();
+  auto manager = std::make_unique<ConfigManager>(
+      *store_, "", [](const std::shared_ptr<const ConfigManager::Snapshot>&) {},
+      absl::InfiniteDuration(), /*per_key_order=*/false);
+  ASSERT_TRUE(manager->Start().ok());
+  auto add = [&](const std::string& ordering) {
+    return manager->Apply({"t", "x", "y", {}}, {ConfigManager::Focus::Kind::kDestination, "d"},
+                          [&](Config& api) {
+                            api.clear_sources();
+                            api.clear_destinations();
+                            *api.add_sources() = Source("a", "wk_a");
+                            hookrelay::v1::Destination* d = api.add_destinations();
+                            d->set_id("d");
+                            d->set_type("webhooks");
+                            d->add_sources("a");
+                            d->add_urls()->set_url("https://example.com/hook");
+                            d->mutable_options()->set_ordering(ordering);
+                            return absl::OkStatus();
+                          });
+  };
+  EXPECT_TRUE(add("").ok());
+  auto refused = add("per_user");
+  ASSERT_FALSE(refused.ok());
+  std::vector<FieldViolation> v = Violations(refused.status());
+  ASSERT_EQ(v.size(), 1u) << refused.status();
+  EXPECT_EQ(v[0].field, "options.ordering");
+  EXPECT_NE(v[0].description.find("not available with --store=jetstream"), std::string::npos)
+      << v[0].description;
+  refused = add("per_tenant");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(
+                R"(options.ordering: "per_tenant", must be "per_user" (omit it for no order))"),
+            std::string::npos)
+      << refused.status();
+
+  const std::string file = TempPath("ordered.yaml");
+  Write(file, R"(sources:
+  - {id: f, name: F, kind: web, write_keys: [wk_f]}
+destinations:
+  - id: g
+    type: webhooks
+    sources: [f]
+    enabled: true
+    urls: [{url: "https://example.com/g"}]
+    options: {ordering: per_user}
+)");
+  auto unordered_engine = std::make_unique<ConfigManager>(
+      *store_, file, [](const std::shared_ptr<const ConfigManager::Snapshot>&) {},
+      absl::InfiniteDuration(), /*per_key_order=*/false);
+  EXPECT_NE(unordered_engine->Start().message().find("destinations[0].options.ordering"),
+            std::string::npos);
+  auto ordered_engine = std::make_unique<ConfigManager>(
+      *store_, file, [](const std::shared_ptr<const ConfigManager::Snapshot>&) {});
+  ASSERT_TRUE(ordered_engine->Start().ok());
+  EXPECT_EQ(ordered_engine->Get()->merged.destinations(0).options().ordering(), "per_user");
+}
+
 // File objects win over API objects of the same id; a bad file on reload keeps the running one.
 TEST_F(ConfigManagerTest, FileObjectsWinAndBadReloadsAreRefused) {
   Open();

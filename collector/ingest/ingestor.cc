@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_validate.h"
 
 namespace hookrelay::collector {
 
@@ -131,6 +132,11 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
       job.set_type(ev.type);
       job.set_message_id(ev.message_id);
       job.set_user_id(ev.user_id);
+      if (route->destinations[d]->options().ordering() == common::kOrderingPerUser) {
+        // Per-user order (SPEC §5.4): userId, else anonymousId; an event with neither is not
+        // ordered.
+        job.set_ordering_key(!ev.user_id.empty() ? ev.user_id : ev.anonymous_id);
+      }
       job.set_received_at_unix_ms(now_ms);
       job.set_received_at_unix_us(now_us);
       if (!trace.traceparent.empty()) {

@@ -189,6 +189,7 @@ std::variant<NormalizedEvent, FieldError> Normalize(RawEvent raw, absl::Time rec
 
   out.message_id = std::move(raw.message_id);
   out.user_id = std::move(raw.user_id);
+  out.anonymous_id = std::move(raw.anonymous_id);
   return out;
 }
 

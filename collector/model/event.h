@@ -83,6 +83,8 @@ struct NormalizedEvent {
   hookrelay::v1::EventType type = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
   std::string message_id;
   std::string user_id;
+  // Kept for per-user order (a user without userId is ordered by it).
+  std::string anonymous_id;
   IntegrationsFlags flags;
   absl::Time received_at;
   // The normalised event as compact JSON with Segment's field names: type, messageId, userId,

@@ -130,6 +130,21 @@ std::optional<std::string_view> SerializedJobDestination(std::string_view serial
   return destination;
 }
 
+std::optional<SerializedQueueFields> SerializedJobQueueFields(std::string_view serialized) {
+  constexpr uint64_t kDestinationField = 3;   // Job.destination_id
+  constexpr uint64_t kOrderingKeyField = 20;  // Job.ordering_key
+  SerializedQueueFields fields;
+  if (!WalkFields(serialized, [&](uint64_t field, uint64_t, std::string_view bytes) {
+        if (field == kDestinationField) fields.destination = bytes;
+        if (field == kOrderingKeyField) fields.ordering_key = bytes;
+        // Fields are written in number order: nothing after the ordering key matters.
+        return field >= kOrderingKeyField;
+      })) {
+    return std::nullopt;
+  }
+  return fields;
+}
+
 std::optional<int64_t> SerializedJobDue(std::string_view serialized) {
   constexpr uint64_t kDueField = 11;  // Job.due_unix_ms (proto/hookrelay/v1/job.proto)
   int64_t due = 0;

@@ -172,6 +172,11 @@ class JobQueue {
   }
   // How long a lease lasts; fixed when the store opens (JobStoreOptions::lease_duration).
   virtual absl::Duration lease_duration() const = 0;
+  // Whether Lease keeps per-key order (Job.ordering_key): a job with a key is leased only once
+  // every job of the same (destination, key) stored before it has ended (completed or buried),
+  // one at a time; a retry keeps its place. An engine that cannot refuses configurations that
+  // ask for it (ConfigManager).
+  virtual bool KeepsPerKeyOrder() const { return false; }
 
   // Settles leases, a batch at a time (the outcomes of one deliverer message). Each settlement's
   // status, in the batch's order: NOT_FOUND when the job is gone (or, on an engine shared by
@@ -246,6 +251,12 @@ void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms, hookre
 // rest (engines page queued jobs in by it); nullopt when the bytes are not a Job. A Job written
 // by this code holds the field once; an absent field is "".
 std::optional<std::string_view> SerializedJobDestination(std::string_view serialized);
+// The destination_id and ordering_key of a serialized v1::Job, read the same way in one pass.
+struct SerializedQueueFields {
+  std::string_view destination;
+  std::string_view ordering_key;
+};
+std::optional<SerializedQueueFields> SerializedJobQueueFields(std::string_view serialized);
 // The due_unix_ms of a serialized v1::Job, read the same way (0 when absent).
 std::optional<int64_t> SerializedJobDue(std::string_view serialized);
 

@@ -735,6 +735,39 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
     check(bool(unbatched) and unbatched[0] == opts_before,
           f"unticked and saved, options.batch is gone and the rest kept: {unbatched}")
 
+    # 10b'. Per-user order: ticked and saved, options.ordering is "per_user" with the rest kept;
+    # the list says so; unticked and saved, it is gone.
+    b.go(base, f"#/setup/{DEST_ID}")
+    order_on = b.visible("#ordering-options summary", 15) and b.css("#ordering-per-user")
+    check(bool(order_on) and not order_on.is_selected() and
+          b.css("#ordering-options").get_attribute("open") is None,
+          "the order section is closed and unticked while the destination keeps no order")
+    b.click("#ordering-options summary")
+    b.click("label[for=ordering-per-user]")
+    b.click("#save-destination")
+    ordered = wait_for(lambda: (lambda o: o if o.get("ordering") else None)(
+        (stored() or {}).get("options") or {}), 10)
+    check(bool(ordered) and ordered.get("ordering") == "per_user" and
+          dict(ordered, ordering=None) == dict(opts_before, ordering=None),
+          f"the form saved options.ordering per_user and kept the rest: {ordered}")
+    b.go(base, "#/destinations")
+    order_line = wait_for(lambda: b.css(
+        f"tr[data-destination-id='{DEST_ID}'] td.cell-protection .ordering"), 10)
+    check(bool(order_line) and order_line.text == "in order per user",
+          f"the Protection column shows the order ({order_line.text if order_line else None!r})")
+    b.go(base, f"#/setup/{DEST_ID}")
+    order_on = b.visible("#ordering-options summary", 15) and b.css("#ordering-per-user")
+    check(bool(order_on) and order_on.is_selected() and
+          b.css("#ordering-options").get_attribute("open") is not None,
+          "the edit form shows the stored order (ticked, open)")
+    b.shot("ordering-on", b.css("#ordering-options"))
+    b.click("label[for=ordering-per-user]")
+    b.click("#save-destination")
+    unordered = wait_for(lambda: (lambda o: [o] if "ordering" not in o else None)(
+        (stored() or {}).get("options") or {}), 10)
+    check(bool(unordered) and unordered[0] == opts_before,
+          f"unticked and saved, options.ordering is gone and the rest kept: {unordered}")
+
     # 10c. The filter in the edit form: types, event names and a condition saved as the API's
     # JSON; a refused condition explained next to its value field; the test says which part of
     # the filter refuses the sample; emptied, the filter lets everything through again.

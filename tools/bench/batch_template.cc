@@ -56,8 +56,9 @@ void Check(bool condition, const char* message) {
 }  // namespace
 
 BatchTemplate::BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id,
-                             Timestamp timestamp)
-    : run_id_(run_id) {
+                             Timestamp timestamp, int users)
+    : run_id_(run_id), users_(users) {
+  Check(users >= 0 && users <= 1000000, "users must be 0..1000000");
   const bool with_timestamp = timestamp == Timestamp::kInclude;
   Check(events >= 1, "events must be >= 1");
   Check(!run_id_.empty() && run_id_[0] >= 'g' && run_id_[0] <= 'z', "bad run id");
@@ -93,6 +94,14 @@ BatchTemplate::BatchTemplate(Format format, int events, int event_bytes, std::st
     from = at + needle.size() + kSequenceDigits;
   }
   Check(id_offsets_.size() == static_cast<size_t>(events), "run id occurs outside messageIds");
+  if (users_ > 0) {
+    // "user-" occurs only in the userIds (orders are "ord-", the pad is 'x's), in event order.
+    for (size_t at = bytes_.find("user-"); at != std::string::npos;
+         at = bytes_.find("user-", at + 11)) {
+      user_offsets_.push_back(at + 5);
+    }
+    Check(user_offsets_.size() == static_cast<size_t>(events), "userId not found per event");
+  }
 }
 
 void BatchTemplate::Stamp(uint64_t request_seq, char* body) const {
@@ -101,6 +110,15 @@ void BatchTemplate::Stamp(uint64_t request_seq, char* body) const {
     uint64_t v = seq++;
     char* digit = body + offset + kSequenceDigits;
     for (size_t d = 0; d < kSequenceDigits; ++d) {
+      *--digit = static_cast<char>('0' + v % 10);
+      v /= 10;
+    }
+  }
+  uint64_t event = request_seq * user_offsets_.size();
+  for (size_t offset : user_offsets_) {
+    uint64_t v = event++ % static_cast<uint64_t>(users_);
+    char* digit = body + offset + 6;
+    for (int d = 0; d < 6; ++d) {
       *--digit = static_cast<char>('0' + v % 10);
       v /= 10;
     }

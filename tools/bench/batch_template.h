@@ -35,8 +35,10 @@ class BatchTemplate {
 
   // REQUIRES: events >= 1; run_id non-empty, made of [a-z0-9] and starting with a letter that is
   // not a hex digit (so it cannot occur by chance elsewhere in the body).
+  // `users` > 0: Stamp also gives event sequence number n the userId of user n % users
+  // ("user-%06d", so at most 1,000,000); 0: event i of every request is user i.
   BatchTemplate(Format format, int events, int event_bytes, std::string_view run_id,
-                Timestamp timestamp = Timestamp::kInclude);
+                Timestamp timestamp = Timestamp::kInclude, int users = 0);
 
   // The body with placeholder ids.
   const std::string& bytes() const { return bytes_; }
@@ -57,6 +59,9 @@ class BatchTemplate {
   std::string bytes_;
   // Offset in bytes_ of each event's sequence digits.
   std::vector<size_t> id_offsets_;
+  // With users_ > 0: offset in bytes_ of each event's six userId digits.
+  int users_ = 0;
+  std::vector<size_t> user_offsets_;
   size_t json_event_bytes_ = 0;
 };
 

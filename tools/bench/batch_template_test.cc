@@ -1,5 +1,6 @@
 #include "tools/bench/batch_template.h"
 
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -32,6 +33,26 @@ TEST(BatchTemplateTest, JsonStampsUniqueIds) {
     ids.insert(std::string(id));
   }
   EXPECT_EQ(ids.size(), 100u);
+}
+
+// With users, event n gets the userId of user n % users, in every request.
+TEST(BatchTemplateTest, JsonStampsUsersInTurn) {
+  BatchTemplate t(BatchTemplate::Format::kJson, 100, 300, "rtest3",
+                  BatchTemplate::Timestamp::kInclude, 250);
+  std::string body = t.bytes();
+  t.Stamp(3, body.data());  // Events 300..399: users 50..149.
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(body).get(doc), simdjson::SUCCESS);
+  int n = 300;
+  for (simdjson::dom::element event : doc["batch"].get_array()) {
+    std::string_view user;
+    ASSERT_EQ(event["userId"].get(user), simdjson::SUCCESS);
+    char want[16];
+    std::snprintf(want, sizeof(want), "user-%06d", n++ % 250);
+    EXPECT_EQ(std::string(user), want);
+  }
+  EXPECT_EQ(n, 400);
 }
 
 // A stamped protobuf request still parses, and carries the stamped ids in order.

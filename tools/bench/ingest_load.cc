@@ -38,6 +38,9 @@ ABSL_FLAG(double, rate, 0,
           "offered load in events/s (open loop, latency from the scheduled send time); "
           "0 = closed loop, as fast as the connections go");
 ABSL_FLAG(int, threads, 1, "client event-loop threads");
+ABSL_FLAG(int, users, 0,
+          "distinct userIds cycled through over all events (at most 1000000); 0 = event i of "
+          "every request is user i");
 ABSL_FLAG(int, grpc_channels, 1, "gRPC: TCP connections the calls are spread over");
 ABSL_FLAG(bool, omit_timestamp, false,
           "send events without a timestamp, so the collector stamps each with its receipt time "
@@ -88,7 +91,8 @@ int Main(const std::string& mode, const LoadOptions& options, bool omit_timestam
                                            : BatchTemplate::Format::kProto,
                             options.events_per_request, options.event_bytes, run_id,
                             omit_timestamp ? BatchTemplate::Timestamp::kOmit
-                                           : BatchTemplate::Timestamp::kInclude);
+                                           : BatchTemplate::Timestamp::kInclude,
+                            absl::GetFlag(FLAGS_users));
   size_t request_bytes = batch.bytes().size();
   if (mode == "http") {
     size_t body_offset = 0;

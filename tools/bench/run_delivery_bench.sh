@@ -28,6 +28,8 @@
 #   RESULTS=/tmp/delivery-bench tools/bench/run_delivery_bench.sh   # keep every log there
 #   IDLE_WAIT=60 tools/bench/run_delivery_bench.sh          # shared machine: wait for quiet first
 #   SMOKE=1 tools/bench/run_delivery_bench.sh               # seconds per phase: a check that it works
+#   ORDERING=per_user USERS=10000 PHASES=throughput THROUGHPUT_VARIANTS=0:0:0 \
+#     tools/bench/run_delivery_bench.sh                     # per-user order, 10,000 users
 #   BATCH=100:500000:1000 PHASES="throughput latency" THROUGHPUT_VARIANTS=0:0:0 \
 #     tools/bench/run_delivery_bench.sh                     # batched webhooks (deliveries = events)
 #   SMOKE=1 SKIP_BUILD=1 BIN_DIR=$(bazel info bazel-bin) tools/bench/run_delivery_bench.sh  # prebuilt
@@ -257,11 +259,18 @@ start_receiver() {
 # BATCH="max_events:max_bytes:max_wait_ms": the destination sends batched webhooks (options.batch);
 # the receiver counts each member as a delivery. Empty (default): one event per request.
 BATCH=${BATCH:-}
+# ORDERING=per_user: the destination keeps each user's events in order (options.ordering); USERS=N:
+# the load's events cycle through N userIds (0, the default: 100, one per event of a request).
+ORDERING=${ORDERING:-}
+USERS=${USERS:-0}
 batch_options() {
+  [[ -n "$BATCH" || -n "$ORDERING" ]] || return 0
+  printf '    options:\n'
+  if [[ -n "$ORDERING" ]]; then printf '      ordering: %s\n' "$ORDERING"; fi
   [[ -n "$BATCH" ]] || return 0
   local events bytes wait
   IFS=: read -r events bytes wait <<<"$BATCH"
-  printf '    options:\n      batch: {max_events: %s, max_bytes: %s, max_wait_ms: %s}\n' \
+  printf '      batch: {max_events: %s, max_bytes: %s, max_wait_ms: %s}\n' \
     "$events" "$bytes" "$wait"
 }
 
@@ -390,7 +399,7 @@ ingest_start() {
     "$TMP/ingest_load" --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key="$WRITE_KEY" \
     --connections="$connections" --events_per_request="$epr" --event_bytes="$EVENT_BYTES" \
     --rate="$rate" --duration="$(secs "$duration")" --warmup="$(secs "$warmup")" --omit_timestamp \
-    >"$TMP/$name.ingest.out" 2>&1 &
+    --users="$USERS" >"$TMP/$name.ingest.out" 2>&1 &
   INGEST_PID=$!; PIDS+=("$INGEST_PID")
 }
 ingest_wait() {

@@ -27,14 +27,15 @@ Commands:
                       [--id=ID] [--shared-secret-file=FILE] [--enabled] [--timeout-ms=N]
                       [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
                       [--filter-file=FILE] [--batch-max-events=N] [--batch-max-bytes=N]
-                      [--batch-max-wait-ms=N]
+                      [--batch-max-wait-ms=N] [--ordering=per_user]
   destinations update ID [--source=ID...] [--url=URL [--header=...]...]...
                       [--shared-secret-file=FILE | --no-shared-secret] [--enabled=true|false]
                       [--timeout-ms=N] [--rate-limit-per-second=N] [--circuit-breaker-failures=N]
                       [--batch-max-events=N] [--batch-max-bytes=N] [--batch-max-wait-ms=N]
-                      [--filter-file=FILE | --no-filter]
-                      (the --*-ms / rate / breaker / batch flags replace the whole options
-                      object; any --batch-* flag sends several events per request)
+                      [--ordering=per_user|none] [--filter-file=FILE | --no-filter]
+                      (the --*-ms / rate / breaker / batch / ordering flags replace the whole
+                      options object; any --batch-* flag sends several events per request;
+                      --ordering=per_user delivers each user's events in order, one at a time)
   destinations enable ID | disable ID
   destinations rotate-secret ID --shared-secret-file=FILE [--overlap=24h]
                                            the new secret signs at once; until the overlap ends,

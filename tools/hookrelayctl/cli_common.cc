@@ -56,7 +56,7 @@ constexpr std::string_view kValueFlags[] = {
     "header", "shared-secret-file", "timeout-ms", "rate-limit-per-second",
     "circuit-breaker-failures", "user", "request-id", "rule", "rule-file",
     "sync-interval", "filter-file", "overlap", "batch-max-events", "batch-max-bytes",
-    "batch-max-wait-ms"};
+    "batch-max-wait-ms", "ordering"};
 constexpr std::string_view kGlobalFlags[] = {"help", "admin-url", "admin-token-file", "output",
                                              "timeout", "token", "json"};
 // Flags that may repeat; their order relative to each other is kept.
@@ -357,6 +357,9 @@ std::vector<std::pair<std::string, std::string>> DestinationFields(
                                          d.options().batch().max_bytes(), " bytes, ",
                                          d.options().batch().max_wait_ms(), " ms")
                           : "no (one event per request)"},
+          {"order", d.options().ordering() == "per_user"
+                        ? "per user (one request per user in flight, in acceptance order)"
+                        : "none"},
           {"managed by", d.managed_by()},
           {"delivered / retried / dead",
            absl::StrCat(st.delivered(), " / ", st.retried(), " / ", st.dead())},

@@ -226,7 +226,7 @@ int Sources(const CommandLine& cl, Context& ctx, std::optional<UsageError>* usag
 constexpr std::string_view kDestinationFlags[] = {
     "id", "source", "url", "header", "shared-secret-file", "no-shared-secret", "enabled",
     "timeout-ms", "rate-limit-per-second", "circuit-breaker-failures", "filter-file", "no-filter",
-    "batch-max-events", "batch-max-bytes", "batch-max-wait-ms"};
+    "batch-max-events", "batch-max-bytes", "batch-max-wait-ms", "ordering"};
 
 // The filter from --filter-file: a JSON object in the admin API's shape (types, events, where);
 // unknown fields are refused here, what the values mean is the collector's to judge. Appended to
@@ -338,7 +338,7 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
   const bool batch =
       cl.Has("batch-max-events") || cl.Has("batch-max-bytes") || cl.Has("batch-max-wait-ms");
   if (cl.Has("timeout-ms") || cl.Has("rate-limit-per-second") ||
-      cl.Has("circuit-breaker-failures") || batch) {
+      cl.Has("circuit-breaker-failures") || batch || cl.Has("ordering")) {
     // Limits are the server's to judge (it names the field); only the shape is checked here.
     auto number = [&cl](const char* flag, int64_t* out) -> std::optional<UsageError> {
       if (!absl::SimpleAtoi(cl.Get(flag), out) || *out < 0) {
@@ -378,6 +378,11 @@ std::optional<UsageError> DestinationBody(const CommandLine& cl, bool create, st
       }
       b.Close();
       o.Raw("batch", batch_json);
+    }
+    if (cl.Has("ordering")) {
+      // "none" clears it; any other value is the server's to judge (it names the field).
+      const std::string ordering = cl.Get("ordering");
+      if (ordering != "none") o.String("ordering", ordering);
     }
     o.Close();
     w.Raw("options", options);

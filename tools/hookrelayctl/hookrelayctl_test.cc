@@ -1309,5 +1309,24 @@ TEST_F(HookrelayctlTest, DestinationBatchFlags) {
   EXPECT_THAT(r.err, HasSubstr("--batch-max-bytes: \"lots\" is not a number")) << r;
 }
 
+// --ordering=per_user keeps each user's events in order; "none" clears it; the server names a
+// wrong value. Shown in `get`.
+TEST_F(HookrelayctlTest, DestinationOrderingFlag) {
+  StartServer();
+  Result r = Ctl({"sources", "create", "--id=web", "--kind=web"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  r = Ctl({"destinations", "create", "--id=orders", "--source=web",
+           "--url=https://hooks.example.com/x", "--ordering=per_user"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "order"),
+            "per user (one request per user in flight, in acceptance order)");
+  r = Ctl({"destinations", "update", "orders", "--ordering=none"});
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(KeyValue(r.out, "order"), "none");
+  r = Ctl({"destinations", "update", "orders", "--ordering=per_session"});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("options.ordering: \"per_session\", must be \"per_user\"")) << r;
+}
+
 }  // namespace
 }  // namespace hookrelay::hookrelayctl

@@ -147,6 +147,10 @@ function viewDestinations(view) {
       lines.push(h('br'), h('small', {class: 'bounds', text: 'breaker after ' +
         num(opts.circuitBreaker.failures) + ' failures'}));
     }
+    if (opts.ordering === 'per_user') {
+      lines.push(h('br'), h('small', {class: 'bounds ordering', text: 'in order per user',
+        title: 'Each user\'s events go in the order received, one request per user at a time'}));
+    }
     if (opts.batch) {
       lines.push(h('br'), h('small', {class: 'bounds batching', text: 'batches ≤ ' +
         num(opts.batch.maxEvents) + ' / ' + num(opts.batch.maxWaitMs) + ' ms',

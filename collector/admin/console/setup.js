@@ -211,11 +211,13 @@ function setupSaveStep(ctx) {
     h('summary', {text: 'Protection (optional): rate limit and circuit breaker'}),
     ctx.rateField.wrap, ctx.breakerField.wrap);
   setupBatch(ctx);
+  setupOrdering(ctx);
   setupFilter(ctx);  // setup_filter.js
   append(ctx.s5, ctx.idField.wrap, h('div', {class: 'field'}, ctx.enabled.label,
     h('p', {class: 'field-hint', id: 'destination-enabled-hint', text: 'A disabled destination ' +
       'receives nothing; events are not queued for it.'}), ctx.enabledErr),
-    ctx.protection, ctx.batchDetails, ctx.filterDetails, h('div', {class: 'actions'},
+    ctx.protection, ctx.batchDetails, ctx.orderDetails, ctx.filterDetails,
+    h('div', {class: 'actions'},
       ctx.saveBtn));
   append(ctx.form, ctx.s5);
 }
@@ -268,6 +270,22 @@ function setupBatch(ctx) {
         '{"batch":[…]} with up to the limits below in one signed request, and answers for all ' +
         'of them. Unticked: one event per request.'}), ctx.batchOnErr),
     ctx.batchFieldsWrap);
+}
+
+// Per-user order (optional, SPEC §5.4): options.ordering "per_user" when ticked, left out
+// otherwise.
+function setupOrdering(ctx) {
+  ctx.orderOn = h('input', {type: 'checkbox', id: 'ordering-per-user'});
+  ctx.orderErr = h('p', {class: 'field-error', id: 'ordering-per-user-error', hidden: true});
+  ctx.orderOn.setAttribute('aria-describedby', 'ordering-per-user-hint ' + ctx.orderErr.id);
+  ctx.orderDetails = h('details', {class: 'protection ordering', id: 'ordering-options'},
+    h('summary', {text: 'Order (optional): each user\'s events in order'}),
+    h('div', {class: 'field'}, h('div', {class: 'choice-inline'}, ctx.orderOn,
+      h('label', {for: 'ordering-per-user', text: 'Deliver each user\'s events in the order ' +
+        'they were received'})),
+      h('p', {class: 'field-hint', id: 'ordering-per-user-hint', text: 'By userId, else ' +
+        'anonymousId: one request per user at a time, and a user whose event is retrying waits ' +
+        'while other users\' events flow. Embedded store only.'}), ctx.orderErr));
 }
 
 // A hint on blur: the field's value is a whole number within the collector's limits.
@@ -475,6 +493,8 @@ function enterEditMode(ctx, dest) {
     String(o.circuitBreaker.failures) : '';
   ctx.protection.open = !!(ctx.rateIn.value || ctx.breakerIn.value);
   fillBatch(ctx, o.batch);
+  ctx.orderOn.checked = o.ordering === 'per_user';
+  ctx.orderDetails.open = ctx.orderOn.checked;
   fillFilter(ctx, dest.filter);
   ctx.testBtn.disabled = false;
   ctx.testNote.textContent = dest.enabled ? 'The destination is enabled.' :
@@ -533,6 +553,7 @@ function buildBody(ctx) {
   }
   var batch = batchBody(ctx);
   if (batch) opts.batch = batch; else delete opts.batch;
+  if (ctx.orderOn.checked) opts.ordering = 'per_user'; else delete opts.ordering;
   if (JSON.stringify(opts) !== JSON.stringify(had)) body.options = opts;
   // The filter is sent when it differs from the stored one ({} removes it).
   var filter = filterBody(ctx);
@@ -552,6 +573,7 @@ function clearServerErrors(ctx) {
   ctx.rateField.setError('');
   ctx.breakerField.setError('');
   setError(ctx.batchOn, ctx.batchOnErr, '');
+  setError(ctx.orderOn, ctx.orderErr, '');
   BATCH_FIELDS.forEach(function (b) { ctx.batchFields[b.key].setError(''); });
   clearFilterErrors(ctx);
   ctx.rows.forEach(function (row) {
@@ -597,6 +619,11 @@ function place(ctx, v) {
     } else {
       setError(ctx.batchOn, ctx.batchOnErr, d, 'server');
     }
+    return true;
+  }
+  if (f === 'options.ordering') {
+    ctx.orderDetails.open = true;
+    setError(ctx.orderOn, ctx.orderErr, d, 'server');
     return true;
   }
   if (placeFilter(ctx, v)) return true;

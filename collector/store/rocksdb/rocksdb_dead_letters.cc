@@ -64,6 +64,7 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
   std::vector<uint64_t> ids;
   std::vector<uint64_t> user_hashes;
   std::vector<uint32_t> tags;  // Parallel to ids.
+  std::vector<uint64_t> keys;  // Parallel to ids: ordering keys.
   size_t replayed = 0;
   std::string value;
   auto write_chunk = [&]() -> absl::Status {
@@ -85,13 +86,14 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
       return WriteFailed(s, "replaying dead letters");
     }
     for (size_t i = 0; i < ids.size(); ++i) {
-      QueueLocked(now_ms, ids[i], tags[i], now_ms, /*dirty=*/false);
+      QueueLocked(now_ms, ids[i], tags[i], keys[i], now_ms, /*dirty=*/false);
     }
     CountJobLocked(now_ms, n);
     dead_count_ -= n;
     replayed += ids.size();
     ids.clear();
     tags.clear();
+    keys.clear();
     user_hashes.clear();
     batch.Clear();
     return absl::OkStatus();
@@ -112,8 +114,10 @@ absl::StatusOr<size_t> RocksDbJobStore::Replay(const DeadFilter& filter) {
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, it->key(), value);
-    PutJobKeys(now_ms, job.id(), UserHash(job.user_id()), job.destination_id(), batch);
+    PutJobKeys(now_ms, job.id(), UserHash(job.user_id()), job.destination_id(),
+               job.ordering_key(), batch);
     tags.push_back(DestinationTag(job.destination_id()));
+    keys.push_back(OrderKey(tags.back(), job.ordering_key()));
     batch.Delete(dead_cf_, it->key());
     if (!job.user_id().empty()) {
       batch.Delete(users_cf_, DeadIndexKey(job.user_id(), job.source_id(), job.id()));

@@ -304,7 +304,8 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
     EraseFromWindowLocked(from_window);
     dead_count_ -= static_cast<int64_t>(dead);
     for (size_t i = 0; i < new_ids.size(); ++i) {
-      QueueLocked(now_ms, new_ids[i], DestinationTag(plan.notifications[i].destination_id()),
+      const uint32_t tag = DestinationTag(plan.notifications[i].destination_id());
+      QueueLocked(now_ms, new_ids[i], tag, OrderKey(tag, plan.notifications[i].ordering_key()),
                   now_ms, /*dirty=*/false);
     }
     if (!new_ids.empty()) {

@@ -23,7 +23,9 @@ using hookrelay::v1::Job;
 using rocksdb_internal::DecodeU64;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
-using rocksdb_internal::RecordDestination;
+using rocksdb_internal::DueValue;
+using rocksdb_internal::QueueFields;
+using rocksdb_internal::RecordQueueFields;
 using rocksdb_internal::EncodeJobValue;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::LogKey;
@@ -284,10 +286,11 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
             group.batch.Put(users_cf_, PendingKeyBytes(job_user, id).slice(), rocksdb::Slice());
           }
         } else {
-          PutJobKeys(now_ms, id, job_user, job.destination_id(), group.batch);
+          PutJobKeys(now_ms, id, job_user, job.destination_id(), job.ordering_key(), group.batch);
         }
         group.new_ids.push_back(id);
         group.new_tags.push_back(DestinationTag(job.destination_id()));
+        group.new_keys.push_back(OrderKey(group.new_tags.back(), job.ordering_key()));
       }
     }
   }
@@ -326,9 +329,9 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
         if (it != overlay_.end() && it->second.seq == op.seq) {
           const int64_t new_due = DueOf(it->second.value);
           group.batch.Put(jobs_cf_, U64Bytes(op.id).slice(), it->second.value);
-          const std::string_view destination = RecordDestination(it->second.value);
-          group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(),
-                          rocksdb::Slice(destination.data(), destination.size()));
+          const QueueFields fields = RecordQueueFields(it->second.value);
+          DueValue(fields.destination, fields.ordering_key, &key_scratch_);
+          group.batch.Put(due_cf_, DueKeyBytes(new_due, op.id).slice(), key_scratch_);
           // The record on disk moves from its due time to the new one.
           op.disk_due_ms = it->second.disk_due_ms;
           --due_deltas[SecondOf(op.disk_due_ms)];
@@ -457,6 +460,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
     }
   }
 
+  bool freed = false;
   // Publish. On failure the disk is unchanged: appends report the error; settled jobs keep their
   // in-memory state (and overlay records), so this process still treats them right.
   if (group.status.ok()) {
@@ -465,7 +469,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
     }
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < group.new_ids.size(); ++i) {
-      QueueLocked(group.now_ms, group.new_ids[i], group.new_tags[i], group.now_ms,
+      QueueLocked(group.now_ms, group.new_ids[i], group.new_tags[i], group.new_keys[i], group.now_ms,
                   /*dirty=*/false, group.fresh);
     }
     if (!group.new_ids.empty()) {
@@ -473,6 +477,12 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       CountJobLocked(group.now_ms, static_cast<int64_t>(group.new_ids.size()));
     }
     for (const WriteOp& op : group.ops) {
+      // A written completion or burial frees its key (per-key order): the next job of the key
+      // may go now that a crash can no longer bring this one back.
+      if (op.order_key != 0 && (op.kind == Kind::kDeleteJob || op.kind == Kind::kBury)) {
+        ready_.Release(op.order_key, op.id);
+        freed = true;
+      }
       if (op.kind != Kind::kPutJob || op.seq == 0) continue;
       auto it = overlay_.find(op.id);
       if (it != overlay_.end() && it->second.seq == op.seq) {
@@ -482,7 +492,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
       }
     }
   }
-  if (group.status.ok() && !group.new_ids.empty()) ready_signal_->Raise();
+  if (group.status.ok() && (!group.new_ids.empty() || freed)) ready_signal_->Raise();
   if (group.status.ok() && group.duplicates > 0 && metrics_.duplicates != nullptr) {
     metrics_.duplicates->Increment(static_cast<double>(group.duplicates));
   }
@@ -553,7 +563,8 @@ std::vector<uint64_t> RocksDbJobStore::PutNewJobs(std::vector<Job>& jobs, int64_
     job.set_due_unix_ms(now_ms);
     EncodeJobValue(job, &value);
     batch.Put(jobs_cf_, U64Bytes(id).slice(), value);
-    PutJobKeys(now_ms, id, UserHash(job.user_id()), job.destination_id(), batch);
+    PutJobKeys(now_ms, id, UserHash(job.user_id()), job.destination_id(), job.ordering_key(),
+               batch);
     ids.push_back(id);
   }
   if (!ids.empty()) batch.Put(meta_cf_, kNextIdKey, U64Bytes(next_id_).slice());
@@ -580,7 +591,8 @@ absl::Status RocksDbJobStore::WriteWithJobs(rocksdb::WriteBatch& batch,
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < ids.size(); ++i) {
-      QueueLocked(now_ms, ids[i], DestinationTag(jobs[i].destination_id()), now_ms,
+      const uint32_t tag = DestinationTag(jobs[i].destination_id());
+      QueueLocked(now_ms, ids[i], tag, OrderKey(tag, jobs[i].ordering_key()), now_ms,
                   /*dirty=*/false);
     }
     if (!ids.empty()) {

@@ -25,6 +25,8 @@ struct RocksDbJobStore::Group {
   std::vector<uint64_t> new_ids;
   // Parallel to new_ids: the jobs' destination tags.
   std::vector<uint32_t> new_tags;
+  // Parallel to new_ids: the jobs' ordering keys (OrderKey; 0 for none).
+  std::vector<uint64_t> new_keys;
   // SeenHash of the sources-seen keys this group writes (cached once written).
   std::vector<uint64_t> seen_hashes;
   // What the group adds to the persisted due-time counts (reverted if the write fails).
@@ -52,6 +54,7 @@ struct RocksDbJobStore::Group {
     results.clear();
     new_ids.clear();
     new_tags.clear();
+    new_keys.clear();
     seen_hashes.clear();
     due_deltas.clear();
     stored_keys.clear();

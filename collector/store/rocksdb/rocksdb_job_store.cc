@@ -40,7 +40,8 @@ using rocksdb_internal::DueOf;
 using rocksdb_internal::ErrorKind;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::HeaderSize;
-using rocksdb_internal::RecordDestination;
+using rocksdb_internal::QueueFields;
+using rocksdb_internal::RecordQueueFields;
 using rocksdb_internal::Int64Add;
 using rocksdb_internal::LogKey;
 using rocksdb_internal::MakeDbOptions;
@@ -366,7 +367,8 @@ absl::Status RocksDbJobStore::MigrateLayout() {
       const uint64_t id = DecodeU64(it->key().data());
       uint64_t user_hash = 0;
       if (!UserHashOf(it->value(), &job, &user_hash)) return Malformed(kJobsCf, id);
-      PutJobKeys(DueOf(it->value()), id, user_hash, RecordDestination(it->value()), batch);
+      const QueueFields fields = RecordQueueFields(it->value());
+      PutJobKeys(DueOf(it->value()), id, user_hash, fields.destination, fields.ordering_key, batch);
       ++due_counts[SecondOf(DueOf(it->value()))];
       ++jobs;
       if (++pending >= kAdminChunk) {

@@ -171,6 +171,7 @@ class RocksDbJobStore final : public Store {
   using JobQueue::Lease;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }
+  bool KeepsPerKeyOrder() const override { return true; }
   std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
       const std::vector<std::pair<uint64_t, uint64_t>>& leases) override;
   // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
@@ -251,6 +252,8 @@ class RocksDbJobStore final : public Store {
     int64_t due_ms = 0;
     uint64_t user_hash = 0;
     bool fresh = false;
+    // kDeleteJob, kBury of a job with an ordering key: the key, freed once this is written.
+    uint64_t order_key = 0;
     // kDeleteJob, kBury: a deletion already removed the job's record and counted it.
     bool purged = false;
     // kDeleteJob, kBury: the due time of the record on disk. kPutJob: set when prepared, the
@@ -277,6 +280,8 @@ class RocksDbJobStore final : public Store {
     // The job's destination (DestinationTag); 0 when unknown (always within budget). Not part
     // of the order.
     uint32_t dest = 0;
+    // Its ordering key (OrderKey): 0 when the job keeps no order. Not part of the order.
+    uint64_t key = 0;
     bool operator<(const QueuedJob& o) const {
       return due_ms != o.due_ms ? due_ms < o.due_ms : id < o.id;
     }
@@ -293,33 +298,72 @@ class RocksDbJobStore final : public Store {
     uint64_t user_hash;  // Of the record read by Lease, for its pending-index key.
     bool fresh;  // Leased from its fresh record (no `due` key).
     uint32_t dest;  // Its destination's tag, for the ready queues.
+    uint64_t key;  // Its ordering key (OrderKey), 0 for none.
   };
   // The ready jobs of the window, one min-heap by (due, id) per destination tag.
+  //
+  // Per-key order (DeliveryOptions.ordering): a job with an ordering key goes out only while its
+  // key is free: no job of the key leased or settling (`busy`, kept until the settlement is
+  // written, so that a crash never makes an earlier job come back after a later one went) and
+  // no retry holding the key (`hold_until`). A retried job of a key keeps its place in the
+  // (due, id) order and holds its key instead of moving, so it stays the key's first job. The
+  // jobs of a key that is not free wait aside (`held`) and go back to their destination's heap
+  // when it frees: each job moves once per wait, whatever the length of the wait.
   class ReadyQueues {
    public:
     static constexpr size_t kUnasked = ~size_t{0};
     void Push(const QueuedJob& job);
+    // Every ready job, those waiting for their key included.
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
-    // The oldest ready job; requires !empty().
-    const QueuedJob& Oldest() const;
+    // The oldest ready job (waiting ones included); requires !empty().
+    QueuedJob Oldest() const;
     // Pops the oldest job of the destinations whose `allowance` (indexed by tag; grown and
     // filled by `ask` for a tag seen first) is above 0, and spends one of it. False when no
-    // destination with jobs has any left.
+    // destination with jobs has any left. A job whose key is not free is set aside on the way.
     bool PopWithin(std::vector<size_t>& allowance, absl::FunctionRef<size_t(uint32_t)> ask,
                    QueuedJob* out);
-    // Pops the oldest job whatever its destination.
-    QueuedJob PopOldest();
+    // Pops the oldest job whatever its destination (not one waiting for its key); false when
+    // every ready job waits for its key.
+    bool PopOldest(QueuedJob* out);
     // Removes the jobs `drop` selects.
     void RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop);
     void ForEach(absl::FunctionRef<void(const QueuedJob&)> f) const;
 
+    // The key's job `id` is leased (the caller popped it). Its key must be free.
+    void Acquire(uint64_t key, uint64_t id);
+    // The key's job `id` is no longer leased or settling (a no-op if another job holds it).
+    void Release(uint64_t key, uint64_t id);
+    // A retry holds the key until `until_ms`.
+    void Hold(uint64_t key, int64_t until_ms);
+    // Ends the holds due by `now_ms`.
+    void EndHolds(int64_t now_ms);
+    // The earliest hold's end, INT64_MAX when none.
+    int64_t NextHoldEnd() const;
+    // Jobs waiting for their key (tests, metrics).
+    size_t waiting() const { return waiting_; }
+
    private:
+    struct Key {
+      uint64_t busy = 0;  // The job id leased or settling, 0 for none.
+      int64_t hold_until_ms = 0;  // 0 for none.
+      std::vector<QueuedJob> held;  // Min-heap by (due, id).
+    };
+    bool Free(const QueuedJob& job) const;
+    // Back to the heaps once the key is free; forgets a key with nothing left.
+    void MaybeFree(uint64_t key);
+    void PushHeap(const QueuedJob& job);
     // The tag whose heap has the oldest top among those `eligible` selects; -1 for none.
     int OldestHeap(absl::FunctionRef<bool(uint32_t)> eligible) const;
     std::vector<std::vector<QueuedJob>> heaps_;
     size_t size_ = 0;
+    absl::flat_hash_map<uint64_t, Key> keys_;
+    absl::btree_set<std::pair<int64_t, uint64_t>> holds_;  // (until, key)
+    size_t waiting_ = 0;
   };
+  // A job's ordering key in the ready queues: 0 for a job without one. Its destination's tag is
+  // part of it (the order is per destination).
+  static uint64_t OrderKey(uint32_t dest, std::string_view ordering_key);
   // A record rewritten by Retry whose write is not yet committed: Lease and Retry read it from
   // here so they never see the older record on disk.
   struct PendingRecord {
@@ -370,9 +414,10 @@ class RocksDbJobStore final : public Store {
   // scan of jobs and dead letters. Open only.
   absl::Status MigrateLayout();
   // Puts the `due` key and pending-index key of a new or replayed job in `batch`.
-  // The `due` key's value is the job's destination id (the pager queues the job by it).
+  // The `due` key's value is the job's destination id and ordering key (the pager queues the job
+  // by them; rocksdb_layout.h, DueValue).
   void PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, std::string_view destination,
-                  rocksdb::WriteBatch& batch);
+                  std::string_view ordering_key, rocksdb::WriteBatch& batch);
   // Deletes them (a fresh record has no `due` key).
   void DeleteJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash, bool fresh,
                      rocksdb::WriteBatch& batch);
@@ -397,8 +442,8 @@ class RocksDbJobStore final : public Store {
   // A queued job (not leased) with key (due_ms, id): into the window when below the cursor,
   // else (`dirty`: its `due` key is not written yet) into parked_, else nothing (on disk).
   // `fresh`: a just-published fresh record (no `due` key; the pager finds it by id).
-  void QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, int64_t now_ms, bool dirty,
-                   bool fresh = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, uint64_t key, int64_t now_ms,
+                   bool dirty, bool fresh = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A small number per destination id, for the ready queues (0: unknown). Interned for the
   // store's life (destinations are few). Any thread, with or without mu_.
   uint32_t DestinationTag(std::string_view destination_id) ABSL_LOCKS_EXCLUDED(tags_mu_);

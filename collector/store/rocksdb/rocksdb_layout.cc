@@ -156,11 +156,26 @@ bool UserHashOf(rocksdb::Slice value, Job* scratch, uint64_t* hash) {
   return true;
 }
 
-std::string_view RecordDestination(rocksdb::Slice value) {
+void DueValue(std::string_view destination, std::string_view ordering_key, std::string* out) {
+  out->assign(destination);
+  if (ordering_key.empty()) return;
+  out->push_back('\0');
+  out->append(ordering_key);
+}
+
+QueueFields SplitDueValue(std::string_view value) {
+  const size_t nul = value.find('\0');
+  if (nul == std::string_view::npos) return {value, {}};
+  return {value.substr(0, nul), value.substr(nul + 1)};
+}
+
+QueueFields RecordQueueFields(rocksdb::Slice value) {
   const size_t header = HeaderSize(value);
   if (header == 0) return {};
-  return SerializedJobDestination(std::string_view(value.data() + header, value.size() - header))
-      .value_or(std::string_view());
+  const std::optional<SerializedQueueFields> fields =
+      SerializedJobQueueFields(std::string_view(value.data() + header, value.size() - header));
+  if (!fields) return {};
+  return {fields->destination, fields->ordering_key};
 }
 
 }  // namespace hookrelay::collector::rocksdb_internal

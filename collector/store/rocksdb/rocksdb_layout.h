@@ -33,10 +33,11 @@
 //            "a" ++ lp(audience) -> serialized v1::AudienceState.
 //            "m" ++ lp(audience) ++ lp(user) -> "": the user's membership as last sent (true).
 //            "x" ++ lp(audience) ++ u64 BE unix ms ++ lp(user) -> "": evaluate the user again then.
-//   due      u64 BE due_unix_ms ++ u64 BE job id -> "": every job with a record that is not
-//            fresh (retried, replayed, notifications, or appended after the clock went back), in
-//            the order Lease takes them. Written and deleted with the record. The pager merges
-//            it with the fresh records.
+//   due      u64 BE due_unix_ms ++ u64 BE job id -> the destination id [++ "\0" ++ ordering key]
+//            (DueValue): every job with a record that is not fresh (retried, replayed,
+//            notifications, or appended after the clock went back), in the order Lease takes
+//            them. Written and deleted with the record. The pager merges it with the fresh
+//            records.
 //   users    also "p" ++ u64 BE user hash ++ u64 BE job id -> "": the user's pending jobs.
 // Big-endian ids sort numerically, so new jobs are appended at the end of `jobs` and `dead` scans
 // are in id order (ListDead's pagination).
@@ -221,9 +222,19 @@ bool ParseJobValue(rocksdb::Slice value, hookrelay::v1::Job* job);
 // The user hash of a record: from the header, or by parsing an old record. False when malformed.
 bool UserHashOf(rocksdb::Slice value, hookrelay::v1::Job* scratch, uint64_t* hash);
 
-// The destination id of a record, read from the serialized Job after the header without parsing
-// the rest; "" when the record is malformed.
-std::string_view RecordDestination(rocksdb::Slice value);
+
+// What the pager queues a job by: its destination id and its ordering key ("" when the
+// destination keeps no order). The value of a `due` key holds the two as DueValue writes them:
+// the destination id, then, when the job has an ordering key, "\0" and the key (destination ids
+// never hold a NUL; values written before ordering existed are the destination id alone).
+struct QueueFields {
+  std::string_view destination;
+  std::string_view ordering_key;
+};
+void DueValue(std::string_view destination, std::string_view ordering_key, std::string* out);
+QueueFields SplitDueValue(std::string_view value);
+// From a job record ({} when malformed).
+QueueFields RecordQueueFields(rocksdb::Slice value);
 
 }  // namespace hookrelay::collector::rocksdb_internal
 

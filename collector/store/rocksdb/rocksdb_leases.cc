@@ -48,7 +48,9 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     const int64_t due_ms = it->second.due_ms;
     const bool fresh = it->second.fresh;
     const uint32_t dest = it->second.dest;
+    const uint64_t key = it->second.key;
     leased_.erase(it);
+    ready_.Release(key, id);
     // A job purged while leased has no record left: it ends here.
     if (!purged_leased_.empty() && purged_leased_.erase(id) > 0) {
       CountJobLocked(due_ms, -1);
@@ -58,6 +60,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     // the lease floor, hence below the cursor).
     QueuedJob back{due_ms, id, fresh};
     back.dest = dest;
+    back.key = key;
     ready_.Push(back);
   }
 }
@@ -118,13 +121,14 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
             WindowSizeLocked() + page_chunk_ <= HeldWindowLimit()) {
           break;
         }
-        job = ready_.PopOldest();
+        if (!ready_.PopOldest(&job)) break;
       }
       if (window_held_ && WindowSizeLocked() <= std::max<size_t>(options_.window_size, 2)) {
         window_held_ = false;
       }
       const uint64_t lease = NextLeaseLocked();
-      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh, job.dest};
+      leased_[job.id] = {lease, deadline, job.due_ms, 0, job.fresh, job.dest, job.key};
+      ready_.Acquire(job.key, job.id);
       lease_deadlines_.emplace(deadline, job.id);
       lease_floor_ = std::max(lease_floor_, QueuedJob{job.due_ms, job.id + 1});
       Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
@@ -160,6 +164,7 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
 
   std::vector<const Pick*> dropped;
   std::vector<const Pick*> malformed;
+  std::vector<std::pair<const Pick*, int64_t>> held;
   std::vector<uint64_t> user_hashes;
   out.reserve(picks.size());
   user_hashes.reserve(picks.size());
@@ -189,6 +194,13 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       malformed.push_back(&pick);
       continue;
     }
+    // A job of a key whose retry holds it (a record from before a restart: this process's own
+    // retries hold the key in memory): back in line, and the key waits for the hold's end.
+    if (pick.job.key != 0 && leased.job.hold_until_unix_ms() > ToMillis(now)) {
+      held.emplace_back(&pick, leased.job.hold_until_unix_ms());
+      out.pop_back();
+      continue;
+    }
     leased.lease = pick.lease;
     leased.deadline = deadline;
     user_hashes.push_back(HeaderSize(value) == kUserHeaderSize ? DecodeU64(value.data() + 8)
@@ -200,6 +212,7 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
     if (it == leased_.end() || it->second.lease != pick.lease) return false;
     lease_deadlines_.erase({it->second.deadline, pick.job.id});
     leased_.erase(it);
+    ready_.Release(pick.job.key, pick.job.id);
     if (back_to_ready) ready_.Push(pick.job);
     return true;
   };
@@ -219,6 +232,10 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       CountJobLocked(pick->job.due_ms, -1);
     }
   }
+  for (const auto& [pick, until_ms] : held) {
+    ready_.Hold(pick->job.key, until_ms);
+    release(*pick, /*back_to_ready=*/true);
+  }
   // The user hash, for the pending-index key that the job's settlement deletes.
   for (size_t j = 0; j < out.size(); ++j) {
     auto it = leased_.find(out[j].job.id());
@@ -226,8 +243,8 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       it->second.user_hash = user_hashes[j];
     }
   }
-  // New lease deadlines, jobs promoted: the ready signal's timer looks again.
-  if (!out.empty()) ready_signal_->Reschedule();
+  // New lease deadlines, jobs promoted, holds found: the ready signal's timer looks again.
+  if (!out.empty() || !held.empty()) ready_signal_->Reschedule();
   return out;
 }
 
@@ -301,6 +318,7 @@ absl::Status RocksDbJobStore::CompleteJob(uint64_t job_id, uint64_t lease) {
       op.due_ms = info.due_ms;
       op.user_hash = info.user_hash;
       op.fresh = info.fresh;
+      op.order_key = info.key;  // Its key stays taken until this is written.
       op.disk_due_ms = info.due_ms;
       if (auto it = overlay_.find(job_id); it != overlay_.end()) {
         op.disk_due_ms = it->second.disk_due_ms;  // Its rewrite is skipped.
@@ -356,9 +374,11 @@ absl::StatusOr<Job> RocksDbJobStore::BeginSettle(uint64_t job_id, uint64_t lease
     // purged (its deletion counted it); a broken one cannot be delivered and is dropped.
     const bool mine = settling_.erase(job_id) > 0;
     const bool purged = purged_leased_.erase(job_id) > 0;
+    if (mine) ready_.Release(info->key, job_id);
     if (mine && read_error) {
       QueuedJob back{info->due_ms, job_id, info->fresh};
       back.dest = info->dest;
+      back.key = info->key;
       ready_.Push(back);
     } else if (mine && (purged || !not_found)) {
       // Purged while leased, or broken. (Missing otherwise: its deletion counts it.)
@@ -375,12 +395,20 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   ASSIGN_OR_RETURN(Job job, BeginSettle(job_id, lease, &info));
   const int64_t now_ms = ToMillis(clock_.Now());
   RecordAttempt(attempt, now_ms, job);
-  job.set_due_unix_ms(ToMillis(not_before));
+  // A job of a key keeps its place, first of its key, and holds the key until its time.
+  const bool keyed = info.key != 0;
+  const int64_t not_before_ms = ToMillis(not_before);
+  if (keyed) {
+    job.set_hold_until_unix_ms(not_before_ms > now_ms ? not_before_ms : 0);
+  } else {
+    job.set_due_unix_ms(not_before_ms);
+  }
   std::string value;
   EncodeJobValue(job, &value);
 
   absl::MutexLock lock(&mu_);
   if (settling_.erase(job_id) == 0) {
+    ready_.Release(info.key, job_id);
     return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
   }
   const uint64_t seq = ++overlay_seq_;
@@ -391,7 +419,11 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   pending.value = std::move(value);
   CountJobLocked(info.due_ms, -1);
   CountJobLocked(job.due_unix_ms(), +1);
-  QueueLocked(job.due_unix_ms(), job_id, info.dest, now_ms, /*dirty=*/true);
+  if (keyed) {
+    if (not_before_ms > now_ms) ready_.Hold(info.key, not_before_ms);
+    ready_.Release(info.key, job_id);
+  }
+  QueueLocked(job.due_unix_ms(), job_id, info.dest, info.key, now_ms, /*dirty=*/true);
   WriteOp op;
   op.kind = WriteOp::Kind::kPutJob;
   op.id = job_id;
@@ -399,7 +431,7 @@ absl::Status RocksDbJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Ti
   op.due_ms = info.due_ms;
   op.fresh = info.fresh;
   Enqueue(std::move(op));
-  if (job.due_unix_ms() <= now_ms) {
+  if (keyed ? not_before_ms <= now_ms : job.due_unix_ms() <= now_ms) {
     ready_signal_->RaiseSoon();  // Ready again at once.
   } else {
     ready_signal_->Reschedule();  // A new due time.
@@ -422,10 +454,13 @@ absl::Status RocksDbJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::stri
   op.due_ms = info.due_ms;
   op.user_hash = info.user_hash;
   op.fresh = info.fresh;
+  op.order_key = info.key;  // Its key stays taken until this is written.
+  job.set_hold_until_unix_ms(0);
   job.SerializeToString(&op.value);
   if (!job.user_id().empty()) op.index_key = DeadIndexKey(job.user_id(), job.source_id(), job_id);
   absl::MutexLock lock(&mu_);
   if (settling_.erase(job_id) == 0) {
+    ready_.Release(info.key, job_id);
     return absl::NotFoundError(absl::StrFormat("job %d was purged", job_id));
   }
   op.disk_due_ms = info.due_ms;

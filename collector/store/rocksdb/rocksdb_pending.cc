@@ -6,6 +6,9 @@
 #include "collector/store/rocksdb/rocksdb_job_store.h"
 
 #include <algorithm>
+#include <optional>
+
+#include "absl/hash/hash.h"
 
 #include "rocksdb/iterator.h"
 #include "collector/store/rocksdb/rocksdb_layout.h"
@@ -21,7 +24,10 @@ using rocksdb_internal::DueCountKey;
 using rocksdb_internal::DueKeyBytes;
 using rocksdb_internal::DueOf;
 using rocksdb_internal::FromRocks;
-using rocksdb_internal::RecordDestination;
+using rocksdb_internal::DueValue;
+using rocksdb_internal::QueueFields;
+using rocksdb_internal::RecordQueueFields;
+using rocksdb_internal::SplitDueValue;
 using rocksdb_internal::IsFresh;
 using rocksdb_internal::Malformed;
 using rocksdb_internal::PendingKeyBytes;
@@ -36,9 +42,11 @@ using rocksdb_internal::kJobsCf;
 }  // namespace
 
 void RocksDbJobStore::PutJobKeys(int64_t due_ms, uint64_t id, uint64_t user_hash,
-                                 std::string_view destination, rocksdb::WriteBatch& batch) {
-  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(),
-            rocksdb::Slice(destination.data(), destination.size()));
+                                 std::string_view destination, std::string_view ordering_key,
+                                 rocksdb::WriteBatch& batch) {
+  std::string value;
+  DueValue(destination, ordering_key, &value);
+  batch.Put(due_cf_, DueKeyBytes(due_ms, id).slice(), value);
   if (user_hash != 0) batch.Put(users_cf_, PendingKeyBytes(user_hash, id).slice(), rocksdb::Slice());
 }
 
@@ -102,12 +110,75 @@ void RocksDbJobStore::CountInBatch(int64_t jobs, int64_t dead, rocksdb::WriteBat
   if (dead != 0) batch.Merge(meta_cf_, kDeadCountKey, U64Bytes(static_cast<uint64_t>(dead)).slice());
 }
 
-void RocksDbJobStore::ReadyQueues::Push(const QueuedJob& job) {
+void RocksDbJobStore::ReadyQueues::PushHeap(const QueuedJob& job) {
   if (job.dest >= heaps_.size()) heaps_.resize(job.dest + 1);
   std::vector<QueuedJob>& heap = heaps_[job.dest];
   heap.push_back(job);
   std::push_heap(heap.begin(), heap.end(), LaterFirst());
+}
+
+bool RocksDbJobStore::ReadyQueues::Free(const QueuedJob& job) const {
+  if (job.key == 0) return true;
+  auto it = keys_.find(job.key);
+  return it == keys_.end() || (it->second.busy == 0 && it->second.hold_until_ms == 0);
+}
+
+void RocksDbJobStore::ReadyQueues::Push(const QueuedJob& job) {
   ++size_;
+  if (!Free(job)) {
+    std::vector<QueuedJob>& held = keys_[job.key].held;
+    held.push_back(job);
+    std::push_heap(held.begin(), held.end(), LaterFirst());
+    ++waiting_;
+    return;
+  }
+  PushHeap(job);
+}
+
+void RocksDbJobStore::ReadyQueues::Acquire(uint64_t key, uint64_t id) {
+  if (key == 0) return;
+  Key& k = keys_[key];
+  HOOKRELAY_CHECK(k.busy == 0 && k.hold_until_ms == 0, "a job leased while its key was not free");
+  k.busy = id;
+}
+
+void RocksDbJobStore::ReadyQueues::Release(uint64_t key, uint64_t id) {
+  if (key == 0) return;
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.busy != id) return;
+  it->second.busy = 0;
+  MaybeFree(key);
+}
+
+void RocksDbJobStore::ReadyQueues::Hold(uint64_t key, int64_t until_ms) {
+  if (key == 0) return;
+  Key& k = keys_[key];
+  if (k.hold_until_ms != 0) holds_.erase({k.hold_until_ms, key});
+  k.hold_until_ms = std::max<int64_t>(until_ms, 1);
+  holds_.emplace(k.hold_until_ms, key);
+}
+
+void RocksDbJobStore::ReadyQueues::EndHolds(int64_t now_ms) {
+  while (!holds_.empty() && holds_.begin()->first <= now_ms) {
+    const uint64_t key = holds_.begin()->second;
+    holds_.erase(holds_.begin());
+    auto it = keys_.find(key);
+    if (it == keys_.end()) continue;
+    it->second.hold_until_ms = 0;
+    MaybeFree(key);
+  }
+}
+
+int64_t RocksDbJobStore::ReadyQueues::NextHoldEnd() const {
+  return holds_.empty() ? INT64_MAX : holds_.begin()->first;
+}
+
+void RocksDbJobStore::ReadyQueues::MaybeFree(uint64_t key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.busy != 0 || it->second.hold_until_ms != 0) return;
+  for (const QueuedJob& job : it->second.held) PushHeap(job);
+  waiting_ -= it->second.held.size();
+  keys_.erase(it);
 }
 
 int RocksDbJobStore::ReadyQueues::OldestHeap(absl::FunctionRef<bool(uint32_t)> eligible) const {
@@ -122,10 +193,17 @@ int RocksDbJobStore::ReadyQueues::OldestHeap(absl::FunctionRef<bool(uint32_t)> e
   return best;
 }
 
-const RocksDbJobStore::QueuedJob& RocksDbJobStore::ReadyQueues::Oldest() const {
+RocksDbJobStore::QueuedJob RocksDbJobStore::ReadyQueues::Oldest() const {
   const int tag = OldestHeap([](uint32_t) { return true; });
-  HOOKRELAY_CHECK(tag >= 0, "Oldest() of empty ready queues");
-  return heaps_[static_cast<size_t>(tag)].front();
+  std::optional<QueuedJob> oldest;
+  if (tag >= 0) oldest = heaps_[static_cast<size_t>(tag)].front();
+  if (waiting_ > 0) {
+    for (const auto& [key, k] : keys_) {
+      if (!k.held.empty() && (!oldest || k.held.front() < *oldest)) oldest = k.held.front();
+    }
+  }
+  HOOKRELAY_CHECK(oldest.has_value(), "Oldest() of empty ready queues");
+  return *oldest;
 }
 
 bool RocksDbJobStore::ReadyQueues::PopWithin(std::vector<size_t>& allowance,
@@ -135,29 +213,45 @@ bool RocksDbJobStore::ReadyQueues::PopWithin(std::vector<size_t>& allowance,
     // kUnasked: the budget of that destination is asked when it first has a job at hand.
     allowance.resize(heaps_.size(), kUnasked);
   }
-  const int tag = OldestHeap([&](uint32_t t) {
-    if (allowance[t] == kUnasked) allowance[t] = t == 0 ? kUnasked - 1 : std::min(ask(t), kUnasked - 1);
-    return allowance[t] > 0;
-  });
-  if (tag < 0) return false;
-  std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
-  std::pop_heap(heap.begin(), heap.end(), LaterFirst());
-  *out = heap.back();
-  heap.pop_back();
-  --size_;
-  --allowance[static_cast<size_t>(tag)];
-  return true;
+  for (;;) {
+    const int tag = OldestHeap([&](uint32_t t) {
+      if (allowance[t] == kUnasked) allowance[t] = t == 0 ? kUnasked - 1 : std::min(ask(t), kUnasked - 1);
+      return allowance[t] > 0;
+    });
+    if (tag < 0) return false;
+    std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
+    std::pop_heap(heap.begin(), heap.end(), LaterFirst());
+    const QueuedJob job = heap.back();
+    heap.pop_back();
+    if (!Free(job)) {
+      // Its key was taken after it was queued: it waits aside (no allowance spent).
+      --size_;
+      Push(job);
+      continue;
+    }
+    --size_;
+    --allowance[static_cast<size_t>(tag)];
+    *out = job;
+    return true;
+  }
 }
 
-RocksDbJobStore::QueuedJob RocksDbJobStore::ReadyQueues::PopOldest() {
-  const int tag = OldestHeap([](uint32_t) { return true; });
-  HOOKRELAY_CHECK(tag >= 0, "PopOldest() of empty ready queues");
-  std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
-  std::pop_heap(heap.begin(), heap.end(), LaterFirst());
-  const QueuedJob job = heap.back();
-  heap.pop_back();
-  --size_;
-  return job;
+bool RocksDbJobStore::ReadyQueues::PopOldest(QueuedJob* out) {
+  for (;;) {
+    const int tag = OldestHeap([](uint32_t) { return true; });
+    if (tag < 0) return false;
+    std::vector<QueuedJob>& heap = heaps_[static_cast<size_t>(tag)];
+    std::pop_heap(heap.begin(), heap.end(), LaterFirst());
+    const QueuedJob job = heap.back();
+    heap.pop_back();
+    --size_;
+    if (!Free(job)) {
+      Push(job);
+      continue;
+    }
+    *out = job;
+    return true;
+  }
 }
 
 void RocksDbJobStore::ReadyQueues::RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop) {
@@ -170,12 +264,32 @@ void RocksDbJobStore::ReadyQueues::RemoveIf(absl::FunctionRef<bool(const QueuedJ
     size_ -= before - heap.size();
     std::make_heap(heap.begin(), heap.end(), LaterFirst());
   }
+  if (waiting_ == 0) return;
+  for (auto& [key, k] : keys_) {
+    const size_t before = k.held.size();
+    k.held.erase(std::remove_if(k.held.begin(), k.held.end(),
+                                [&](const QueuedJob& job) { return drop(job); }),
+                 k.held.end());
+    if (k.held.size() == before) continue;
+    size_ -= before - k.held.size();
+    waiting_ -= before - k.held.size();
+    std::make_heap(k.held.begin(), k.held.end(), LaterFirst());
+  }
 }
 
 void RocksDbJobStore::ReadyQueues::ForEach(absl::FunctionRef<void(const QueuedJob&)> f) const {
   for (const std::vector<QueuedJob>& heap : heaps_) {
     for (const QueuedJob& job : heap) f(job);
   }
+  if (waiting_ == 0) return;
+  for (const auto& [key, k] : keys_) {
+    for (const QueuedJob& job : k.held) f(job);
+  }
+}
+
+uint64_t RocksDbJobStore::OrderKey(uint32_t dest, std::string_view ordering_key) {
+  if (ordering_key.empty()) return 0;
+  return absl::HashOf(dest, absl::string_view(ordering_key.data(), ordering_key.size())) | 1;
 }
 
 uint32_t RocksDbJobStore::DestinationTag(std::string_view destination_id) {
@@ -203,10 +317,11 @@ void RocksDbJobStore::PushQueuedLocked(const QueuedJob& job, int64_t now_ms) {
   std::push_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
 }
 
-void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, int64_t now_ms,
-                                  bool dirty, bool fresh) {
+void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, uint64_t key,
+                                  int64_t now_ms, bool dirty, bool fresh) {
   QueuedJob job{due_ms, id, fresh};
   job.dest = dest;
+  job.key = key;
   if (job < cursor_) {
     // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
     // (publications come in id order, and no fresh record between is on disk only: its key
@@ -281,8 +396,12 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
       if (job.id > published_id_ || (!unpublished_.empty() && unpublished_.contains(job.id))) {
         continue;  // Queued by its publication.
       }
-      // The value is the destination id (empty in keys written before it was kept there).
-      job.dest = DestinationTag(std::string_view(it->value().data(), it->value().size()));
+      // The value is the destination id and ordering key (DueValue; empty in keys written
+      // before the destination was kept there).
+      const QueueFields fields =
+          SplitDueValue(std::string_view(it->value().data(), it->value().size()));
+      job.dest = DestinationTag(fields.destination);
+      job.key = OrderKey(job.dest, fields.ordering_key);
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in due jobs"));
@@ -309,7 +428,9 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
         break;
       }
       ++n;
-      job.dest = DestinationTag(RecordDestination(it->value()));
+      const QueueFields fields = RecordQueueFields(it->value());
+      job.dest = DestinationTag(fields.destination);
+      job.key = OrderKey(job.dest, fields.ordering_key);
       got.push_back(job);
     }
     RETURN_IF_ERROR(FromRocks(it->status(), "paging in fresh jobs"));
@@ -359,6 +480,7 @@ void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
     scheduled_.pop_back();
     ready_.Push(job);
   }
+  ready_.EndHolds(now_ms);
 }
 
 JobCounts RocksDbJobStore::Counts() {
@@ -426,9 +548,13 @@ absl::Time RocksDbJobStore::NextWake() {
 absl::Time RocksDbJobStore::NextDue() {
   const int64_t now_ms = ToMillis(clock_.Now());
   absl::MutexLock lock(&mu_);
+  // A retry holding its key (per-key order) ends like a scheduled job's due time.
+  const int64_t hold = ready_.NextHoldEnd();
   // Everything beyond the window (parked or on disk) comes after every job in it.
-  if (!scheduled_.empty()) return absl::FromUnixMillis(scheduled_.front().due_ms);
-  int64_t due = INT64_MAX;
+  if (!scheduled_.empty()) {
+    return absl::FromUnixMillis(std::min(scheduled_.front().due_ms, hold));
+  }
+  int64_t due = hold;
   if (auto it = parked_.lower_bound(QueuedJob{now_ms + 1, 0}); it != parked_.end()) due = it->due_ms;
   // Jobs on disk only are due at the cursor's time at the earliest (a time already past means
   // ready jobs, which the dispatcher leases without waiting for a due time).
