@@ -181,8 +181,7 @@ absl::Status CheckNoOrdering(const Config& config) {
     const std::string& ordering = config.destinations(i).options().ordering();
     if (ordering.empty()) continue;
     errors.push_back(absl::StrCat("destinations[", i, "].options.ordering: \"", ordering,
-                                  "\" is not available with --store=jetstream yet (per-user order "
-                                  "needs --store=embedded)"));
+                                  "\" is not available with this collector's job store (--store)"));
   }
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));

@@ -56,8 +56,8 @@ class ConfigManager {
   // manager's lock, so snapshots arrive in order). `lease`: the job queue's lease duration; every
   // destination's timeout must fit inside it with LeaseMargin(lease) to spare (the job's wait in
   // the deliverer and its outcome's way back), or the change is refused naming both values.
-  // `per_key_order`: whether the engine keeps per-user order (JobQueue::KeepsPerKeyOrder); when
-  // it does not, a destination with options.ordering is refused, naming the engine.
+  // `per_key_order`: whether the engine keeps per-user order (JobQueue::KeepsPerKeyOrder; both
+  // engines of this tree do); when it does not, a destination with options.ordering is refused.
   ConfigManager(ConfigStore& store, std::string file_path, Publish publish,
                 absl::Duration lease = absl::InfiniteDuration(), bool per_key_order = true);
 

@@ -182,7 +182,8 @@ destinations:
       << start;
 }
 
-// Per-user order on an engine without it (JetStream): refused through the API on the field, and
+// Per-user order on an engine without it (both engines keep it; the check stays for any
+// other): refused through the API on the field, and
 // a file asking for it stops the start; a wrong value is the validator's error on both engines.
 TEST_F(ConfigManagerTest, OrderingIsRefusedWhereTheEngineCannotKeepIt) {
   Open();
@@ -211,7 +212,8 @@ TEST_F(ConfigManagerTest, OrderingIsRefusedWhereTheEngineCannotKeepIt) {
   std::vector<FieldViolation> v = Violations(refused.status());
   ASSERT_EQ(v.size(), 1u) << refused.status();
   EXPECT_EQ(v[0].field, "options.ordering");
-  EXPECT_NE(v[0].description.find("not available with --store=jetstream"), std::string::npos)
+  EXPECT_NE(v[0].description.find("not available with this collector's job store"),
+            std::string::npos)
       << v[0].description;
   refused = add("per_tenant");
   ASSERT_FALSE(refused.ok());

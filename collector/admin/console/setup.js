@@ -285,7 +285,7 @@ function setupOrdering(ctx) {
         'they were received'})),
       h('p', {class: 'field-hint', id: 'ordering-per-user-hint', text: 'By userId, else ' +
         'anonymousId: one request per user at a time, and a user whose event is retrying waits ' +
-        'while other users\' events flow. Embedded store only.'}), ctx.orderErr));
+        'while other users\' events flow.'}), ctx.orderErr));
 }
 
 // A hint on blur: the field's value is a whole number within the collector's limits.

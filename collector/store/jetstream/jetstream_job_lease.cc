@@ -126,6 +126,9 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
   }
   if (msgs.size() < max) fetch_cv_.Signal();
   const absl::Time deadline = now + options_.layout.ack_wait;
+  // Per-user order: the keys found waiting behind an earlier job in this call (a later job of
+  // the same key waits too, without asking the servers again), with how long to wait.
+  absl::flat_hash_map<std::string, int64_t> waiting_keys;
   for (natsMsg* msg : msgs) {
     jsMsgMetaData* meta = nullptr;
     LeasedJob leased;
@@ -137,14 +140,40 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       continue;
     }
     leased.job.set_id(meta->Sequence.Stream);
+    const uint64_t delivered = meta->NumDelivered;
     jsMsgMetaData_Destroy(meta);
     if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
       natsMsg_Ack(msg, nullptr);
       natsMsg_Destroy(msg);
       continue;
     }
+    Leased entry{msg, 0, {}, {}};
+    if (!leased.job.ordering_key().empty()) {
+      // Per-user order: only its key's first job goes; a later one comes back after a while.
+      const std::string key = absl::StrCat(leased.job.destination_id(), "\x1f",
+                                           leased.job.ordering_key());
+      if (auto it = waiting_keys.find(key); it != waiting_keys.end()) {
+        natsMsg_NakWithDelay(msg, it->second, nullptr);
+        natsMsg_Destroy(msg);
+        continue;
+      }
+      const OrderCheck order = CheckOrder(leased.job, leased.job.id(), delivered);
+      if (!order.head) {
+        natsMsg_NakWithDelay(msg, order.retry_in_ms, nullptr);
+        natsMsg_Destroy(msg);
+        waiting_keys.emplace(key, order.retry_in_ms);
+        continue;
+      }
+      // A later job of the key in this call waits for this one.
+      waiting_keys.emplace(key, 100);
+      if (!order.record_subject.empty()) {
+        entry.order_record = order.record_subject;
+        leased.job.SerializeToString(&entry.recorded_job);
+      }
+    }
     absl::MutexLock lock(&mu_);
-    const int64_t due = leased.job.due_unix_ms();
+    // A retry of an ordered job holds it in place until its time (on this collector's clock).
+    const int64_t due = std::max(leased.job.due_unix_ms(), leased.job.hold_until_unix_ms());
     if (auto it = scheduled_due_.find(due); it != scheduled_due_.end()) scheduled_due_.erase(it);
     if (due > now_ms) {  // Early on this collector's clock: held until it is due.
       held_.emplace(due, msg);
@@ -152,12 +181,20 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     }
     leased.deadline = deadline;
     leased.lease = next_lease_++;
-    auto [it, inserted] = leased_.try_emplace(leased.job.id(), Leased{msg, leased.lease});
+    entry.lease = leased.lease;
+    auto [it, inserted] = leased_.try_emplace(leased.job.id(), entry);
     if (!inserted) {  // Redelivered after its lease expired: the new lease wins.
       natsMsg_Destroy(it->second.msg);
-      it->second = Leased{msg, leased.lease};
+      it->second = std::move(entry);
     }
     out.push_back(std::move(leased));
+  }
+  // Jobs sent back to wait for their key's earlier job: the demand they took stands, so that the
+  // fetcher brings what else is there (and these again, after their wait).
+  if (!waiting_keys.empty() && out.size() < max) {
+    absl::MutexLock lock(&mu_);
+    demand_ = std::max(demand_, max - out.size());
+    fetch_cv_.Signal();
   }
   // Jobs held or leased: the ready signal's timer looks at NextDue again (an empty Lease, the
   // common case while idle, changed nothing and wakes no thread).
@@ -195,7 +232,8 @@ std::vector<absl::StatusOr<absl::Time>> JetStreamJobStore::ExtendLeases(
   return out;
 }
 
-absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t lease) {
+absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t lease,
+                                                       Leased* taken) {
   absl::MutexLock lock(&mu_);
   auto it = leased_.find(job_id);
   if (it == leased_.end()) return absl::NotFoundError(absl::StrFormat("job %d not leased here", job_id));
@@ -204,13 +242,86 @@ absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t
         absl::StrFormat("job %d: lease %d is not the job's current lease", job_id, lease));
   }
   natsMsg* msg = it->second.msg;
+  if (taken != nullptr) *taken = std::move(it->second);
   leased_.erase(it);
   return msg;
 }
 
+JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t seq,
+                                                           uint64_t delivered) {
+  OrderCheck out;
+  const absl::Duration timeout = options_.layout.request_timeout;
+  // Handed out before: it may have retried in place, with its attempts recorded beside it.
+  if (delivered > 1) {
+    const std::string subject = OrderRecordSubject(job, seq);
+    absl::StatusOr<std::optional<JetStreamMessage>> record =
+        JetStreamLastMessage(nc_, kJobsStream, subject, timeout, absl::ZeroDuration());
+    if (!record.ok()) return out;  // Not known: try again in a while.
+    Job recorded;
+    if (record->has_value() && recorded.ParseFromString((*record)->data)) {
+      recorded.set_id(seq);
+      job = std::move(recorded);
+      out.record_subject = subject;
+    }
+  }
+  // Its key's first job: the user's ready jobs in stream order (a settled job is gone from the
+  // work-queue stream), passing those of other destinations or without the key.
+  const std::string user_jobs = absl::StrCat("hr.jobs.ready.*.", JobUserToken(job));
+  // A later job of a key comes back after 100 ms, doubling to 1 s while it keeps waiting (its
+  // key's job in flight takes one attempt; a retrying one says how long it waits, below).
+  const int64_t backoff_ms = std::min<int64_t>(
+      1000, int64_t{100} << std::min<uint64_t>(delivered > 0 ? delivered - 1 : 0, 4));
+  uint64_t from = 1;
+  for (int step = 0; step < 1000; ++step) {
+    absl::StatusOr<std::optional<JetStreamMessage>> next =
+        JetStreamNextMessage(nc_, kJobsStream, from, user_jobs, timeout, absl::ZeroDuration());
+    if (!next.ok() || !next->has_value()) return out;  // Not known, or gone: later.
+    const JetStreamMessage& m = **next;
+    if (m.seq == seq) {
+      out.head = true;
+      return out;
+    }
+    std::optional<SerializedQueueFields> fields = SerializedJobQueueFields(m.data);
+    if (fields && fields->destination == job.destination_id() &&
+        fields->ordering_key == job.ordering_key()) {
+      // An earlier job of the key is still there. When it retries, wait for its time.
+      out.retry_in_ms = backoff_ms;
+      Job earlier;
+      if (earlier.ParseFromString(m.data)) {
+        absl::StatusOr<std::optional<JetStreamMessage>> record = JetStreamLastMessage(
+            nc_, kJobsStream, OrderRecordSubject(earlier, m.seq), timeout, absl::ZeroDuration());
+        Job recorded;
+        if (record.ok() && record->has_value() && recorded.ParseFromString((*record)->data)) {
+          const absl::Duration wait =
+              std::min(absl::FromUnixMillis(recorded.hold_until_unix_ms()) - clock_.Now(),
+                       options_.max_schedule_delay);
+          out.retry_in_ms = std::max(out.retry_in_ms, absl::ToInt64Milliseconds(wait) + 100);
+        }
+      }
+      return out;
+    }
+    from = m.seq + 1;
+  }
+  return out;  // More than a thousand of the user's jobs ahead: later.
+}
+
+void JetStreamJobStore::DropOrderRecord(const std::string& subject) {
+  absl::StatusOr<JetStreamApiReply> reply =
+      JetStreamApi(nc_, absl::StrCat("$JS.API.STREAM.PURGE.", kJobsStream),
+                   absl::StrCat(R"({"filter":")", subject, R"("})"),
+                   options_.layout.request_timeout);
+  if (!reply.ok() || reply->error_code != 0) {
+    // Left behind: a few hundred bytes until the user's next deletion purges it.
+    common::LogWarning("JetStream: removing an ordered job's attempts record failed",
+                       {{"error", reply.ok() ? reply->error : std::string(reply.status().message())}});
+  }
+}
+
 absl::Status JetStreamJobStore::CompleteJob(uint64_t job_id, uint64_t lease) {
-  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  Leased taken;
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
+  if (!taken.order_record.empty()) DropOrderRecord(taken.order_record);
   std::vector<natsMsg*> burst;
   {
     absl::MutexLock lock(&ack_mu_);
@@ -295,10 +406,15 @@ absl::Status JetStreamJobStore::PublishSettle(
 
 absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
                                          const hookrelay::v1::Attempt& attempt) {
-  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  Leased taken;
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
   Job job;
-  job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  if (!taken.recorded_job.empty()) {
+    job.ParseFromString(taken.recorded_job);
+  } else {
+    job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  }
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
     natsMsg_Ack(*msg, nullptr);
@@ -307,6 +423,25 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
   }
   const absl::Time now = clock_.Now();
   RecordAttempt(attempt, absl::ToUnixMillis(now), job);
+  if (!job.ordering_key().empty()) {
+    // Per-user order: the job keeps its place (its message is nak'ed with a delay, not
+    // replaced), and its attempts and time are recorded beside it for whoever leases it next.
+    job.set_hold_until_unix_ms(not_before > now ? absl::ToUnixMillis(not_before) : 0);
+    absl::Status recorded = PublishSync(
+        OrderRecordSubject(job, job_id), job.SerializeAsString(),
+        {{"Nats-Msg-Id", absl::StrCat("order-", job_id, "-", job.attempts(), "-", job.deferrals())}});
+    if (!recorded.ok()) {
+      natsMsg_Nak(*msg, nullptr);  // Back now, the attempt not counted.
+      natsMsg_Destroy(*msg);
+      return recorded;
+    }
+    const absl::Duration delay =
+        std::max(absl::ZeroDuration(), std::min(not_before - now, options_.max_schedule_delay));
+    natsMsg_NakWithDelay(*msg, absl::ToInt64Milliseconds(delay), nullptr);
+    natsMsg_Destroy(*msg);
+    ready_signal_->Reschedule();
+    return absl::OkStatus();
+  }
   job.set_due_unix_ms(absl::ToUnixMillis(not_before));
   // The server fires schedules on its own (real) time, on whole seconds: the delay on the
   // store's clock is carried over to real time, rounded up, never early.
@@ -340,10 +475,17 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
 
 absl::Status JetStreamJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
                                         const hookrelay::v1::Attempt& attempt) {
-  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease);
+  Leased taken;
+  absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
   Job job;
-  job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  if (!taken.recorded_job.empty()) {
+    job.ParseFromString(taken.recorded_job);
+    job.set_hold_until_unix_ms(0);
+    DropOrderRecord(taken.order_record);
+  } else {
+    job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
+  }
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
     natsMsg_Ack(*msg, nullptr);

@@ -111,6 +111,10 @@ class JetStreamJobStore final : public Store {
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   // The consumer's ack wait.
   absl::Duration lease_duration() const override { return options_.layout.ack_wait; }
+  // One job of a (destination, key) handed out at a time, checked against the stream: a job goes
+  // out only while it is its key's first in HR_JOBS (work-queue retention: a settled job is gone).
+  // A retry of such a job stays in place (nak with a delay) and records its attempts beside it.
+  bool KeepsPerKeyOrder() const override { return true; }
   void SetReadyCallback(std::function<void()> ready) override;
   // Settles each job in turn (CompleteJob, RetryJob, BuryJob) and runs `done` before returning.
   void Settle(std::vector<Settlement> batch, SettleCallback done) override;
@@ -197,7 +201,22 @@ class JetStreamJobStore final : public Store {
   struct Leased {
     natsMsg* msg = nullptr;
     uint64_t lease = 0;
+    // A job kept in per-user order that retried before: its attempts record's subject, and the
+    // job as that record has it (the message keeps the job as appended).
+    std::string order_record;
+    std::string recorded_job;
   };
+  // Per-user order (Job.ordering_key): whether the job (stream sequence `seq`) is its key's
+  // first in the stream, merging its attempts record into it when it has one. When it is not
+  // (or the cluster does not answer), how long to wait before it is handed out again.
+  struct OrderCheck {
+    bool head = false;
+    int64_t retry_in_ms = 1000;
+    std::string record_subject;  // Its attempts record, when one exists.
+  };
+  OrderCheck CheckOrder(hookrelay::v1::Job& job, uint64_t seq, uint64_t delivered);
+  // Removes an ordered job's attempts record once the job is settled.
+  void DropOrderRecord(const std::string& subject);
   // A dead letter read from HR_DEAD.
   struct DeadLetter {
     uint64_t seq = 0;
@@ -274,7 +293,8 @@ class JetStreamJobStore final : public Store {
   void Acked(natsMsg* msg, const absl::Status& status, bool duplicate,
              const char* error_kind = "");
   // Takes the leased message of (job_id, lease) out of the map, or says why not.
-  absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease);
+  // `taken` (optional) receives the whole entry.
+  absl::StatusOr<natsMsg*> TakeLeased(uint64_t job_id, uint64_t lease, Leased* taken = nullptr);
   absl::Status PublishSync(const std::string& subject, const std::string& body,
                            const std::vector<std::pair<std::string, std::string>>& headers);
   // Publishes a retry or dead letter asynchronously; its ack settles `leased` (ack when stored,

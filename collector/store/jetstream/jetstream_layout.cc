@@ -136,16 +136,14 @@ absl::StatusOr<JetStreamApiReply> JetStreamApi(natsConnection* nc, const std::st
   return out;
 }
 
-absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnection* nc,
-                                                                    const char* stream,
-                                                                    uint64_t seq,
-                                                                    std::string_view subject,
-                                                                    absl::Duration timeout,
-                                                                    absl::Duration retry_for) {
+namespace {
+
+// STREAM.MSG.GET with `request`, retried while nothing answers (JetStreamNextMessage).
+absl::StatusOr<std::optional<JetStreamMessage>> GetMessage(natsConnection* nc, const char* stream,
+                                                           const std::string& request,
+                                                           absl::Duration timeout,
+                                                           absl::Duration retry_for) {
   const std::string api = absl::StrCat("$JS.API.STREAM.MSG.GET.", stream);
-  const std::string request = absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")",
-                                           absl::string_view(subject.data(), subject.size()),
-                                           R"("})");
   const absl::Time give_up = absl::Now() + retry_for;
   absl::StatusOr<JetStreamApiReply> reply = JetStreamApi(nc, api, request, timeout);
   while (!reply.ok() && absl::IsUnavailable(reply.status()) && absl::Now() < give_up) {
@@ -172,6 +170,31 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnect
         absl::StrCat("JetStream: message ", out.seq, " of ", stream, " is unreadable"));
   }
   return std::optional<JetStreamMessage>(std::move(out));
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnection* nc,
+                                                                    const char* stream,
+                                                                    uint64_t seq,
+                                                                    std::string_view subject,
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration retry_for) {
+  return GetMessage(nc, stream,
+                    absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")",
+                                 absl::string_view(subject.data(), subject.size()), R"("})"),
+                    timeout, retry_for);
+}
+
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamLastMessage(natsConnection* nc,
+                                                                    const char* stream,
+                                                                    std::string_view subject,
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration retry_for) {
+  return GetMessage(nc, stream,
+                    absl::StrCat(R"({"last_by_subj":")",
+                                 absl::string_view(subject.data(), subject.size()), R"("})"),
+                    timeout, retry_for);
 }
 
 

@@ -118,6 +118,13 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnect
                                                                     absl::Duration timeout,
                                                                     absl::Duration retry_for);
 
+// The last message of `stream` whose subject is `subject` (last_by_subj), as above.
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamLastMessage(natsConnection* nc,
+                                                                    const char* stream,
+                                                                    std::string_view subject,
+                                                                    absl::Duration timeout,
+                                                                    absl::Duration retry_for);
+
 namespace internal {
 // The JSON configs sent to the API (for tests and docs).
 std::string JobsStreamConfig(const JetStreamLayout& layout);

@@ -18,10 +18,21 @@ std::string JetStreamToken(std::string_view id) {
   return out;
 }
 
+std::string JobUserToken(const Job& job) {
+  if (job.user_id().empty() && !job.ordering_key().empty()) {
+    return absl::StrCat("%", JetStreamToken(job.ordering_key()));
+  }
+  return JetStreamToken(job.user_id());
+}
+
 std::string JobSubjectTail(const Job& job) {
   const bool never_purged = job.type() == hookrelay::v1::DELETE || job.test();
   return absl::StrCat(never_purged ? std::string("~") : JetStreamToken(job.source_id()), ".",
-                      JetStreamToken(job.user_id()));
+                      JobUserToken(job));
+}
+
+std::string OrderRecordSubject(const Job& job, uint64_t seq) {
+  return absl::StrCat("hr.jobs.sched.", JobSubjectTail(job), ".o", seq);
 }
 
 std::string DedupMarkerSubject(std::string_view dedup_key) {

@@ -27,6 +27,13 @@ std::vector<std::string> Tokens(std::string_view subject);
 // "<S>.<U>" of a job's subjects: its source ("~" for delete notifications and test jobs, never
 // purged by a deletion) and user.
 std::string JobSubjectTail(const hookrelay::v1::Job& job);
+// <U>: the user id's token; for a job kept in per-user order whose event had no userId, "%" and
+// its ordering key's (anonymousId's) token, so that each anonymous user has subjects of its own.
+std::string JobUserToken(const hookrelay::v1::Job& job);
+// hr.jobs.sched.<S>.<U>.o<seq>: the attempts of an ordered job (stream sequence `seq`) while it
+// retries in place (no schedule header: nothing fires; a deletion's purge of the user's
+// schedules removes it too).
+std::string OrderRecordSubject(const hookrelay::v1::Job& job, uint64_t seq);
 // hr.dedup.<32 hex digits of SHA-256(dedup key)>.
 std::string DedupMarkerSubject(std::string_view dedup_key);
 // hr.jobs.ready.<S>.<U>.
