@@ -71,6 +71,10 @@ HTTP_CONNECTIONS=${HTTP_CONNECTIONS:-64}
 EVENTS_PER_REQUEST=${EVENTS_PER_REQUEST:-100}
 EVENT_BYTES=${EVENT_BYTES:-300}
 CONFIG=${CONFIG:-deploy/local/config.yaml}
+# Delivery phase: ORDERING=per_user gives the destination per-user order; USERS=N cycles the
+# preloaded events' userIds through N users (0: 100, one per event of a request).
+ORDERING=${ORDERING:-}
+USERS=${USERS:-0}
 WRITE_KEY=${WRITE_KEY:-wk_live_123}
 ROUNDS=${ROUNDS:-1}
 PHASES=${PHASES:-"ingest delivery"}
@@ -629,12 +633,16 @@ destinations:
         headers:
           X-Api-Key: bench
 EOF
+      if [[ -n "$ORDERING" ]]; then
+        printf '    options:\n      ordering: %s\n' "$ORDERING" >>"$TMP/$name.config.yaml"
+      fi
       start_collector "$name" "$engine" "$TMP/$name.config.yaml"
       preload_s=$(python3 -c "print($PRELOAD_EVENTS / $PRELOAD_RATE)")
       timeout "$(python3 -c "import math; print(math.ceil($preload_s + 40))")" "$TMP/ingest_load" \
         --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key=wk_bench_delivery --connections=16 \
         --events_per_request=100 --event_bytes="$EVENT_BYTES" --rate="$PRELOAD_RATE" \
-        --duration="$(secs "$preload_s")" --warmup=0s --omit_timestamp >"$TMP/$name.preload.out" 2>&1 || true
+        --duration="$(secs "$preload_s")" --warmup=0s --omit_timestamp --users="$USERS" \
+        >"$TMP/$name.preload.out" 2>&1 || true
       echo "   preload: $(grep '^RESULT ' "$TMP/$name.preload.out" | sed 's/^RESULT //' | jq -c '{ok_requests, durable_events, failures}')"
       JOBS=NA
       for _ in $(seq 1 20); do

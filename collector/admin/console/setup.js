@@ -553,7 +553,13 @@ function buildBody(ctx) {
   }
   var batch = batchBody(ctx);
   if (batch) opts.batch = batch; else delete opts.batch;
-  if (ctx.orderOn.checked) opts.ordering = 'per_user'; else delete opts.ordering;
+  // Unticked: "" as the API reads it back (or left out when it was not there), so an unchanged
+  // destination sends no options.
+  if (ctx.orderOn.checked) {
+    opts.ordering = 'per_user';
+  } else if ('ordering' in opts) {
+    opts.ordering = '';
+  }
   if (JSON.stringify(opts) !== JSON.stringify(had)) body.options = opts;
   // The filter is sent when it differs from the stored one ({} removes it).
   var filter = filterBody(ctx);

@@ -3,8 +3,13 @@
 #include "collector/store/jetstream/jetstream_job_store.h"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
+#include <string_view>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -21,6 +26,8 @@ using hookrelay::v1::Job;
 // Acks of delivered jobs wait at most this long, or until this many are waiting (see AckLoop).
 constexpr absl::Duration kAckBurstDelay = absl::Milliseconds(20);
 constexpr size_t kAckBurstSize = 256;
+// Per-user order checks made at once by one Lease call (each a request to the stream's leader).
+constexpr size_t kOrderCheckThreads = 16;
 
 }  // namespace
 
@@ -126,46 +133,83 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
   }
   if (msgs.size() < max) fetch_cv_.Signal();
   const absl::Time deadline = now + options_.layout.ack_wait;
-  // Per-user order: the keys found waiting behind an earlier job in this call (a later job of
-  // the same key waits too, without asking the servers again), with how long to wait.
-  absl::flat_hash_map<std::string, int64_t> waiting_keys;
+  // Read every message first; then the per-user order checks, one request each to the servers,
+  // are made together (kOrderCheckThreads at a time) for the oldest job of each key in this
+  // call; the key's other jobs here wait without asking again.
+  struct Item {
+    natsMsg* msg = nullptr;
+    LeasedJob leased;
+    uint64_t delivered = 0;
+    std::string key;  // destination, ordering key ("" when the job keeps no order)
+    std::optional<OrderCheck> order;
+  };
+  std::vector<Item> items;
+  items.reserve(msgs.size());
   for (natsMsg* msg : msgs) {
     jsMsgMetaData* meta = nullptr;
-    LeasedJob leased;
+    Item item;
+    item.msg = msg;
     if (natsMsg_GetMetaData(&meta, msg) != NATS_OK ||
-        !leased.job.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg))) {
+        !item.leased.job.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg))) {
       natsMsg_Term(msg, nullptr);  // Unreadable: never deliverable.
       natsMsg_Destroy(msg);
       if (meta != nullptr) jsMsgMetaData_Destroy(meta);
       continue;
     }
-    leased.job.set_id(meta->Sequence.Stream);
-    const uint64_t delivered = meta->NumDelivered;
+    item.leased.job.set_id(meta->Sequence.Stream);
+    item.delivered = meta->NumDelivered;
     jsMsgMetaData_Destroy(meta);
-    if (user_data_->PurgedByDeletion(leased.job, leased.job.id())) {  // Purged while fetched.
-      natsMsg_Ack(msg, nullptr);
+    if (user_data_->PurgedByDeletion(item.leased.job, item.leased.job.id())) {
+      natsMsg_Ack(msg, nullptr);  // Purged while fetched.
       natsMsg_Destroy(msg);
       continue;
     }
+    if (!item.leased.job.ordering_key().empty()) {
+      item.key = absl::StrCat(item.leased.job.destination_id(), "\x1f",
+                              item.leased.job.ordering_key());
+    }
+    items.push_back(std::move(item));
+  }
+  absl::flat_hash_map<std::string_view, Item*> oldest_of_key;
+  for (Item& item : items) {
+    if (item.key.empty()) continue;
+    auto [it, inserted] = oldest_of_key.try_emplace(item.key, &item);
+    if (!inserted && item.leased.job.id() < it->second->leased.job.id()) it->second = &item;
+  }
+  {
+    std::vector<Item*> to_check;
+    to_check.reserve(oldest_of_key.size());
+    for (const auto& [key, item] : oldest_of_key) to_check.push_back(item);
+    std::atomic<size_t> next{0};
+    auto check = [&] {
+      for (size_t i = next++; i < to_check.size(); i = next++) {
+        Item& item = *to_check[i];
+        item.order = CheckOrder(item.leased.job, item.leased.job.id(), item.delivered);
+      }
+    };
+    std::vector<std::thread> threads;
+    const size_t helpers = std::min(to_check.size(), kOrderCheckThreads) - (to_check.empty() ? 0 : 1);
+    threads.reserve(helpers);
+    for (size_t t = 0; t < helpers; ++t) threads.emplace_back(check);
+    check();
+    for (std::thread& t : threads) t.join();
+  }
+  bool sent_back = false;
+  for (Item& item : items) {
+    natsMsg* msg = item.msg;
+    LeasedJob& leased = item.leased;
     Leased entry{msg, 0, {}, {}};
-    if (!leased.job.ordering_key().empty()) {
-      // Per-user order: only its key's first job goes; a later one comes back after a while.
-      const std::string key = absl::StrCat(leased.job.destination_id(), "\x1f",
-                                           leased.job.ordering_key());
-      if (auto it = waiting_keys.find(key); it != waiting_keys.end()) {
-        natsMsg_NakWithDelay(msg, it->second, nullptr);
+    if (!item.key.empty()) {
+      // Per-user order: only its key's first job goes; a later one comes back after a while
+      // (behind a job leased now: soon; behind one elsewhere: as its check said).
+      const Item& oldest = *oldest_of_key.at(item.key);
+      const OrderCheck& order = *oldest.order;
+      if (&item != &oldest || !order.head) {
+        natsMsg_NakWithDelay(msg, &item != &oldest && order.head ? 100 : order.retry_in_ms, nullptr);
         natsMsg_Destroy(msg);
+        sent_back = true;
         continue;
       }
-      const OrderCheck order = CheckOrder(leased.job, leased.job.id(), delivered);
-      if (!order.head) {
-        natsMsg_NakWithDelay(msg, order.retry_in_ms, nullptr);
-        natsMsg_Destroy(msg);
-        waiting_keys.emplace(key, order.retry_in_ms);
-        continue;
-      }
-      // A later job of the key in this call waits for this one.
-      waiting_keys.emplace(key, 100);
       if (!order.record_subject.empty()) {
         entry.order_record = order.record_subject;
         leased.job.SerializeToString(&entry.recorded_job);
@@ -191,7 +235,7 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
   }
   // Jobs sent back to wait for their key's earlier job: the demand they took stands, so that the
   // fetcher brings what else is there (and these again, after their wait).
-  if (!waiting_keys.empty() && out.size() < max) {
+  if (sent_back && out.size() < max) {
     absl::MutexLock lock(&mu_);
     demand_ = std::max(demand_, max - out.size());
     fetch_cv_.Signal();
