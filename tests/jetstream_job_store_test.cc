@@ -223,6 +223,31 @@ TEST(JetStreamJobStoreTest, AcksStillWaitingWhenTheStoreClosesAreSent) {
   EXPECT_EQ(counts.scheduled, 0);
 }
 
+// A collector whose deliverers went away holds no jobs for long: what its fetcher brought ahead
+// goes back to the consumer after a quarter of the ack wait even though no Lease asks, and
+// another collector's deliverers get it well before the ack wait would have ended.
+TEST(JetStreamJobStoreTest, JobsFetchedAheadGoBackWhenNoLeaseAsks) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  options.layout.ack_wait = absl::Seconds(12);  // Stale after 3 s.
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> first = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::vector<AppendItem> items;
+  for (int i = 0; i < 10; ++i) items.push_back(Event(i));  // 20 jobs.
+  ASSERT_TRUE(AppendAndWait(**first, items).ok());
+  // One Lease: the fetcher brings every job; one is leased, the rest wait at this collector.
+  ASSERT_EQ(LeaseN(**first, 1, absl::Seconds(10)).size(), 1u);
+  const absl::Time fetched = absl::Now();
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> second = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::vector<LeasedJob> moved = LeaseN(**second, 19, absl::Seconds(8));
+  EXPECT_EQ(moved.size(), 19u) << "jobs fetched ahead stayed with a collector that no Lease asks";
+  EXPECT_LT(absl::Now() - fetched, options.layout.ack_wait)
+      << "they came back only when their ack wait ended";
+}
+
 // De-duplication beyond the stream's duplicate window: the event's marker in HR_DEDUP refuses a
 // copy sent later, within one Append as well; after the dedup window the marker is gone and the
 // same (source, messageId) is a new event. Windows shortened to seconds here.

@@ -47,11 +47,35 @@ void JetStreamJobStore::FetchLoop() {
   constexpr size_t kFetchBatch = 256;
   for (;;) {
     size_t want = 0;
+    std::vector<natsMsg*> stale;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && demand_ == 0) fetch_cv_.Wait(&mu_);
+      while (!stopping_ && demand_ == 0) {
+        // No Lease asks (this collector's deliverers are gone or busy): what was fetched ahead
+        // goes back to the consumer once it is stale, as Lease would do, so that other
+        // collectors' deliverers get it long before its ack wait ends.
+        const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
+        for (auto it = fetched_.begin(); it != fetched_.end();) {
+          if (it->first < fresh_after) {
+            stale.push_back(it->second);
+            it = fetched_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (!stale.empty()) break;
+        fetch_cv_.WaitWithTimeout(&mu_, absl::Seconds(1));
+      }
+      if (!stopping_ && demand_ > 0) want = kFetchBatch;
+    }
+    for (natsMsg* msg : stale) {
+      natsMsg_Nak(msg, nullptr);
+      natsMsg_Destroy(msg);
+    }
+    if (want == 0) {
+      absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      want = kFetchBatch;
+      continue;
     }
     natsMsgList list{};
     jsErrCode code = static_cast<jsErrCode>(0);
