@@ -29,6 +29,18 @@ constexpr size_t kAckBurstSize = 256;
 // Per-user order checks made at once by one Lease call (each a request to the stream's leader).
 constexpr size_t kOrderCheckThreads = 16;
 
+// The job a settlement starts from: as its attempts record had it (an ordered job that retried
+// in place), else as its message carries it.
+Job SettlingJob(const std::string& recorded_job, natsMsg* msg) {
+  Job job;
+  if (!recorded_job.empty()) {
+    job.ParseFromString(recorded_job);
+  } else {
+    job.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  }
+  return job;
+}
+
 }  // namespace
 
 void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
@@ -477,12 +489,7 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
   Leased taken;
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
-  Job job;
-  if (!taken.recorded_job.empty()) {
-    job.ParseFromString(taken.recorded_job);
-  } else {
-    job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
-  }
+  Job job = SettlingJob(taken.recorded_job, *msg);
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
     natsMsg_Ack(*msg, nullptr);
@@ -546,14 +553,9 @@ absl::Status JetStreamJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::st
   Leased taken;
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
-  Job job;
-  if (!taken.recorded_job.empty()) {
-    job.ParseFromString(taken.recorded_job);
-    job.set_hold_until_unix_ms(0);
-    DropOrderRecord(taken.order_record);
-  } else {
-    job.ParseFromArray(natsMsg_GetData(*msg), natsMsg_GetDataLength(*msg));
-  }
+  Job job = SettlingJob(taken.recorded_job, *msg);
+  job.set_hold_until_unix_ms(0);
+  if (!taken.order_record.empty()) DropOrderRecord(taken.order_record);
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
     natsMsg_Ack(*msg, nullptr);
