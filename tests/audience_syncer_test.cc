@@ -135,12 +135,13 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
     const std::string barrier = absl::StrCat("barrier-", ++barriers_);
     AppendItem item;
     item.dedup_key = DedupKey("web", barrier);
-    Job& job = item.jobs.emplace_back();
+    Job job;
     job.set_source_id("web");
     job.set_destination_id("hook");
     job.set_type(hookrelay::v1::TRACK);
     job.set_message_id(barrier);
     job.set_event_json("{}");
+    item.jobs.emplace_back(job);
     Append({std::move(item)});
     std::vector<std::string> out;
     bool barrier_seen = false;

@@ -32,13 +32,14 @@ AppendItem Event(int n) {
   AppendItem item;
   item.dedup_key = DedupKey("web", absl::StrCat("m-", n));
   for (const char* destination : {"hook-a", "hook-b"}) {
-    hookrelay::v1::Job& job = item.jobs.emplace_back();
+    hookrelay::v1::Job job;
     job.set_source_id("web");
     job.set_destination_id(destination);
     job.set_type(hookrelay::v1::TRACK);
     job.set_message_id(absl::StrCat("m-", n));
     job.set_user_id("u1");
     job.set_event_json(absl::StrCat(R"({"type":"track","n":)", n, "}"));
+    item.jobs.emplace_back(job);
   }
   return item;
 }

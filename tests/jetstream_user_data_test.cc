@@ -96,13 +96,14 @@ class JetStreamUserDataTest : public ::testing::Test {
       item.log_profile_change = true;
     }
     if (!destination.empty()) {
-      Job& job = item.jobs.emplace_back();
+      Job job;
       job.set_source_id(source);
       job.set_destination_id(destination);
       job.set_type(type);
       job.set_message_id(message);
       job.set_user_id(user);
       job.set_event_json(absl::StrCat(R"({"messageId":")", message, R"("})"));
+      item.jobs.emplace_back(job);
     }
     return item;
   }
@@ -138,7 +139,9 @@ class JetStreamUserDataTest : public ::testing::Test {
     const std::string barrier = absl::StrCat("barrier-", ++messages_);
     AppendItem item = Item("s1", "barrier-user", hookrelay::v1::TRACK, "e", "", "d1");
     item.dedup_key = DedupKey("s1", barrier);
-    item.jobs[0].set_message_id(barrier);
+    Job job = item.jobs[0].ToJob(0, 0);
+    job.set_message_id(barrier);
+    item.jobs[0] = job;
     Append({std::move(item)});
     std::vector<LeasedJob> before;
     bool seen = false;

@@ -120,7 +120,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
     item.dedup_key = DedupKey(source, message);
     item.user_id = user;
     item.source_id = source;
-    Job& job = item.jobs.emplace_back();
+    Job job;
     job.set_source_id(source);
     job.set_destination_id(destination);
     job.set_type(hookrelay::v1::TRACK);
@@ -128,6 +128,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<std::string> {
     job.set_user_id(user);
     job.set_event_json(absl::StrCat(R"({"type":"track","messageId":")", message, R"("})"));
     job.set_received_at_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    item.jobs.emplace_back(job);
     return item;
   }
 
@@ -233,11 +234,12 @@ TEST_P(StoreConformanceTest, AppendThenLeaseKeepsTheJob) {
   const absl::Time appended_at = clock_.Now();
   AppendItem item = Event("m1");
   // The ingest request's trace context (common/trace_context.h) travels with the job.
-  item.jobs[0].set_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  item.jobs[0].set_tracestate("rojo=00f067aa0ba902b7");
-  item.jobs.push_back(item.jobs[0]);
-  item.jobs[1].set_destination_id("d2");  // One event fanned out to two destinations.
-  const Job sent = item.jobs[0];
+  Job sent = item.jobs[0].ToJob(0, 0);
+  sent.set_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  sent.set_tracestate("rojo=00f067aa0ba902b7");
+  Job second = sent;
+  second.set_destination_id("d2");  // One event fanned out to two destinations.
+  item.jobs = {sent, second};
   AppendAll({std::move(item)});
   std::vector<LeasedJob> leased = LeaseN(2);
   ASSERT_EQ(leased.size(), 2u);
@@ -555,7 +557,9 @@ TEST_P(StoreConformanceTest, PerKeyOrderOneJobOfAKeyAtATime) {
   if (!store_->KeepsPerKeyOrder()) GTEST_SKIP() << "this engine does not keep per-key order";
   auto ordered = [&](const std::string& message, const std::string& user) {
     AppendItem item = Event(message, "d1", user);
-    item.jobs[0].set_ordering_key(user);
+    Job job = item.jobs[0].ToJob(0, 0);
+    job.set_ordering_key(user);
+    item.jobs[0] = job;
     return item;
   };
   // Jobs leased earlier come back when their 30 s leases run out: what matters is a's jobs.
@@ -630,7 +634,9 @@ TEST_P(StoreConformanceTest, PerKeyOrderRetryDueNowKeepsItsPlace) {
   std::vector<AppendItem> items;
   for (const char* message : {"k1", "k2"}) {
     AppendItem item = Event(message, "d1", "k");
-    item.jobs[0].set_ordering_key("k");
+    Job job = item.jobs[0].ToJob(0, 0);
+    job.set_ordering_key("k");
+    item.jobs[0] = job;
     items.push_back(std::move(item));
   }
   AppendAll(std::move(items));

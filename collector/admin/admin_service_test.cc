@@ -461,12 +461,13 @@ TEST_F(AdminServiceTest, DeletionNotifiesAndPurges) {
     item.dedup_key = DedupKey(source, absl::StrCat("m", n));
     item.user_id = user;
     item.source_id = source;
-    hookrelay::v1::Job& job = item.jobs.emplace_back();
+    hookrelay::v1::Job job;
     job.set_source_id(source);
     job.set_destination_id(destination);
     job.set_user_id(user);
     job.set_type(hookrelay::v1::TRACK);
     job.set_event_json(R"({"type":"track"})");
+    item.jobs.emplace_back(job);
     return item;
   };
   std::vector<AppendItem> items;

@@ -113,12 +113,13 @@ class DispatcherTest : public ::testing::Test {
     std::vector<AppendItem> items(n);
     for (int i = 0; i < n; ++i) {
       items[i].dedup_key = absl::StrCat(destination, "-", next_id_++);
-      hookrelay::v1::Job& job = items[i].jobs.emplace_back();
+      hookrelay::v1::Job job;
       job.set_source_id("web");
       job.set_destination_id(destination);
       job.set_message_id(items[i].dedup_key);
       job.set_event_json(R"({"type":"track"})");
       if (shape) shape(job);
+      items[i].jobs.emplace_back(job);
     }
     absl::Notification done;
     store_->Append(std::move(items), [&done](absl::StatusOr<AppendResult> r) {

@@ -107,47 +107,38 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
     }
     types.push_back(ev.type);
     if (!WebhooksEnabled(ev.flags)) continue;
-    // The last destination that takes the event gets the JSON moved instead of copied.
-    size_t last = fanout;
     size_t passing = fanout;
     if (filtering) {
       passing = 0;
       for (size_t d = 0; d < fanout; ++d) {
         if (verdicts[d] == FilterVerdict::kPass) {
           ++passing;
-          last = d;
         } else {
           filtered.push_back({items.size() - 1, d, verdicts[d]});
         }
       }
-    } else {
-      last = fanout - 1;
     }
     item.jobs.reserve(passing);
+    NewJob::Fields fields;
+    fields.source_id = source_id;
+    fields.type = ev.type;
+    fields.message_id = ev.message_id;
+    fields.user_id = ev.user_id;
+    fields.event_json = ev.json;
+    fields.received_at_unix_ms = now_ms;
+    fields.received_at_unix_us = now_us;
+    fields.traceparent = trace.traceparent;
+    if (!trace.traceparent.empty()) fields.tracestate = trace.tracestate;
     for (size_t d = 0; d < fanout; ++d) {
       if (filtering && verdicts[d] != FilterVerdict::kPass) continue;
-      hookrelay::v1::Job& job = item.jobs.emplace_back();
-      job.set_source_id(source_id);
-      job.set_destination_id(route->destinations[d]->id());
-      job.set_type(ev.type);
-      job.set_message_id(ev.message_id);
-      job.set_user_id(ev.user_id);
-      if (route->destinations[d]->options().ordering() == common::kOrderingPerUser) {
-        // Per-user order (SPEC §5.4): userId, else anonymousId; an event with neither is not
-        // ordered.
-        job.set_ordering_key(!ev.user_id.empty() ? ev.user_id : ev.anonymous_id);
-      }
-      job.set_received_at_unix_ms(now_ms);
-      job.set_received_at_unix_us(now_us);
-      if (!trace.traceparent.empty()) {
-        job.set_traceparent(trace.traceparent);
-        job.set_tracestate(trace.tracestate);
-      }
-      if (d == last) {
-        job.set_event_json(std::move(ev.json));
-      } else {
-        job.set_event_json(ev.json);
-      }
+      fields.destination_id = route->destinations[d]->id();
+      // Per-user order (SPEC §5.4): userId, else anonymousId; an event with neither is not
+      // ordered.
+      fields.ordering_key =
+          route->destinations[d]->options().ordering() == common::kOrderingPerUser
+              ? std::string_view(!ev.user_id.empty() ? ev.user_id : ev.anonymous_id)
+              : std::string_view();
+      item.jobs.emplace_back(fields);  // The job's bytes, written once.
     }
   }
 

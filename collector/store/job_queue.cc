@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "collector/store/wire_fields.h"
 
 namespace hookrelay::collector {
 
@@ -60,21 +61,6 @@ void RecordAttempt(const hookrelay::v1::Attempt& attempt, int64_t now_ms,
 
 namespace {
 
-// A base-128 varint at p (at most 10 bytes); false when truncated or too long.
-bool ReadVarint(const char*& p, const char* end, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    const auto byte = static_cast<unsigned char>(*p++);
-    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-namespace {
-
 // Walks the top-level fields of a serialized message: `visit(field, varint, bytes)` gets each
 // varint field's value or each length-delimited field's bytes and returns true to stop there.
 // False when the bytes are not a message.
@@ -82,35 +68,10 @@ template <typename Visit>
 bool WalkFields(std::string_view serialized, Visit visit) {
   const char* p = serialized.data();
   const char* const end = p + serialized.size();
+  wire::Field field;
   while (p < end) {
-    uint64_t tag = 0;
-    if (!ReadVarint(p, end, tag)) return false;
-    const uint64_t field = tag >> 3;
-    switch (tag & 7) {
-      case 0: {  // varint
-        uint64_t value = 0;
-        if (!ReadVarint(p, end, value)) return false;
-        if (visit(field, value, std::string_view())) return true;
-        break;
-      }
-      case 1:  // 64-bit
-        if (end - p < 8) return false;
-        p += 8;
-        break;
-      case 2: {  // length-delimited
-        uint64_t len = 0;
-        if (!ReadVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return false;
-        if (visit(field, 0, std::string_view(p, static_cast<size_t>(len)))) return true;
-        p += len;
-        break;
-      }
-      case 5:  // 32-bit
-        if (end - p < 4) return false;
-        p += 4;
-        break;
-      default:  // groups: never in a Job
-        return false;
-    }
+    if (!wire::NextField(p, end, field)) return false;
+    if (visit(field.number, field.varint, field.bytes)) return true;
   }
   return true;
 }

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collector/store/new_job.h"
 #include "hookrelay/v1/job.pb.h"
 
 namespace hookrelay::collector {
@@ -34,8 +35,9 @@ namespace hookrelay::collector {
 struct AppendItem {
   // Unique per (source, messageId); see DedupKey().
   std::string dedup_key;
-  // `id`, `due_unix_ms` are assigned by the store; everything else is kept as given.
-  std::vector<hookrelay::v1::Job> jobs;
+  // Serialized once, where they are made; `id` and `due_unix_ms` are assigned by the store,
+  // everything else is kept as given.
+  std::vector<NewJob> jobs;
   // The event's user and source, for the per-user index (SPEC §6.1: the sources a user was seen
   // in). Empty user_id: not indexed.
   std::string user_id;

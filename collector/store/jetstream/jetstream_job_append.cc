@@ -326,9 +326,10 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
   for (size_t i = 0; i < items.size(); ++i) {
     if (!publish[i]) continue;
     const std::string& marker = markers[i];
-    for (Job& job : items[i].jobs) {
-      job.set_due_unix_ms(now_ms);
-      const std::string body = job.SerializeAsString();
+    for (const NewJob& new_job : items[i].jobs) {
+      // The stream's sequence is the job's id: none is written in the message.
+      const std::string body = new_job.Serialized(/*id=*/0, now_ms);
+      const Job job = new_job.ToJob(/*id=*/0, now_ms);  // for its subject
       natsMsg* msg = nullptr;
       if (natsMsg_Create(&msg, ReadySubject(job).c_str(), nullptr, body.data(),
                          static_cast<int>(body.size())) != NATS_OK) {

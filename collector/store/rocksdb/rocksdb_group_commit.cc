@@ -26,7 +26,9 @@ using rocksdb_internal::DueOf;
 using rocksdb_internal::DueValue;
 using rocksdb_internal::QueueFields;
 using rocksdb_internal::RecordQueueFields;
+using rocksdb_internal::EncodeJobHeader;
 using rocksdb_internal::EncodeJobValue;
+using rocksdb_internal::kUserHeaderSize;
 using rocksdb_internal::FromRocks;
 using rocksdb_internal::LogKey;
 using rocksdb_internal::PendingKeyBytes;
@@ -41,6 +43,28 @@ using rocksdb_internal::UserHash;
 using rocksdb_internal::kFreshDueKey;
 using rocksdb_internal::kFreshFloorKey;
 using rocksdb_internal::kNextIdKey;
+
+// Puts an appended job's record, gathered from its parts: the header, then the job's bytes with
+// its id and due time in their places (no copy of the job before the batch's own).
+void PutNewJobRecord(rocksdb::ColumnFamilyHandle* jobs_cf, uint64_t id, int64_t due_ms,
+                     uint64_t user_hash, bool fresh, const NewJob& job, rocksdb::WriteBatch& batch) {
+  char header[kUserHeaderSize];
+  EncodeJobHeader(due_ms, user_hash, fresh, header);
+  char id_field[NewJob::kFieldBytes];
+  char due_field[NewJob::kFieldBytes];
+  const std::string_view head = job.head();
+  const std::string_view tail = job.tail();
+  const rocksdb::Slice value[] = {
+      rocksdb::Slice(header, sizeof(header)),
+      rocksdb::Slice(id_field, NewJob::IdField(id, id_field)),
+      rocksdb::Slice(head.data(), head.size()),
+      rocksdb::Slice(due_field, NewJob::DueField(due_ms, due_field)),
+      rocksdb::Slice(tail.data(), tail.size()),
+  };
+  const U64Bytes key_bytes(id);
+  const rocksdb::Slice key = key_bytes.slice();
+  batch.Put(jobs_cf, rocksdb::SliceParts(&key, 1), rocksdb::SliceParts(value, 5));
+}
 
 }  // namespace
 
@@ -272,14 +296,11 @@ void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {
           group.seen_hashes.push_back(seen);
         }
       }
-      for (Job& job : item.jobs) {
+      for (const NewJob& job : item.jobs) {
         const uint64_t id = next_id_++;
-        job.set_id(id);
-        job.set_due_unix_ms(now_ms);
-        EncodeJobValue(job, &scratch_, group.fresh);
-        group.batch.Put(jobs_cf_, U64Bytes(id).slice(), scratch_);
         const uint64_t job_user =
             job.user_id() == item.user_id ? user_hash : UserHash(job.user_id());
+        PutNewJobRecord(jobs_cf_, id, now_ms, job_user, group.fresh, job, group.batch);
         if (group.fresh) {
           // No `due` key: the pager finds a fresh record by its id.
           if (job_user != 0) {

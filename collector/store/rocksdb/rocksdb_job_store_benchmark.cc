@@ -69,6 +69,20 @@ double ProcessCpuSeconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+// A job as the ingest path makes it.
+NewJob BenchJob(std::string_view message_id, std::string_view user_id) {
+  NewJob::Fields fields;
+  fields.source_id = "src_web";
+  fields.destination_id = "dst_orders";
+  fields.type = hookrelay::v1::TRACK;
+  fields.message_id = message_id;
+  fields.user_id = user_id;
+  const std::string& json = EventJson();
+  fields.event_json = json;
+  fields.received_at_unix_ms = 1700000000000;
+  return NewJob(fields);
+}
+
 std::vector<AppendItem> MakeBatch() {
   std::vector<AppendItem> items(kBatch);
   const uint64_t first = g_sequence.fetch_add(kBatch, std::memory_order_relaxed);
@@ -78,14 +92,7 @@ std::vector<AppendItem> MakeBatch() {
     item.dedup_key = DedupKey("src_web", message_id);
     item.user_id = absl::StrCat("user-", ((first + i) * 7919) % 100000);
     item.source_id = "src_web";
-    hookrelay::v1::Job& job = item.jobs.emplace_back();
-    job.set_source_id("src_web");
-    job.set_destination_id("dst_orders");
-    job.set_type(hookrelay::v1::TRACK);
-    job.set_message_id(message_id);
-    job.set_user_id(item.user_id);
-    job.set_event_json(EventJson());
-    job.set_received_at_unix_ms(1700000000000);
+    item.jobs.push_back(BenchJob(message_id, item.user_id));
   }
   return items;
 }
@@ -197,7 +204,9 @@ bool AppendUser(RocksDbJobStore& store, const std::string& user, int n) {
     std::vector<AppendItem> items = MakeBatch();
     for (AppendItem& item : items) {
       item.user_id = user;
-      item.jobs[0].set_user_id(user);
+      hookrelay::v1::Job job = item.jobs[0].ToJob(0, 0);
+      job.set_user_id(user);
+      item.jobs[0] = NewJob(job);
     }
     window.Acquire();
     store.Append(std::move(items), [&](absl::StatusOr<AppendResult> result) {

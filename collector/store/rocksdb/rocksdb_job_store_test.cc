@@ -61,7 +61,7 @@ Job MakeJob(std::string source, std::string destination, std::string user,
 AppendItem MakeItem(std::string dedup_key, std::vector<Job> jobs) {
   AppendItem item;
   item.dedup_key = std::move(dedup_key);
-  item.jobs = std::move(jobs);
+  item.jobs.assign(jobs.begin(), jobs.end());
   return item;
 }
 

@@ -131,11 +131,14 @@ bool ProfileMerge::FullMergeV2(const MergeOperationInput& in, MergeOperationOutp
 std::string DeletionKey(std::string_view id) { return std::string("d").append(id); }
 std::string RequestKey(std::string_view request_id) { return std::string("r").append(request_id); }
 
+void EncodeJobHeader(int64_t due_ms, uint64_t user_hash, bool fresh, char out[kUserHeaderSize]) {
+  EncodeU64(static_cast<uint64_t>(due_ms) | kUserHashFlag | (fresh ? kFreshFlag : 0), out);
+  EncodeU64(user_hash, out + 8);
+}
+
 void EncodeJobValue(const Job& job, std::string* out, bool fresh) {
   out->resize(kUserHeaderSize);
-  EncodeU64(static_cast<uint64_t>(job.due_unix_ms()) | kUserHashFlag | (fresh ? kFreshFlag : 0),
-            out->data());
-  EncodeU64(UserHash(job.user_id()), out->data() + 8);
+  EncodeJobHeader(job.due_unix_ms(), UserHash(job.user_id()), fresh, out->data());
   job.AppendToString(out);
 }
 

@@ -198,6 +198,8 @@ std::string RequestKey(std::string_view request_id);
 
 // A job record of the `jobs` family: the header (due time, flags, user hash), then the job.
 void EncodeJobValue(const hookrelay::v1::Job& job, std::string* out, bool fresh = false);
+// The header alone, for records gathered from parts (an appended NewJob).
+void EncodeJobHeader(int64_t due_ms, uint64_t user_hash, bool fresh, char out[kUserHeaderSize]);
 
 // The size of a record's header; 0 when malformed.
 inline size_t HeaderSize(rocksdb::Slice value) {

@@ -1,0 +1,144 @@
+#include "collector/store/new_job.h"
+
+#include "collector/store/wire_fields.h"
+
+namespace hookrelay::collector {
+namespace {
+
+// v1::Job's field numbers (proto/hookrelay/v1/job.proto) that this file writes or reads.
+constexpr uint32_t kIdField = 1;
+constexpr uint32_t kSourceField = 2;
+constexpr uint32_t kDestinationField = 3;
+constexpr uint32_t kTypeField = 4;
+constexpr uint32_t kMessageIdField = 5;
+constexpr uint32_t kUserIdField = 6;
+constexpr uint32_t kEventJsonField = 7;
+constexpr uint32_t kReceivedMsField = 8;
+constexpr uint32_t kDueField = 11;
+constexpr uint32_t kReceivedUsField = 16;
+constexpr uint32_t kTraceparentField = 18;
+constexpr uint32_t kTracestateField = 19;
+constexpr uint32_t kOrderingKeyField = 20;
+
+constexpr uint32_t kVarintType = 0;
+constexpr uint32_t kBytesType = 2;
+
+size_t PutVarint(uint64_t v, char* out) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out[n++] = static_cast<char>(v);
+  return n;
+}
+
+void AppendVarint(uint64_t v, std::string* out) {
+  char buf[10];
+  out->append(buf, PutVarint(v, buf));
+}
+
+// Proto3: a zero or empty field is not written.
+void AppendVarintField(uint32_t field, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  AppendVarint((field << 3) | kVarintType, out);
+  AppendVarint(v, out);
+}
+
+void AppendBytesField(uint32_t field, std::string_view v, std::string* out) {
+  if (v.empty()) return;
+  AppendVarint((field << 3) | kBytesType, out);
+  AppendVarint(v.size(), out);
+  out->append(v);
+}
+
+size_t VarintFieldAt(uint32_t field, uint64_t v, char* out) {
+  if (v == 0) return 0;
+  const size_t n = PutVarint((field << 3) | kVarintType, out);
+  return n + PutVarint(v, out + n);
+}
+
+}  // namespace
+
+NewJob::NewJob(const Fields& f) {
+  bytes_.reserve(f.source_id.size() + f.destination_id.size() + f.message_id.size() +
+                 f.user_id.size() + f.event_json.size() + f.traceparent.size() +
+                 f.tracestate.size() + f.ordering_key.size() + 48);
+  AppendBytesField(kSourceField, f.source_id, &bytes_);
+  AppendBytesField(kDestinationField, f.destination_id, &bytes_);
+  AppendVarintField(kTypeField, static_cast<uint64_t>(f.type), &bytes_);
+  AppendBytesField(kMessageIdField, f.message_id, &bytes_);
+  AppendBytesField(kUserIdField, f.user_id, &bytes_);
+  AppendBytesField(kEventJsonField, f.event_json, &bytes_);
+  AppendVarintField(kReceivedMsField, static_cast<uint64_t>(f.received_at_unix_ms), &bytes_);
+  AppendVarintField(kReceivedUsField, static_cast<uint64_t>(f.received_at_unix_us), &bytes_);
+  AppendBytesField(kTraceparentField, f.traceparent, &bytes_);
+  AppendBytesField(kTracestateField, f.tracestate, &bytes_);
+  AppendBytesField(kOrderingKeyField, f.ordering_key, &bytes_);
+  Index();
+}
+
+NewJob::NewJob(const hookrelay::v1::Job& job) {
+  if (job.id() == 0 && job.due_unix_ms() == 0) {
+    job.SerializeToString(&bytes_);
+  } else {
+    hookrelay::v1::Job copy = job;
+    copy.clear_id();
+    copy.clear_due_unix_ms();
+    copy.SerializeToString(&bytes_);
+  }
+  Index();
+}
+
+void NewJob::Index() {
+  // Serialization writes fields in number order, so the due time's place is before the first
+  // field numbered above it.
+  split_ = bytes_.size();
+  const char* const begin = bytes_.data();
+  const char* p = begin;
+  const char* const end = begin + bytes_.size();
+  wire::Field field;
+  while (p < end) {
+    const char* const start = p;
+    if (!wire::NextField(p, end, field)) break;  // Not reached: the bytes were just written.
+    if (field.number > kDueField && split_ == bytes_.size()) {
+      split_ = static_cast<size_t>(start - begin);
+    }
+    if (field.bytes.data() == nullptr) continue;  // A varint field.
+    const Span span{static_cast<uint32_t>(field.bytes.data() - begin),
+                    static_cast<uint32_t>(field.bytes.size())};
+    if (field.number == kDestinationField) destination_ = span;
+    if (field.number == kUserIdField) user_id_ = span;
+    if (field.number == kOrderingKeyField) ordering_key_ = span;
+  }
+}
+
+size_t NewJob::IdField(uint64_t id, char* out) { return VarintFieldAt(kIdField, id, out); }
+
+size_t NewJob::DueField(int64_t due_unix_ms, char* out) {
+  return VarintFieldAt(kDueField, static_cast<uint64_t>(due_unix_ms), out);
+}
+
+std::string NewJob::Serialized(uint64_t id, int64_t due_unix_ms) const {
+  char id_field[kFieldBytes];
+  char due_field[kFieldBytes];
+  const size_t id_size = IdField(id, id_field);
+  const size_t due_size = DueField(due_unix_ms, due_field);
+  std::string out;
+  out.reserve(bytes_.size() + id_size + due_size);
+  out.append(id_field, id_size);
+  out.append(head());
+  out.append(due_field, due_size);
+  out.append(tail());
+  return out;
+}
+
+hookrelay::v1::Job NewJob::ToJob(uint64_t id, int64_t due_unix_ms) const {
+  hookrelay::v1::Job job;
+  job.ParseFromString(bytes_);
+  job.set_id(id);
+  job.set_due_unix_ms(due_unix_ms);
+  return job;
+}
+
+}  // namespace hookrelay::collector
