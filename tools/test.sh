@@ -175,6 +175,19 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The per-thread CPU of ingest, smoke version (3 s of gRPC load): the script reads every
+# collector thread's CPU and the load tool's count.
+if [ -z "${config[*]}" ]; then
+  section "Ingest CPU smoke run (tools/bench/run_ingest_cpu.sh, DURATION=3)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if DURATION=3 timeout 120 tools/bench/run_ingest_cpu.sh "$bin_dir/collector/collector" \
+      "$bin_dir/tools/bench/ingest_load" grpc | tee /dev/stderr | grep -q "us per event \[.*jobstore-write="; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
+  fi
+fi
+
 # The fairness benchmark, smoke version (2,000 events, a receiver answering in 200 ms beside a
 # fast one, one pair): the script, the binaries and the protection metrics work together.
 if [ -z "${config[*]}" ]; then
