@@ -46,6 +46,7 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 constexpr uint64_t kMaxBodyBytes = 64 << 20;
+constexpr size_t kReadBufferBytes = 64 << 10;
 constexpr auto kIdleTimeout = std::chrono::seconds(120);
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr auto kWriteTimeout = std::chrono::seconds(30);
@@ -199,6 +200,10 @@ class Session : public std::enable_shared_from_this<Session<kTls>> {
   void Read() {
     parser_.emplace();
     parser_->body_limit(kMaxBodyBytes);
+    // Beast reads at most the read buffer's free room (at least 512 bytes), and the body parser
+    // empties the buffer after each read, so it would never grow: batched webhooks would arrive
+    // 512 bytes per read.
+    buffer_.reserve(kReadBufferBytes);
     lowest().expires_after(kIdleTimeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
