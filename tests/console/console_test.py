@@ -621,6 +621,64 @@ def run_flow(b, base, admin, http_port, receiver, receiver_url, token):
           "the page shows neither secret after the rotation")
     b.shot("secret-rotated", b.css("#rotate-secret"))
 
+    # 10a2. A new secret on the edit page goes in with an overlap too: the rotation under way is
+    # shown; the secret in use is refused next to the secret field (the other changes saved); a
+    # new one with 7 days rotates (the API's endsAt a week ahead); "None" replaces it at once
+    # (back to SECRET alone, which the receiver verifies in the later steps).
+    def rotation_ends():
+        return ((stored() or {}).get("rotation") or {}).get("endsAt", "")
+
+    def ends_ts(value):
+        try:
+            return datetime.datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return 0
+
+    before_ends = rotation_ends()
+    b.go(base, f"#/setup/{DEST_ID}")
+    wrap = b.visible("#secret-rotation", 15)
+    state = b.css("#secret-rotation-state")
+    state_time = state.find_elements("css selector", "time") if wrap else []
+    check(wrap is not None and "previous secret also signs until" in state.text and
+          bool(state_time) and abs(ends_ts(state_time[0].get_attribute("datetime")) -
+                                   ends_ts(before_ends)) < 1 and
+          Select(b.css("#secret-overlap")).first_selected_option.get_attribute("value") == "86400s",
+          f"the edit page shows the rotation under way and a 24 h overlap by default "
+          f"({state.text if wrap else None!r})")
+    b.type("#shared-secret", "console-rotated-secret")
+    b.click("#save-destination")
+    same = wait_for(lambda: (lambda e: e if e.is_displayed() and
+                             e.get_attribute("data-source") == "server" else None)(
+        b.css("#shared-secret-error")), 10)
+    check(bool(same) and "the same as the secret in use" in same.text and
+          "refused the new shared secret" in b.css("#form-error").text,
+          f"the secret in use is refused next to the secret field "
+          f"({same.text if same else None!r}; {b.css('#form-error').text!r})")
+    check(rotation_ends() == before_ends, "the refused secret left the rotation as it was")
+    b.shot("edit-secret-refused", b.css("#secret-rotation"))
+    b.type("#shared-secret", "console-third-secret")
+    Select(b.css("#secret-overlap")).select_by_value("604800s")
+    b.click("#save-destination")
+    check(bool(b.wait_status("previous shared secret also signs until", 10)),
+          f"saving rotates the secret and says until when ({b.status_text()!r})")
+    check(abs(ends_ts(rotation_ends()) - (time.time() + 7 * 86400)) < 120,
+          f"the API's rotation now ends a week ahead ({rotation_ends()!r})")
+    shown_new = wait_for(lambda: b.css("#secret-rotation-state time"), 10)
+    check(bool(shown_new) and abs(ends_ts(shown_new.get_attribute("datetime")) -
+                                  ends_ts(rotation_ends())) < 1 and
+          b.css("#shared-secret").get_attribute("value") == "" and
+          "console-third-secret" not in d.page_source,
+          "the form shows the new end, and neither secret")
+    b.shot("edit-secret-rotated", b.css("#secret-rotation"))
+    b.type("#shared-secret", SECRET)
+    Select(b.css("#secret-overlap")).select_by_value("0s")
+    b.click("#save-destination")
+    check(bool(b.wait_status("Saved destination " + DEST_ID, 10)) and
+          "also signs" not in b.status_text(), f"None saves at once ({b.status_text()!r})")
+    check(wait_for(lambda: "rotation" not in (stored() or {"rotation": 1}), 10) is True and
+          (stored() or {}).get("sharedSecretSet") is True,
+          "with None the new secret replaces the old one: no rotation left (GET)")
+
     # 10b. Protection in the edit form: the stored options are shown; a refused value is
     # explained next to its field; a good one is saved without touching the other options.
     stored_before = stored() or {}

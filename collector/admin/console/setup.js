@@ -173,6 +173,7 @@ function setupSecretStep(ctx) {
     ctx.secret.disabled = ctx.removeSecret.checked;
   });
   append(ctx.s4, ctx.secretField.wrap, ctx.removeSecretWrap);
+  setupSecretRotation(ctx);
   append(ctx.form, ctx.s4);
 }
 
@@ -487,6 +488,7 @@ function enterEditMode(ctx, dest) {
   ctx.removeSecret.checked = false;
   ctx.secret.placeholder = dest.sharedSecretSet ? 'unchanged' : 'none';
   ctx.removeSecretWrap.hidden = !dest.sharedSecretSet || !!ctx.readOnlyFile;
+  fillSecretRotation(ctx, dest);
   var o = dest.options || {};
   ctx.rateIn.value = o.rateLimitPerSecond ? String(o.rateLimitPerSecond) : '';
   ctx.breakerIn.value = o.circuitBreaker && o.circuitBreaker.failures ?
@@ -575,6 +577,7 @@ function clearServerErrors(ctx) {
   ctx.urlsErr.set('');
   ctx.idField.setError('');
   ctx.secretField.setError('');
+  ctx.secretOverlapField.setError('');
   setError(ctx.enabled.input, ctx.enabledErr, '');
   ctx.rateField.setError('');
   ctx.breakerField.setError('');
@@ -700,18 +703,28 @@ function save(ctx) {
   }
   ctx.saveBtn.disabled = true;
   announce('Saving the destination…');
+  var rotation = takeRotation(ctx, built.body);
+  ctx.rotated = '';
   var call = ctx.editing ? api('PATCH', '/destinations/' + enc(ctx.editing.id), built.body) :
     api('POST', '/destinations', built.body);
   call.then(function (saved) {
+    return rotateAfterSave(ctx, saved, rotation);
+  }).then(function (saved) {
     ctx.saveBtn.disabled = false;
     var created = !ctx.editing;
     enterEditMode(ctx, saved);
     if (created) history.replaceState(null, '', '#/setup/' + enc(saved.id));
     announce((created ? 'Created' : 'Saved') + ' destination ' + saved.id + ' (' +
-      (saved.enabled ? 'enabled' : 'disabled') + '). Send a test event below.', 'ok');
+      (saved.enabled ? 'enabled' : 'disabled') + ')' + (ctx.rotated ? '; the previous shared ' +
+      'secret also signs until ' + formatTime(ctx.rotated) : '') + '. Send a test event below.',
+      'ok');
   }, function (e) {
     ctx.saveBtn.disabled = false;
     if (e.authFailure) return;
+    if (e.rotationRefused) {
+      showRotationRefused(ctx, e);
+      return;
+    }
     var unmatched = [];
     (e.violations || []).forEach(function (v) {
       if (!place(ctx, v)) unmatched.push((v.field ? v.field + ': ' : '') + (v.description || ''));
