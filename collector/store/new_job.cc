@@ -1,5 +1,7 @@
 #include "collector/store/new_job.h"
 
+#include <cstring>
+
 #include "collector/store/wire_fields.h"
 
 namespace hookrelay::collector {
@@ -33,23 +35,22 @@ size_t PutVarint(uint64_t v, char* out) {
   return n;
 }
 
-void AppendVarint(uint64_t v, std::string* out) {
-  char buf[10];
-  out->append(buf, PutVarint(v, buf));
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
 }
 
 // Proto3: a zero or empty field is not written.
-void AppendVarintField(uint32_t field, uint64_t v, std::string* out) {
-  if (v == 0) return;
-  AppendVarint((field << 3) | kVarintType, out);
-  AppendVarint(v, out);
+size_t VarintFieldSize(uint32_t field, uint64_t v) {
+  return v == 0 ? 0 : VarintSize((field << 3) | kVarintType) + VarintSize(v);
 }
 
-void AppendBytesField(uint32_t field, std::string_view v, std::string* out) {
-  if (v.empty()) return;
-  AppendVarint((field << 3) | kBytesType, out);
-  AppendVarint(v.size(), out);
-  out->append(v);
+size_t BytesFieldSize(uint32_t field, std::string_view v) {
+  return v.empty() ? 0 : VarintSize((field << 3) | kBytesType) + VarintSize(v.size()) + v.size();
 }
 
 size_t VarintFieldAt(uint32_t field, uint64_t v, char* out) {
@@ -61,21 +62,44 @@ size_t VarintFieldAt(uint32_t field, uint64_t v, char* out) {
 }  // namespace
 
 NewJob::NewJob(const Fields& f) {
-  bytes_.reserve(f.source_id.size() + f.destination_id.size() + f.message_id.size() +
-                 f.user_id.size() + f.event_json.size() + f.traceparent.size() +
-                 f.tracestate.size() + f.ordering_key.size() + 48);
-  AppendBytesField(kSourceField, f.source_id, &bytes_);
-  AppendBytesField(kDestinationField, f.destination_id, &bytes_);
-  AppendVarintField(kTypeField, static_cast<uint64_t>(f.type), &bytes_);
-  AppendBytesField(kMessageIdField, f.message_id, &bytes_);
-  AppendBytesField(kUserIdField, f.user_id, &bytes_);
-  AppendBytesField(kEventJsonField, f.event_json, &bytes_);
-  AppendVarintField(kReceivedMsField, static_cast<uint64_t>(f.received_at_unix_ms), &bytes_);
-  AppendVarintField(kReceivedUsField, static_cast<uint64_t>(f.received_at_unix_us), &bytes_);
-  AppendBytesField(kTraceparentField, f.traceparent, &bytes_);
-  AppendBytesField(kTracestateField, f.tracestate, &bytes_);
-  AppendBytesField(kOrderingKeyField, f.ordering_key, &bytes_);
-  Index();
+  // Sized once, then written in place (fields in number order, the due time's place before the
+  // first field numbered above it), each span noted as it is written.
+  const size_t size =
+      BytesFieldSize(kSourceField, f.source_id) +
+      BytesFieldSize(kDestinationField, f.destination_id) +
+      VarintFieldSize(kTypeField, static_cast<uint64_t>(f.type)) +
+      BytesFieldSize(kMessageIdField, f.message_id) + BytesFieldSize(kUserIdField, f.user_id) +
+      BytesFieldSize(kEventJsonField, f.event_json) +
+      VarintFieldSize(kReceivedMsField, static_cast<uint64_t>(f.received_at_unix_ms)) +
+      VarintFieldSize(kReceivedUsField, static_cast<uint64_t>(f.received_at_unix_us)) +
+      BytesFieldSize(kTraceparentField, f.traceparent) +
+      BytesFieldSize(kTracestateField, f.tracestate) +
+      BytesFieldSize(kOrderingKeyField, f.ordering_key);
+  bytes_.resize(size);
+  char* const begin = bytes_.data();
+  char* p = begin;
+  auto put = [&](uint32_t field, std::string_view v, Span* span) {
+    if (v.empty()) return;
+    p += PutVarint((field << 3) | kBytesType, p);
+    p += PutVarint(v.size(), p);
+    if (span != nullptr) {
+      *span = Span{static_cast<uint32_t>(p - begin), static_cast<uint32_t>(v.size())};
+    }
+    std::memcpy(p, v.data(), v.size());
+    p += v.size();
+  };
+  put(kSourceField, f.source_id, nullptr);
+  put(kDestinationField, f.destination_id, &destination_);
+  p += VarintFieldAt(kTypeField, static_cast<uint64_t>(f.type), p);
+  put(kMessageIdField, f.message_id, nullptr);
+  put(kUserIdField, f.user_id, &user_id_);
+  put(kEventJsonField, f.event_json, nullptr);
+  p += VarintFieldAt(kReceivedMsField, static_cast<uint64_t>(f.received_at_unix_ms), p);
+  split_ = static_cast<size_t>(p - begin);
+  p += VarintFieldAt(kReceivedUsField, static_cast<uint64_t>(f.received_at_unix_us), p);
+  put(kTraceparentField, f.traceparent, nullptr);
+  put(kTracestateField, f.tracestate, nullptr);
+  put(kOrderingKeyField, f.ordering_key, &ordering_key_);
 }
 
 NewJob::NewJob(const hookrelay::v1::Job& job) {
