@@ -79,7 +79,7 @@ bool WalkFields(std::string_view serialized, Visit visit) {
 }  // namespace
 
 std::optional<std::string_view> SerializedJobDestination(std::string_view serialized) {
-  constexpr uint64_t kDestinationField = 3;  // Job.destination_id (proto/hookrelay/v1/job.proto)
+  constexpr uint64_t kDestinationField = hookrelay::v1::Job::kDestinationIdFieldNumber;
   std::string_view destination;
   if (!WalkFields(serialized, [&](uint64_t field, uint64_t, std::string_view bytes) {
         if (field != kDestinationField) return false;
@@ -92,8 +92,8 @@ std::optional<std::string_view> SerializedJobDestination(std::string_view serial
 }
 
 std::optional<SerializedQueueFields> SerializedJobQueueFields(std::string_view serialized) {
-  constexpr uint64_t kDestinationField = 3;   // Job.destination_id
-  constexpr uint64_t kOrderingKeyField = 20;  // Job.ordering_key
+  constexpr uint64_t kDestinationField = hookrelay::v1::Job::kDestinationIdFieldNumber;
+  constexpr uint64_t kOrderingKeyField = hookrelay::v1::Job::kOrderingKeyFieldNumber;
   SerializedQueueFields fields;
   if (!WalkFields(serialized, [&](uint64_t field, uint64_t, std::string_view bytes) {
         if (field == kDestinationField) fields.destination = bytes;
@@ -107,7 +107,7 @@ std::optional<SerializedQueueFields> SerializedJobQueueFields(std::string_view s
 }
 
 std::optional<int64_t> SerializedJobDue(std::string_view serialized) {
-  constexpr uint64_t kDueField = 11;  // Job.due_unix_ms (proto/hookrelay/v1/job.proto)
+  constexpr uint64_t kDueField = hookrelay::v1::Job::kDueUnixMsFieldNumber;
   int64_t due = 0;
   if (!WalkFields(serialized, [&](uint64_t field, uint64_t value, std::string_view) {
         if (field != kDueField) return false;

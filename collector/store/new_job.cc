@@ -1,5 +1,7 @@
 #include "collector/store/new_job.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <cstring>
 
 #include "collector/store/wire_fields.h"
@@ -7,42 +9,33 @@
 namespace hookrelay::collector {
 namespace {
 
-// v1::Job's field numbers (proto/hookrelay/v1/job.proto) that this file writes or reads.
-constexpr uint32_t kIdField = 1;
-constexpr uint32_t kSourceField = 2;
-constexpr uint32_t kDestinationField = 3;
-constexpr uint32_t kTypeField = 4;
-constexpr uint32_t kMessageIdField = 5;
-constexpr uint32_t kUserIdField = 6;
-constexpr uint32_t kEventJsonField = 7;
-constexpr uint32_t kReceivedMsField = 8;
-constexpr uint32_t kDueField = 11;
-constexpr uint32_t kReceivedUsField = 16;
-constexpr uint32_t kTraceparentField = 18;
-constexpr uint32_t kTracestateField = 19;
-constexpr uint32_t kOrderingKeyField = 20;
+using hookrelay::v1::Job;
+using google::protobuf::io::CodedOutputStream;
+
+// v1::Job's field numbers that this file writes or reads.
+constexpr uint32_t kIdField = Job::kIdFieldNumber;
+constexpr uint32_t kSourceField = Job::kSourceIdFieldNumber;
+constexpr uint32_t kDestinationField = Job::kDestinationIdFieldNumber;
+constexpr uint32_t kTypeField = Job::kTypeFieldNumber;
+constexpr uint32_t kMessageIdField = Job::kMessageIdFieldNumber;
+constexpr uint32_t kUserIdField = Job::kUserIdFieldNumber;
+constexpr uint32_t kEventJsonField = Job::kEventJsonFieldNumber;
+constexpr uint32_t kReceivedMsField = Job::kReceivedAtUnixMsFieldNumber;
+constexpr uint32_t kDueField = Job::kDueUnixMsFieldNumber;
+constexpr uint32_t kReceivedUsField = Job::kReceivedAtUnixUsFieldNumber;
+constexpr uint32_t kTraceparentField = Job::kTraceparentFieldNumber;
+constexpr uint32_t kTracestateField = Job::kTracestateFieldNumber;
+constexpr uint32_t kOrderingKeyField = Job::kOrderingKeyFieldNumber;
 
 constexpr uint32_t kVarintType = 0;
 constexpr uint32_t kBytesType = 2;
 
 size_t PutVarint(uint64_t v, char* out) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  out[n++] = static_cast<char>(v);
-  return n;
+  auto* const begin = reinterpret_cast<uint8_t*>(out);
+  return static_cast<size_t>(CodedOutputStream::WriteVarint64ToArray(v, begin) - begin);
 }
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
+size_t VarintSize(uint64_t v) { return CodedOutputStream::VarintSize64(v); }
 
 // Proto3: a zero or empty field is not written.
 size_t VarintFieldSize(uint32_t field, uint64_t v) {
@@ -102,11 +95,11 @@ NewJob::NewJob(const Fields& f) {
   put(kOrderingKeyField, f.ordering_key, &ordering_key_);
 }
 
-NewJob::NewJob(const hookrelay::v1::Job& job) {
+NewJob::NewJob(const Job& job) {
   if (job.id() == 0 && job.due_unix_ms() == 0) {
     job.SerializeToString(&bytes_);
   } else {
-    hookrelay::v1::Job copy = job;
+    Job copy = job;
     copy.clear_id();
     copy.clear_due_unix_ms();
     copy.SerializeToString(&bytes_);
@@ -157,11 +150,28 @@ std::string NewJob::Serialized(uint64_t id, int64_t due_unix_ms) const {
   return out;
 }
 
-hookrelay::v1::Job NewJob::ToJob(uint64_t id, int64_t due_unix_ms) const {
-  hookrelay::v1::Job job;
+Job NewJob::ToJob(uint64_t id, int64_t due_unix_ms) const {
+  Job job;
   job.ParseFromString(bytes_);
   job.set_id(id);
   job.set_due_unix_ms(due_unix_ms);
+  return job;
+}
+
+Job NewJob::ToJobWithoutEvent() const {
+  std::string rest;
+  rest.reserve(bytes_.size());
+  const char* const begin = bytes_.data();
+  const char* p = begin;
+  const char* const end = begin + bytes_.size();
+  wire::Field field;
+  while (p < end) {
+    const char* const start = p;
+    if (!wire::NextField(p, end, field)) break;  // Not reached: the bytes were written here.
+    if (field.number != kEventJsonField) rest.append(start, static_cast<size_t>(p - start));
+  }
+  Job job;
+  job.ParseFromString(rest);
   return job;
 }
 

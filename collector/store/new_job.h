@@ -55,6 +55,8 @@ class NewJob {
   // The serialized job, and the job itself, with those two fields.
   std::string Serialized(uint64_t id, int64_t due_unix_ms) const;
   hookrelay::v1::Job ToJob(uint64_t id, int64_t due_unix_ms) const;
+  // Every field but event_json (which is not copied): what names and routes the job.
+  hookrelay::v1::Job ToJobWithoutEvent() const;
 
  private:
   struct Span {

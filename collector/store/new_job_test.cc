@@ -113,5 +113,17 @@ TEST(NewJobTest, FromAJobKeepsEveryFieldButIdAndDue) {
   EXPECT_EQ(new_job.Serialized(0, 0), job.SerializeAsString());
 }
 
+// What names and routes a job, without a copy of its event.
+TEST(NewJobTest, WithoutEventKeepsEveryOtherField) {
+  Job expected = FullJob();
+  expected.clear_event_json();
+  EXPECT_EQ(NewJob(FullFields()).ToJobWithoutEvent().SerializeAsString(),
+            expected.SerializeAsString());
+  Job job = FullJob();
+  job.set_test(true);  // A field ingest never sets, after the event's.
+  expected.set_test(true);
+  EXPECT_EQ(NewJob(job).ToJobWithoutEvent().SerializeAsString(), expected.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace hookrelay::collector

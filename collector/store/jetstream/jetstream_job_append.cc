@@ -329,7 +329,7 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
     for (const NewJob& new_job : items[i].jobs) {
       // The stream's sequence is the job's id: none is written in the message.
       const std::string body = new_job.Serialized(/*id=*/0, now_ms);
-      const Job job = new_job.ToJob(/*id=*/0, now_ms);  // for its subject
+      const Job job = new_job.ToJobWithoutEvent();  // for its subject
       natsMsg* msg = nullptr;
       if (natsMsg_Create(&msg, ReadySubject(job).c_str(), nullptr, body.data(),
                          static_cast<int>(body.size())) != NATS_OK) {

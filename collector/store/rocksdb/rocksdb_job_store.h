@@ -530,7 +530,6 @@ class RocksDbJobStore final : public Store {
   int64_t fresh_due_ms_ = 0;
   // Constant after Open: how many `due` keys one page reads.
   size_t page_chunk_ = 4096;
-  std::string scratch_;
   std::string key_scratch_;
   // (user, source) pairs whose sources-seen key is known to be written: a direct-mapped cache of
   // pair hashes (0 = empty). Filled by the writer after a successful write, read by the preparer,
