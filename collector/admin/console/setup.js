@@ -704,7 +704,6 @@ function save(ctx) {
   ctx.saveBtn.disabled = true;
   announce('Saving the destination…');
   var rotation = takeRotation(ctx, built.body);
-  ctx.rotated = '';
   var call = ctx.editing ? api('PATCH', '/destinations/' + enc(ctx.editing.id), built.body) :
     api('POST', '/destinations', built.body);
   call.then(function (saved) {
@@ -714,10 +713,10 @@ function save(ctx) {
     var created = !ctx.editing;
     enterEditMode(ctx, saved);
     if (created) history.replaceState(null, '', '#/setup/' + enc(saved.id));
+    var ends = rotation ? rotationEnd(saved) : '';
     announce((created ? 'Created' : 'Saved') + ' destination ' + saved.id + ' (' +
-      (saved.enabled ? 'enabled' : 'disabled') + ')' + (ctx.rotated ? '; the previous shared ' +
-      'secret also signs until ' + formatTime(ctx.rotated) : '') + '. Send a test event below.',
-      'ok');
+      (saved.enabled ? 'enabled' : 'disabled') + ')' + (ends ? '; the previous shared ' +
+      'secret also signs until ' + formatTime(ends) : '') + '. Send a test event below.', 'ok');
   }, function (e) {
     ctx.saveBtn.disabled = false;
     if (e.authFailure) return;

@@ -51,10 +51,7 @@ function takeRotation(ctx, body) {
 function rotateAfterSave(ctx, saved, rotation) {
   if (!rotation) return Promise.resolve(saved);
   return api('POST', '/destinations/' + enc(saved.id) + ':rotateSecret', rotation).then(
-    function (rotated) {
-      ctx.rotated = rotationEnd(rotated);
-      return rotated;
-    },
+    null,
     function (e) {
       e.rotationRefused = true;
       e.saved = saved;
