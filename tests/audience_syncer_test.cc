@@ -129,24 +129,28 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
   }
 
   // The identify calls enqueued since the last call: "user:destination:true|false". A barrier
-  // job appended now is leased after every job enqueued before it (both engines hand out ready
-  // jobs in the order they were stored); everything leased before it is the answer.
+  // job appended now to each destination is leased after every job of that destination enqueued
+  // before it (both engines hand out a destination's ready jobs in the order they were stored;
+  // across destinations the JetStream engine fetches each on its own); everything leased before
+  // both barriers is the answer.
   std::vector<std::string> Sent() {
     const std::string barrier = absl::StrCat("barrier-", ++barriers_);
     AppendItem item;
     item.dedup_key = DedupKey("web", barrier);
-    Job job;
-    job.set_source_id("web");
-    job.set_destination_id("hook");
-    job.set_type(hookrelay::v1::TRACK);
-    job.set_message_id(barrier);
-    job.set_event_json("{}");
-    item.jobs.emplace_back(job);
+    for (const char* destination : {"hook", "hook-ios"}) {
+      Job job;
+      job.set_source_id("web");
+      job.set_destination_id(destination);
+      job.set_type(hookrelay::v1::TRACK);
+      job.set_message_id(barrier);
+      job.set_event_json("{}");
+      item.jobs.emplace_back(job);
+    }
     Append({std::move(item)});
     std::vector<std::string> out;
-    bool barrier_seen = false;
+    int barriers_seen = 0;
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (!barrier_seen && absl::Now() < deadline) {
+    while (barriers_seen < 2 && absl::Now() < deadline) {
       absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(1000);
       if (!leased.ok()) {
         ADD_FAILURE() << leased.status();
@@ -155,7 +159,7 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
       for (const LeasedJob& j : *leased) {
         EXPECT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
         if (j.job.message_id() == barrier) {
-          barrier_seen = true;
+          ++barriers_seen;
           continue;
         }
         const std::string& body = j.job.event_json();
@@ -165,9 +169,9 @@ class AudienceSyncerTest : public ::testing::TestWithParam<std::string> {
         out.push_back(absl::StrCat(j.job.user_id(), ":", j.job.destination_id(), ":",
                                    member ? "true" : "false"));
       }
-      if (!barrier_seen && leased->empty()) absl::SleepFor(absl::Milliseconds(5));
+      if (barriers_seen < 2 && leased->empty()) absl::SleepFor(absl::Milliseconds(5));
     }
-    EXPECT_TRUE(barrier_seen) << "the barrier job " << barrier << " was not leased within 30 s";
+    EXPECT_EQ(barriers_seen, 2) << "the barrier jobs " << barrier << " were not leased within 30 s";
     return out;
   }
 

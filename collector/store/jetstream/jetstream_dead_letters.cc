@@ -94,6 +94,7 @@ absl::StatusOr<size_t> JetStreamJobStore::Replay(const DeadFilter& filter) {
     job.clear_dead_reason();
     job.set_dead_at_unix_ms(0);
     job.set_due_unix_ms(now_ms);
+    pulls_->NoteDestination(job.destination_id());
     RETURN_IF_ERROR(PublishSync(ReadySubject(job), job.SerializeAsString(),
                                 {{"Nats-Msg-Id", absl::StrCat("replay-", dead.seq)}}));
     jsErrCode code = static_cast<jsErrCode>(0);

@@ -73,7 +73,7 @@ void JetStreamJobStore::RepublishLoop() {
         }
       }
       if (leased != nullptr) {  // A retry or dead letter not stored: the job comes back now.
-        natsMsg_Nak(leased, nullptr);
+        JsNak(nc_, leased);
         natsMsg_Destroy(leased);
       } else {
         Acked(msg, NatsError("publishing a job", s), false, StoreErrorKind(s, jsErrCode{}, ""));
@@ -109,9 +109,9 @@ void JetStreamJobStore::OnPublishAck(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAc
     // A retry or dead letter stored: the leased message is done. Not stored: it comes back now
     // (the attempt is not counted) rather than when its lease ends.
     if (pa != nullptr) {
-      natsMsg_Ack(leased, nullptr);
+      JsAck(store->nc_, leased);
     } else {
-      natsMsg_Nak(leased, nullptr);
+      JsNak(store->nc_, leased);
       store->CountStoreError(StoreErrorKind(pae));
       common::LogWarning("a retry or dead letter was not stored; the job is handed out again",
                          {{"subject", natsMsg_GetSubject(msg)},
@@ -323,6 +323,7 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
                                     const std::vector<bool>& publish) {
   std::vector<std::pair<natsMsg*, size_t>> msgs;
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  std::optional<std::string> noted;  // The destination last noted for its consumer.
   for (size_t i = 0; i < items.size(); ++i) {
     if (!publish[i]) continue;
     const std::string& marker = markers[i];
@@ -339,6 +340,10 @@ void JetStreamJobStore::PublishJobs(const std::shared_ptr<PendingAppend>& pendin
       }
       if (!marker.empty()) {
         natsMsgHeader_Set(msg, "Nats-Msg-Id", JobMsgId(marker, job.destination_id()).c_str());
+      }
+      if (noted != job.destination_id()) {  // Consecutive jobs mostly share it.
+        pulls_->NoteDestination(job.destination_id());
+        noted = job.destination_id();
       }
       msgs.emplace_back(msg, i);
     }

@@ -1,5 +1,6 @@
-// The JetStream engine's job queue, leases: fetching from the shared consumer, handing jobs out,
-// acks in bursts (Complete), and the retries and dead letters that settle a lease.
+// The JetStream engine's job queue, leases: handing out what the destinations' consumers brought
+// (jetstream_pulls.h), acks in bursts (Complete), and the retries and dead letters that settle a
+// lease.
 #include "collector/store/jetstream/jetstream_job_store.h"
 
 #include <algorithm>
@@ -47,127 +48,30 @@ void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
   ready_signal_->Set(std::move(ready));
 }
 
-void JetStreamJobStore::FetchLoop() {
-  // Each fetch is a pull request the server holds until jobs come or it expires: no polling.
-  // It asks for a full batch whatever the demand of the moment: the dispatcher's demand comes
-  // back a few jobs at a time, and fetches of a few jobs cost the servers more than twice as
-  // much per delivery as fetches of 256 (docs/BENCHMARKS.md, "JetStream engine"). What is not
-  // leased at once waits in fetched_ (at most one batch beyond the demand: the fetcher asks
-  // again only when Lease found the buffer empty) and goes back to the consumer if it waits
-  // longer than a quarter of the ack wait.
-  constexpr int kExpiryMs = 250;
-  constexpr size_t kFetchBatch = 256;
-  for (;;) {
-    size_t want = 0;
-    std::vector<natsMsg*> stale;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && demand_ == 0) {
-        // No Lease asks (this collector's deliverers are gone or busy): what was fetched ahead
-        // goes back to the consumer once it is stale, as Lease would do, so that other
-        // collectors' deliverers get it long before its ack wait ends.
-        const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
-        for (auto it = fetched_.begin(); it != fetched_.end();) {
-          if (it->first < fresh_after) {
-            stale.push_back(it->second);
-            it = fetched_.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        if (!stale.empty()) break;
-        fetch_cv_.WaitWithTimeout(&mu_, absl::Seconds(1));
-      }
-      if (!stopping_ && demand_ > 0) want = kFetchBatch;
-    }
-    for (natsMsg* msg : stale) {
-      natsMsg_Nak(msg, nullptr);
-      natsMsg_Destroy(msg);
-    }
-    if (want == 0) {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      continue;
-    }
-    natsMsgList list{};
-    jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s =
-        natsSubscription_Fetch(&list, dispatch_, static_cast<int>(want), kExpiryMs, &code);
-    if (s == NATS_TIMEOUT) continue;  // Nothing yet; the demand stands.
-    if (s != NATS_OK) {
-      // No responders (a node rejoining), a closed or reconnecting connection: passing.
-      natsMsgList_Destroy(&list);
-      absl::SleepFor(absl::Milliseconds(100));
-      continue;
-    }
-    const absl::Time at = absl::Now();
-    {
-      absl::MutexLock lock(&mu_);
-      for (int i = 0; i < list.Count; ++i) {
-        fetched_.emplace_back(at, list.Msgs[i]);
-        list.Msgs[i] = nullptr;
-      }
-      demand_ -= std::min<size_t>(demand_, static_cast<size_t>(list.Count));
-    }
-    natsMsgList_Destroy(&list);
-    ready_signal_->Raise();
-  }
-}
-
 absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, LeaseBudget budget) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
   absl::MutexLock fetch_lock(&fetch_mu_);
   const absl::Time now = clock_.Now();
   const int64_t now_ms = absl::ToUnixMillis(now);
-  // Held jobs whose time has come first, then what the fetcher brought.
+  // Held jobs whose time has come first, then what the destinations' consumers brought.
   std::vector<natsMsg*> msgs;
-  std::vector<natsMsg*> stale;
   {
     absl::MutexLock lock(&mu_);
     while (!held_.empty() && held_.begin()->first <= now_ms && msgs.size() < max) {
       msgs.push_back(held_.begin()->second);
       held_.erase(held_.begin());
     }
-    // A lease is the ack wait counted from the fetch: a job waiting here too long is handed
-    // back rather than given to a deliverer with little of its lease left.
-    const absl::Time fresh_after = absl::Now() - options_.layout.ack_wait / 4;
-    // Jobs of destinations without budget stay here, in order, until a Lease has budget for
-    // them or they go back to the consumer as stale; the others pass them.
-    absl::flat_hash_map<std::string, size_t> allowance;
-    std::vector<std::pair<absl::Time, natsMsg*>> passed_over;
-    while (!fetched_.empty() && msgs.size() < max) {
-      auto [at, msg] = fetched_.front();
-      fetched_.pop_front();
-      if (at < fresh_after) {
-        stale.push_back(msg);
-        continue;
-      }
-      const std::string_view destination =
-          SerializedJobDestination(
-              std::string_view(natsMsg_GetData(msg),
-                               static_cast<size_t>(natsMsg_GetDataLength(msg))))
-              .value_or(std::string_view());
-      if (!destination.empty()) {
-        const absl::string_view key(destination.data(), destination.size());
-        auto it = allowance.find(key);
-        if (it == allowance.end()) it = allowance.emplace(std::string(key), budget(destination)).first;
-        if (it->second == 0) {
-          passed_over.emplace_back(at, msg);
-          continue;
-        }
-        --it->second;
-      }
-      msgs.push_back(msg);
-    }
-    for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) fetched_.push_front(*it);
-    demand_ = max - msgs.size();
   }
-  for (natsMsg* msg : stale) {
-    natsMsg_Nak(msg, nullptr);  // Back to the consumer now, rather than when its lease ends.
+  // A lease is the ack wait counted from the fetch: a job waiting here too long is handed back
+  // rather than given to a deliverer with little of its lease left.
+  JetStreamPulls::Taken taken =
+      pulls_->Take(max - msgs.size(), budget, absl::Now() - options_.layout.ack_wait / 4);
+  msgs.insert(msgs.end(), taken.jobs.begin(), taken.jobs.end());
+  for (natsMsg* msg : taken.stale) {
+    JsNak(nc_, msg);  // Back to the consumer now, rather than when its lease ends.
     natsMsg_Destroy(msg);
   }
-  if (msgs.size() < max) fetch_cv_.Signal();
   const absl::Time deadline = now + options_.layout.ack_wait;
   // Read every message first; then the per-user order checks, one request each to the servers,
   // are made together (kOrderCheckThreads at a time) for the oldest job of each key in this
@@ -177,6 +81,7 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     LeasedJob leased;
     uint64_t delivered = 0;
     std::string key;  // destination, ordering key ("" when the job keeps no order)
+    bool legacy = false;  // stored in the layout without the destination token
     std::optional<OrderCheck> order;
   };
   std::vector<Item> items;
@@ -187,7 +92,7 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     item.msg = msg;
     if (natsMsg_GetMetaData(&meta, msg) != NATS_OK ||
         !item.leased.job.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg))) {
-      natsMsg_Term(msg, nullptr);  // Unreadable: never deliverable.
+      JsTerm(nc_, msg);  // Unreadable: never deliverable.
       natsMsg_Destroy(msg);
       if (meta != nullptr) jsMsgMetaData_Destroy(meta);
       continue;
@@ -196,10 +101,11 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     item.delivered = meta->NumDelivered;
     jsMsgMetaData_Destroy(meta);
     if (user_data_->PurgedByDeletion(item.leased.job, item.leased.job.id())) {
-      natsMsg_Ack(msg, nullptr);  // Purged while fetched.
+      JsAck(nc_, msg);  // Purged while fetched.
       natsMsg_Destroy(msg);
       continue;
     }
+    item.legacy = Tokens(natsMsg_GetSubject(msg)).size() == 5;  // hr.jobs.ready.<S>.<U>
     if (!item.leased.job.ordering_key().empty()) {
       item.key = absl::StrCat(item.leased.job.destination_id(), "\x1f",
                               item.leased.job.ordering_key());
@@ -220,7 +126,8 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     auto check = [&] {
       for (size_t i = next++; i < to_check.size(); i = next++) {
         Item& item = *to_check[i];
-        item.order = CheckOrder(item.leased.job, item.leased.job.id(), item.delivered);
+        item.order =
+            CheckOrder(item.leased.job, item.leased.job.id(), item.delivered, item.legacy);
       }
     };
     std::vector<std::thread> threads;
@@ -230,7 +137,6 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     check();
     for (std::thread& t : threads) t.join();
   }
-  bool sent_back = false;
   for (Item& item : items) {
     natsMsg* msg = item.msg;
     LeasedJob& leased = item.leased;
@@ -241,9 +147,8 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       const Item& oldest = *oldest_of_key.at(item.key);
       const OrderCheck& order = *oldest.order;
       if (&item != &oldest || !order.head) {
-        natsMsg_NakWithDelay(msg, &item != &oldest && order.head ? 100 : order.retry_in_ms, nullptr);
+        JsNak(nc_, msg, &item != &oldest && order.head ? 100 : order.retry_in_ms);
         natsMsg_Destroy(msg);
-        sent_back = true;
         continue;
       }
       if (!order.record_subject.empty()) {
@@ -268,13 +173,6 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       it->second = std::move(entry);
     }
     out.push_back(std::move(leased));
-  }
-  // Jobs sent back to wait for their key's earlier job: the demand they took stands, so that the
-  // fetcher brings what else is there (and these again, after their wait).
-  if (sent_back && out.size() < max) {
-    absl::MutexLock lock(&mu_);
-    demand_ = std::max(demand_, max - out.size());
-    fetch_cv_.Signal();
   }
   // Jobs held or leased: the ready signal's timer looks at NextDue again (an empty Lease, the
   // common case while idle, changed nothing and wakes no thread).
@@ -301,7 +199,7 @@ std::vector<absl::StatusOr<absl::Time>> JetStreamJobStore::ExtendLeases(
     }
     // A publish to the server, not waited for (as acks are): the ack wait restarts when it
     // arrives. An error means the connection is down; the lease then runs out as it would.
-    const natsStatus s = natsMsg_InProgress(it->second.msg, nullptr);
+    const natsStatus s = JsInProgress(nc_, it->second.msg);
     if (s != NATS_OK) {
       out.push_back(absl::UnavailableError(
           absl::StrCat("extending the lease of job ", job_id, ": ", natsStatus_GetText(s))));
@@ -328,7 +226,7 @@ absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t
 }
 
 JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t seq,
-                                                           uint64_t delivered) {
+                                                           uint64_t delivered, bool legacy) {
   OrderCheck out;
   const absl::Duration timeout = options_.layout.request_timeout;
   // Handed out before: it may have retried in place, with its attempts recorded beside it.
@@ -344,9 +242,14 @@ JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t s
       out.record_subject = subject;
     }
   }
-  // Its key's first job: the user's ready jobs in stream order (a settled job is gone from the
-  // work-queue stream), passing those of other destinations or without the key.
-  const std::string user_jobs = absl::StrCat("hr.jobs.ready.*.", JobUserToken(job));
+  // Its key's first job: the user's ready jobs of its destination in stream order (a settled job
+  // is gone from the work-queue stream), passing those without the key. A job of the layout
+  // before per-destination consumers looks among that layout's jobs (every destination's): after
+  // an upgrade the key's jobs of that layout go out first, then the new ones, each in order.
+  const std::string user_jobs =
+      legacy ? absl::StrCat("hr.jobs.ready.*.", JobUserToken(job))
+             : absl::StrCat("hr.jobs.ready.", JetStreamToken(job.destination_id()), ".*.",
+                            JobUserToken(job));
   // A later job of a key comes back after 100 ms, doubling to 1 s while it keeps waiting (its
   // key's job in flight takes one attempt; a retrying one says how long it waits, below).
   const int64_t backoff_ms = std::min<int64_t>(
@@ -441,7 +344,7 @@ void JetStreamJobStore::SendAcks(std::vector<natsMsg*>& msgs) {
   for (natsMsg* msg : msgs) {
     // Without options the ack is a publish (no round trip): it fails only when the connection
     // is closed or its buffer is full during a reconnect.
-    if (const natsStatus s = natsMsg_Ack(msg, nullptr); s != NATS_OK) {
+    if (const natsStatus s = JsAck(nc_, msg); s != NATS_OK) {
       failed = s;
       ++failures;
     }
@@ -479,7 +382,7 @@ absl::Status JetStreamJobStore::PublishSettle(
     settling_.erase(msg);
   }
   if (owned != nullptr) natsMsg_Destroy(owned);
-  natsMsg_Nak(leased, nullptr);  // Not rescheduled: it comes back now, attempt not counted.
+  JsNak(nc_, leased);  // Not rescheduled: it comes back now, attempt not counted.
   natsMsg_Destroy(leased);
   return NatsError(absl::StrCat("publishing to ", subject), s);
 }
@@ -492,7 +395,7 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
   Job job = SettlingJob(taken.recorded_job, *msg);
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
-    natsMsg_Ack(*msg, nullptr);
+    JsAck(nc_, *msg);
     natsMsg_Destroy(*msg);
     return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
   }
@@ -506,18 +409,20 @@ absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::
         OrderRecordSubject(job, job_id), job.SerializeAsString(),
         {{"Nats-Msg-Id", absl::StrCat("order-", job_id, "-", job.attempts(), "-", job.deferrals())}});
     if (!recorded.ok()) {
-      natsMsg_Nak(*msg, nullptr);  // Back now, the attempt not counted.
+      JsNak(nc_, *msg);  // Back now, the attempt not counted.
       natsMsg_Destroy(*msg);
       return recorded;
     }
     const absl::Duration delay =
         std::max(absl::ZeroDuration(), std::min(not_before - now, options_.max_schedule_delay));
-    natsMsg_NakWithDelay(*msg, absl::ToInt64Milliseconds(delay), nullptr);
+    JsNak(nc_, *msg, absl::ToInt64Milliseconds(delay));
     natsMsg_Destroy(*msg);
     ready_signal_->Reschedule();
     return absl::OkStatus();
   }
   job.set_due_unix_ms(absl::ToUnixMillis(not_before));
+  // A job of the layout before per-destination consumers comes back in the new one.
+  pulls_->NoteDestination(job.destination_id());
   // The server fires schedules on its own (real) time, on whole seconds: the delay on the
   // store's clock is carried over to real time, rounded up, never early.
   const absl::Duration delay = std::min(not_before - now, options_.max_schedule_delay);
@@ -558,7 +463,7 @@ absl::Status JetStreamJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::st
   if (!taken.order_record.empty()) DropOrderRecord(taken.order_record);
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
-    natsMsg_Ack(*msg, nullptr);
+    JsAck(nc_, *msg);
     natsMsg_Destroy(*msg);
     return absl::NotFoundError(absl::StrFormat("job %d was purged by a deletion", job_id));
   }

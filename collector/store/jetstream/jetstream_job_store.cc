@@ -207,16 +207,18 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   }
   if (s != NATS_OK) return NatsError("the configuration bucket hr_config", s);
 
-  jsSubOptions sub_options;
-  jsSubOptions_Init(&sub_options);
-  sub_options.Stream = kJobsStream;
-  sub_options.Consumer = kDispatchConsumer;
-  sub_options.ManualAck = true;
-  jsErrCode code = static_cast<jsErrCode>(0);
-  s = js_PullSubscribe(&store->dispatch_, store->js_, kReadySubjects, kDispatchConsumer, nullptr,
-                       &sub_options, &code);
-  if (s != NATS_OK) return NatsError("binding the dispatch consumer", s);
-  store->fetcher_ = std::thread([raw = store.get()] { raw->FetchLoop(); });
+  // The destinations' consumers (and the dispatch consumer of the layout before them).
+  JetStreamPulls::Options pull_options;
+  pull_options.nc = store->nc_;
+  pull_options.layout = o.layout;
+  pull_options.on_jobs = [raw = store.get()] { raw->ready_signal_->Raise(); };
+  absl::StatusOr<std::unique_ptr<JetStreamPulls>> pulls = JetStreamPulls::Start(pull_options);
+  if (!pulls.ok()) return pulls.status();
+  store->pulls_ = *std::move(pulls);
+  // Delete notifications and audience jobs are published by the user data: their destinations'
+  // consumers too.
+  store->user_data_->SetReadyJobsHook(
+      [raw = store.get()](std::string_view destination) { raw->pulls_->NoteDestination(destination); });
   return store;
 }
 
@@ -226,13 +228,12 @@ JetStreamJobStore::~JetStreamJobStore() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  fetch_cv_.SignalAll();
-  if (fetcher_.joinable()) fetcher_.join();
   {
     absl::MutexLock lock(&ack_mu_);
     acks_stopping_ = true;
   }
   if (acker_.joinable()) acker_.join();  // Sends the acks still waiting.
+  pulls_.reset();  // Jobs fetched and not leased go back to their consumers.
   if (lookup_sub_ != nullptr) {
     natsSubscription_Unsubscribe(lookup_sub_);
     natsSubscription_WaitForDrainCompletion(lookup_sub_, 1000);
@@ -276,14 +277,11 @@ JetStreamJobStore::~JetStreamJobStore() {
     leased_.clear();
     for (auto& [due, msg] : held_) natsMsg_Destroy(msg);
     held_.clear();
-    for (auto& [at, msg] : fetched_) natsMsg_Destroy(msg);
-    fetched_.clear();
     for (auto& [msg, settling] : settling_) natsMsg_Destroy(settling.leased);  // Leases expire.
     settling_.clear();
   }
   if (config_kv_ != nullptr) kvStore_Destroy(config_kv_);
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
-  if (dispatch_ != nullptr) natsSubscription_Destroy(dispatch_);
   health_.reset();  // Before the JetStream context goes.
   if (js_ != nullptr) jsCtx_Destroy(js_);
   user_data_.reset();  // Before the connection goes.
@@ -330,12 +328,19 @@ JobCounts JetStreamJobStore::Counts() {
   JobCounts counts;
   counts.cluster.shared = true;
   jsErrCode code = static_cast<jsErrCode>(0);
-  jsConsumerInfo* ci = nullptr;
-  uint64_t delivered = 0;  // The consumer's last handed-out stream sequence.
-  if (js_GetConsumerInfo(&ci, js_, kJobsStream, kDispatchConsumer, nullptr, &code) == NATS_OK) {
-    counts.ready = static_cast<int64_t>(ci->NumPending);
-    counts.leased = ci->NumAckPending;
-    delivered = ci->Delivered.Stream;
+  // Each consumer's pending and unacknowledged jobs: one per destination, and the dispatch
+  // consumer of the layout before. `next` per consumer with pending jobs: its filter and the
+  // stream sequence it hands out next, for the oldest ready job.
+  std::vector<std::pair<std::string, uint64_t>> next;
+  for (const JetStreamPulls::Consumer& consumer : pulls_->Consumers()) {
+    jsConsumerInfo* ci = nullptr;
+    if (js_GetConsumerInfo(&ci, js_, kJobsStream, consumer.name.c_str(), nullptr, &code) !=
+        NATS_OK) {
+      continue;  // Gone meanwhile, or the cluster does not answer: counted at the next scrape.
+    }
+    counts.ready += static_cast<int64_t>(ci->NumPending);
+    counts.leased += ci->NumAckPending;
+    if (ci->NumPending > 0) next.emplace_back(consumer.filter, ci->Delivered.Stream + 1);
     jsConsumerInfo_Destroy(ci);
   }
   // Two readings, not one: a schedule firing or a job settled in between makes them disagree
@@ -350,20 +355,21 @@ JobCounts JetStreamJobStore::Counts() {
     counts.dead = static_cast<int64_t>(si->State.Msgs);
     jsStreamInfo_Destroy(si);
   }
-  // The cluster's part; what the consumer handed out (ack pending) is in some collector's
+  // The cluster's part; what the consumers handed out (ack pending) is in some collector's
   // hands, and each collector counts its own below.
   counts.cluster.ready = counts.ready;
   counts.cluster.scheduled = counts.scheduled;
   counts.cluster.dead = counts.dead;
-  // The oldest ready job: the consumer's next pending one, or one this collector fetched ahead
-  // or holds past its time, whichever became due first (due_unix_ms: when it was stored, or when
-  // its retry fell due).
-  if (counts.ready > 0) {
-    if (std::optional<int64_t> due = NextPendingDue(delivered + 1); due.has_value()) {
-      counts.oldest_ready_due = absl::FromUnixMillis(*due);
+  // The oldest ready job: the earliest among the consumers' next pending ones, or one this
+  // collector fetched ahead or holds past its time, whichever became due first (due_unix_ms:
+  // when it was stored, or when its retry fell due).
+  for (const auto& [filter, from_seq] : next) {
+    if (std::optional<int64_t> due = NextPendingDue(filter, from_seq); due.has_value()) {
+      counts.oldest_ready_due = std::min(counts.oldest_ready_due, absl::FromUnixMillis(*due));
     }
   }
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
+  const JetStreamPulls::Buffered buffered = pulls_->BufferedJobs(now_ms);
   {
     absl::MutexLock lock(&mu_);
     // This collector's own: fetched ahead but not handed to a deliverer (ready, as far as anyone
@@ -373,17 +379,13 @@ JobCounts JetStreamJobStore::Counts() {
     const int64_t held = std::min<int64_t>(counts.leased, static_cast<int64_t>(held_.size()));
     counts.leased -= held;
     counts.scheduled += held;
-    const int64_t fetched =
-        std::min<int64_t>(counts.leased, static_cast<int64_t>(fetched_.size()));
+    const int64_t fetched = std::min<int64_t>(counts.leased, buffered.count);
     counts.leased -= fetched;
     counts.ready += fetched;
     counts.cluster.leased_here = static_cast<int64_t>(leased_.size() + settling_.size());
-    for (const auto& [at, msg] : fetched_) {
-      const std::optional<int64_t> due = SerializedJobDue(std::string_view(
-          natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
-      if (due.has_value() && *due <= now_ms) {
-        counts.oldest_ready_due = std::min(counts.oldest_ready_due, absl::FromUnixMillis(*due));
-      }
+    if (buffered.oldest_due_ms.has_value()) {
+      counts.oldest_ready_due =
+          std::min(counts.oldest_ready_due, absl::FromUnixMillis(*buffered.oldest_due_ms));
     }
     if (!held_.empty() && held_.begin()->first <= now_ms) {
       counts.oldest_ready_due =
@@ -393,10 +395,11 @@ JobCounts JetStreamJobStore::Counts() {
   return counts;
 }
 
-std::optional<int64_t> JetStreamJobStore::NextPendingDue(uint64_t from_seq) {
+std::optional<int64_t> JetStreamJobStore::NextPendingDue(const std::string& filter,
+                                                         uint64_t from_seq) {
   // Not retried: a scrape is no place to wait for the cluster.
   absl::StatusOr<std::optional<JetStreamMessage>> next = JetStreamNextMessage(
-      nc_, kJobsStream, from_seq, kReadySubjects, options_.layout.request_timeout,
+      nc_, kJobsStream, from_seq, filter, options_.layout.request_timeout,
       /*retry_for=*/absl::ZeroDuration());
   if (!next.ok() || !next->has_value()) return std::nullopt;  // Settled meanwhile, or down.
   return SerializedJobDue((*next)->data);

@@ -1,5 +1,6 @@
 // The JetStream engine (--store=jetstream; docs/DESIGN.md, "The JetStream engine"): jobs as
-// messages of HR_JOBS, leased through the shared durable pull consumer, retried through message
+// messages of HR_JOBS, leased through one durable pull consumer per destination
+// (collector/store/jetstream/jetstream_pulls.h), retried through message
 // schedules, dead-lettered to HR_DEAD, de-duplicated through markers in HR_DEDUP, configuration
 // in the KV bucket hr_config. Streams and subjects: collector/store/jetstream/jetstream_layout.h.
 //
@@ -49,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collector/store/jetstream/jetstream_health.h"
 #include "collector/store/jetstream/jetstream_layout.h"
+#include "collector/store/jetstream/jetstream_pulls.h"
 #include "collector/store/jetstream/nats_connect.h"
 // The streams' subjects (JetStreamToken, DedupMarkerSubject, ...), for the store's callers too.
 #include "collector/store/jetstream/jetstream_subjects.h"
@@ -99,11 +101,10 @@ class JetStreamJobStore final : public Store {
   ~JetStreamJobStore() override;
 
   void Append(std::vector<AppendItem> items, AppendCallback done) override;
-  // Never waits for the cluster: returns what was fetched ahead (see FetchLoop) and held jobs
-  // now due; what it could not return becomes the fetcher's demand.
-  // Per destination within what the fetcher brought: jobs of a destination without budget wait
-  // in the fetched buffer (they count against the consumer's max_ack_pending) and go back to
-  // the consumer after a quarter of the ack wait, as any fetched job not leased does.
+  // Never waits for the cluster: returns held jobs now due and what was fetched ahead from the
+  // destinations' consumers (JetStreamPulls::Take), each within its budget; a destination whose
+  // budget is larger than what was fetched gets a pull opened. A destination without budget is
+  // not fetched from: its jobs stay on the servers.
   using JobQueue::Lease;
   // InProgress on each message: its ack wait starts again on the servers.
   std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
@@ -158,9 +159,9 @@ class JetStreamJobStore final : public Store {
   absl::Status DropAudience(std::string_view audience_id) override;
 
  private:
-  // The due time (ms) of the first ready job at or after stream sequence `from_seq`: the
-  // consumer's next pending one. nullopt when there is none or the cluster does not answer.
-  std::optional<int64_t> NextPendingDue(uint64_t from_seq);
+  // The due time (ms) of the first ready job on `filter` at or after stream sequence `from_seq`:
+  // a consumer's next pending one. nullopt when there is none or the cluster does not answer.
+  std::optional<int64_t> NextPendingDue(const std::string& filter, uint64_t from_seq);
   // One settlement each (Settle).
   absl::Status CompleteJob(uint64_t job_id, uint64_t lease);
   absl::Status RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
@@ -214,7 +215,9 @@ class JetStreamJobStore final : public Store {
     int64_t retry_in_ms = 1000;
     std::string record_subject;  // Its attempts record, when one exists.
   };
-  OrderCheck CheckOrder(hookrelay::v1::Job& job, uint64_t seq, uint64_t delivered);
+  // `legacy`: the job was stored in the layout before per-destination consumers (its subject has
+  // no destination token); its key's earlier jobs are looked for in that layout.
+  OrderCheck CheckOrder(hookrelay::v1::Job& job, uint64_t seq, uint64_t delivered, bool legacy);
   // Removes an ordered job's attempts record once the job is settled.
   void DropOrderRecord(const std::string& subject);
   // A dead letter read from HR_DEAD.
@@ -314,7 +317,6 @@ class JetStreamJobStore final : public Store {
   natsOptions* nats_options_ = nullptr;
   natsConnection* nc_ = nullptr;
   jsCtx* js_ = nullptr;
-  natsSubscription* dispatch_ = nullptr;
   kvStore* config_kv_ = nullptr;
   std::unique_ptr<JetStreamUserData> user_data_;
   // The cluster's health as metrics (with a registry only).
@@ -347,16 +349,10 @@ class JetStreamJobStore final : public Store {
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   // Lease() runs one at a time.
   absl::Mutex fetch_mu_;
-  // Pulls from the shared consumer while Lease wants more than it got (the demand: what the
-  // Subscribe streams' credits asked for), long-polling the server (no client-side polling), and
-  // calls the ready callback when jobs arrive. Jobs fetched and not leased within a quarter of the
-  // ack wait are handed back (nak) so no lease runs out unseen.
-  void FetchLoop();
-  std::thread fetcher_;
-  std::deque<std::pair<absl::Time, natsMsg*>> fetched_ ABSL_GUARDED_BY(mu_);
-  size_t demand_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::CondVar fetch_cv_;
-  // The ready signal: raised by the fetcher when jobs arrive, and by its timer on the store's
+  // The destinations' consumers, fetched from asynchronously; raises the ready signal when jobs
+  // arrive.
+  std::unique_ptr<JetStreamPulls> pulls_;
+  // The ready signal: raised when fetched jobs arrive, and by its timer on the store's
   // clock when a held job falls due (NextDue). Created by Open, stopped first by the destructor.
   std::unique_ptr<ReadySignal> ready_signal_;
   // Publishes refused for a moment (no responders while a node rejoins, a leader election) are

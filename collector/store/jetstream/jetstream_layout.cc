@@ -8,9 +8,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "collector/store/jetstream/jetstream_subjects.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -257,7 +259,18 @@ std::string AudiencesStreamConfig(const JetStreamLayout& layout) {
 
 std::string DispatchConsumerConfig(const JetStreamLayout& layout) {
   return absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":{"durable_name":")",
-                      kDispatchConsumer, R"(","filter_subject":")", kReadySubjects,
+                      kDispatchConsumer, R"(","filter_subject":")", kLegacyReadySubjects,
+                      R"(","ack_policy":"explicit","ack_wait":)",
+                      absl::ToInt64Nanoseconds(layout.ack_wait),
+                      R"(,"max_deliver":-1,"max_ack_pending":)", layout.max_ack_pending,
+                      "}}");
+}
+
+std::string DestinationConsumerConfig(const JetStreamLayout& layout,
+                                      std::string_view destination_id) {
+  return absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":{"durable_name":")",
+                      DestinationConsumerName(destination_id), R"(","filter_subject":")",
+                      DestinationReadyFilter(destination_id),
                       R"(","ack_policy":"explicit","ack_wait":)",
                       absl::ToInt64Nanoseconds(layout.ack_wait),
                       R"(,"max_deliver":-1,"max_ack_pending":)", layout.max_ack_pending,
@@ -265,6 +278,72 @@ std::string DispatchConsumerConfig(const JetStreamLayout& layout) {
 }
 
 }  // namespace internal
+
+std::string DestinationConsumerName(std::string_view destination_id) {
+  return absl::StrCat(kDestinationConsumerPrefix, JetStreamToken(destination_id));
+}
+
+std::string DestinationReadyFilter(std::string_view destination_id) {
+  // Exactly <S>.<U> after it: "hr.jobs.ready.<D>.>" would overlap the dispatch consumer's
+  // hr.jobs.ready.*.* (on hr.jobs.ready.<D>.<x>), which a work-queue stream refuses.
+  return absl::StrCat("hr.jobs.ready.", JetStreamToken(destination_id), ".*.*");
+}
+
+std::optional<std::string> DestinationOfConsumer(std::string_view name) {
+  const std::string_view prefix = kDestinationConsumerPrefix;
+  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  return Untok(name.substr(prefix.size()));
+}
+
+absl::Status EnsureDestinationConsumer(natsConnection* nc, const JetStreamLayout& layout,
+                                       std::string_view destination_id) {
+  const std::string name = DestinationConsumerName(destination_id);
+  absl::StatusOr<JetStreamApiReply> created = JetStreamApi(
+      nc, absl::StrCat("$JS.API.CONSUMER.CREATE.", kJobsStream, ".", name),
+      internal::DestinationConsumerConfig(layout, destination_id), layout.request_timeout);
+  if (!created.ok()) return created.status();
+  if (created->error_code != 0) {
+    return absl::UnavailableError(absl::StrCat("creating JetStream consumer ", kJobsStream, "/",
+                                               name, ": ", created->error));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> JetStreamConsumerNames(natsConnection* nc,
+                                                               const char* stream,
+                                                               absl::Duration timeout) {
+  std::vector<std::string> names;
+  simdjson::dom::parser parser;
+  for (;;) {
+    absl::StatusOr<JetStreamApiReply> reply =
+        JetStreamApi(nc, absl::StrCat("$JS.API.CONSUMER.NAMES.", stream),
+                     absl::StrCat(R"({"offset":)", names.size(), "}"), timeout);
+    if (!reply.ok()) return reply.status();
+    if (reply->error_code != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("listing the consumers of ", stream, ": ", reply->error));
+    }
+    simdjson::dom::element doc;
+    if (parser.parse(reply->body).get(doc) != simdjson::SUCCESS) {
+      return absl::UnavailableError(absl::StrCat("listing the consumers of ", stream,
+                                                 ": the answer is not JSON"));
+    }
+    int64_t total = 0;
+    if (doc["total"].get_int64().get(total) != simdjson::SUCCESS) total = 0;
+    simdjson::dom::array page;
+    size_t added = 0;
+    if (doc["consumers"].get_array().get(page) == simdjson::SUCCESS) {
+      for (simdjson::dom::element e : page) {
+        std::string_view name;
+        if (e.get_string().get(name) == simdjson::SUCCESS) {
+          names.emplace_back(name);
+          ++added;
+        }
+      }
+    }
+    if (added == 0 || static_cast<int64_t>(names.size()) >= total) return names;
+  }
+}
 
 absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout) {
   if (layout.replicas != 1 && layout.replicas != 3 && layout.replicas != 5) {
@@ -337,9 +416,37 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
       nc, absl::StrCat("$JS.API.CONSUMER.INFO.", kJobsStream, ".", kDispatchConsumer), "",
       layout.request_timeout);
   if (!info.ok()) return info.status();
+  if (info->error_code == 0 && absl::StrContains(info->body, absl::StrCat(R"("filter_subject":")",
+                                                                      kReadySubjects, "\""))) {
+    // The layout before per-destination consumers: narrowed to the jobs published in it (a
+    // work-queue stream refuses consumers that overlap). Its settings stay as they are.
+    simdjson::dom::parser parser;
+    simdjson::dom::object config;
+    if (parser.parse(info->body)["config"].get_object().get(config) != simdjson::SUCCESS) {
+      return absl::UnavailableError(absl::StrCat(what, ": the info answer has no config"));
+    }
+    std::string narrowed = simdjson::minify(config);
+    const std::string from = absl::StrCat(R"("filter_subject":")", kReadySubjects, "\"");
+    narrowed.replace(narrowed.find(from), from.size(),
+                     absl::StrCat(R"("filter_subject":")", kLegacyReadySubjects, "\""));
+    absl::StatusOr<JetStreamApiReply> updated = JetStreamApi(
+        nc, absl::StrCat("$JS.API.CONSUMER.CREATE.", kJobsStream, ".", kDispatchConsumer),
+        absl::StrCat(R"({"stream_name":")", kJobsStream, R"(","config":)", narrowed, "}"),
+        layout.request_timeout);
+    if (!updated.ok()) return updated.status();
+    if (updated->error_code != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("narrowing ", what, " to ", kLegacyReadySubjects, ": ", updated->error));
+    }
+    info = JetStreamApi(
+        nc, absl::StrCat("$JS.API.CONSUMER.INFO.", kJobsStream, ".", kDispatchConsumer), "",
+        layout.request_timeout);
+    if (!info.ok()) return info.status();
+  }
   if (info->error_code == 0) {
     return Check(what, info->body,
-                 {{"filter_subject", kReadySubjects, "it dispatches due jobs"},
+                 {{"filter_subject", kLegacyReadySubjects,
+                   "it dispatches the jobs stored before per-destination consumers"},
                   {"ack_policy", "explicit", "each job is settled"},
                   {"ack_wait", absl::StrCat(absl::ToInt64Nanoseconds(layout.ack_wait)), "the lease"},
                   {"max_deliver", "-1", "retries are hookrelay's"}});

@@ -3,11 +3,12 @@
 // start-up error naming the stream, the setting, what is there and what hookrelay needs — never
 // a silent change of someone's stream.
 //
-//   HR_JOBS   subjects hr.jobs.ready.<S>.<U> (due now) and hr.jobs.sched.<S>.<U>.<job id>
-//             (retries: one message-schedule definition per job), where <S> and <U> are the
-//             job's source and user id in unpadded base64url ("_" when empty; <S> is "~" for
-//             delete notifications and test jobs, which a deletion never purges): a deletion
-//             purges a user's jobs by subject. Work-queue retention, file storage, `replicas`
+//   HR_JOBS   subjects hr.jobs.ready.<D>.<S>.<U> (due now) and hr.jobs.sched.<S>.<U>.<job id>
+//             (retries: one message-schedule definition per job), where <D>, <S> and <U> are the
+//             job's destination, source and user id in unpadded base64url ("_" when empty; <S>
+//             is "~" for delete notifications and test jobs, which a deletion never purges): a
+//             deletion purges a user's jobs by subject. hr.jobs.ready.<S>.<U> (no <D>): the
+//             layout before per-destination consumers, still read. Work-queue retention, file storage, `replicas`
 //             copies, message schedules allowed, `duplicate_window` for Nats-Msg-Id.
 //   HR_DEAD   subjects hr.dead.<destination>.<S>.<U>; limits retention, file storage.
 //   HR_DEDUP  subjects hr.dedup.<128-bit hash of the dedup key>: one marker per accepted event,
@@ -17,8 +18,12 @@
 //             (collector/store/jetstream/jetstream_user_data.h): limits retention, file storage, `replicas`
 //             copies; one message per subject except HR_PROFILES (deltas, rolled up; direct
 //             gets allowed for batched reads).
-//   consumer  HR_JOBS/dispatch: durable pull on hr.jobs.ready.>, explicit acks, ack wait = the
-//             lease, no delivery limit (retries are hookrelay's, by schedule).
+//   consumers HR_JOBS/dest-<D>: one durable pull consumer per destination on
+//             hr.jobs.ready.<D>.*.* (created by the first collector that publishes a job for it),
+//             explicit acks, ack wait = the lease, no delivery limit (retries are hookrelay's,
+//             by schedule). HR_JOBS/dispatch: the same on hr.jobs.ready.*.* (the layout
+//             before; a dispatch consumer on hr.jobs.ready.> is narrowed to it at start, since
+//             a work-queue stream's consumers must not overlap).
 //
 // Streams and consumers are created through the JSON API: cnats 3.4 (Debian) predates
 // `allow_msg_schedules`.
@@ -31,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +53,10 @@ inline constexpr char kDeadStream[] = "HR_DEAD";
 inline constexpr char kDispatchConsumer[] = "dispatch";
 inline constexpr char kDedupStream[] = "HR_DEDUP";
 inline constexpr char kReadySubjects[] = "hr.jobs.ready.>";
+// What the dispatch consumer takes: ready jobs of the layout without the destination token.
+inline constexpr char kLegacyReadySubjects[] = "hr.jobs.ready.*.*";
+// The per-destination consumers' names begin with it.
+inline constexpr char kDestinationConsumerPrefix[] = "dest-";
 inline constexpr char kScheduleSubjects[] = "hr.jobs.sched.>";
 inline constexpr char kDeadSubjects[] = "hr.dead.>";
 inline constexpr char kDedupSubjects[] = "hr.dedup.*";
@@ -93,6 +103,20 @@ struct JetStreamLayout {
 // when the cluster does not answer (the caller retries).
 absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout);
 
+// The consumer of a destination's jobs, and its filter subject.
+std::string DestinationConsumerName(std::string_view destination_id);
+std::string DestinationReadyFilter(std::string_view destination_id);
+// The destination whose consumer `name` is; nullopt when it is not a destination's consumer.
+std::optional<std::string> DestinationOfConsumer(std::string_view name);
+// Creates the consumer of a destination (or updates it to the layout's settings: the ack wait is
+// the same on every collector, the dispatch consumer's check at start makes sure of it).
+absl::Status EnsureDestinationConsumer(natsConnection* nc, const JetStreamLayout& layout,
+                                       std::string_view destination_id);
+// The names of the consumers of `stream` (CONSUMER.NAMES, every page).
+absl::StatusOr<std::vector<std::string>> JetStreamConsumerNames(natsConnection* nc,
+                                                               const char* stream,
+                                                               absl::Duration timeout);
+
 // One JetStream JSON API request ($JS.API.…): the answer's body, and its error when it has one.
 // UNAVAILABLE when nothing answered in time.
 struct JetStreamApiReply {
@@ -135,6 +159,7 @@ std::string ProfilesStreamConfig(const JetStreamLayout& layout);
 std::string DeletionsStreamConfig(const JetStreamLayout& layout);
 std::string AudiencesStreamConfig(const JetStreamLayout& layout);
 std::string DispatchConsumerConfig(const JetStreamLayout& layout);
+std::string DestinationConsumerConfig(const JetStreamLayout& layout, std::string_view destination_id);
 }  // namespace internal
 
 }  // namespace hookrelay::collector

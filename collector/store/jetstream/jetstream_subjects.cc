@@ -45,7 +45,8 @@ std::string DedupMarkerSubject(std::string_view dedup_key) {
 }
 
 std::string ReadySubject(const Job& job) {
-  return absl::StrCat("hr.jobs.ready.", JobSubjectTail(job));
+  return absl::StrCat("hr.jobs.ready.", JetStreamToken(job.destination_id()), ".",
+                      JobSubjectTail(job));
 }
 
 std::string JobMsgId(const std::string& marker, const std::string& destination) {

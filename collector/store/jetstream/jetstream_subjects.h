@@ -36,7 +36,7 @@ std::string JobUserToken(const hookrelay::v1::Job& job);
 std::string OrderRecordSubject(const hookrelay::v1::Job& job, uint64_t seq);
 // hr.dedup.<32 hex digits of SHA-256(dedup key)>.
 std::string DedupMarkerSubject(std::string_view dedup_key);
-// hr.jobs.ready.<S>.<U>.
+// hr.jobs.ready.<D>.<S>.<U>: its destination's consumer takes it.
 std::string ReadySubject(const hookrelay::v1::Job& job);
 // A stable message id for a job: its event's dedup marker and its destination.
 std::string JobMsgId(const std::string& marker, const std::string& destination);

@@ -376,7 +376,8 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     const std::string id = DedupMarkerSubject(absl::StrCat(
         audience, kNul, seen.state_seq, kNul, job.user_id(), kNul,
         d != direction.end() && d->second ? "1" : "0", kNul, job.destination_id()));
-    jobs.push_back({absl::StrCat("hr.jobs.ready.", JobSubjectTail(job)), job.SerializeAsString(),
+    if (ready_jobs_hook_) ready_jobs_hook_(job.destination_id());
+    jobs.push_back({ReadySubject(job), job.SerializeAsString(),
                     {{"Nats-Msg-Id", absl::StrCat("aud-", id.substr(sizeof("hr.dedup.") - 1))}}});
   }
   RETURN_IF_ERROR(PublishAll(jobs));

@@ -48,6 +48,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <deque>
 #include <optional>
@@ -85,6 +86,13 @@ class JetStreamUserData {
                          std::vector<std::pair<natsMsg*, size_t>>* out,
                          Store::AppendCallback* done);
 
+  // Called with the destination of each job the user data publishes (delete notifications,
+  // audience calls) before it is published: the job queue makes sure the destination's consumer
+  // exists. Set once, before the first deletion or sync.
+  void SetReadyJobsHook(std::function<void(std::string_view destination_id)> hook) {
+    ready_jobs_hook_ = std::move(hook);
+  }
+
   // The Lease / Retry / Bury hook: whether the job `job_id` (its HR_JOBS sequence), fetched or
   // leased by this collector, was purged by a deletion meanwhile: it is not handed out, or its
   // attempt's outcome is dropped.
@@ -116,6 +124,7 @@ class JetStreamUserData {
   };
 
  private:
+  std::function<void(std::string_view)> ready_jobs_hook_;
   // Messages per direct batch request.
   static constexpr int kBatch = 256;
 

@@ -253,8 +253,12 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
   for (int i = static_cast<int>(p.sources_done()); i < record.source_ids_size(); ++i) {
     const std::string source = Tok(record.source_ids(i));
     const std::string tail = absl::StrCat(source, ".", user);
-    ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail),
+    // Per-destination subjects, and those of the layout before them.
+    ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.*.", tail),
                                            p.jobs_upto() + 1));
+    ASSIGN_OR_RETURN(uint64_t ready_before,
+                     Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail), p.jobs_upto() + 1));
+    ready += ready_before;
     ASSIGN_OR_RETURN(uint64_t scheduled,
                      Purge(kJobsStream, absl::StrCat("hr.jobs.sched.", tail, ".*"),
                            p.jobs_upto() + 1));
@@ -285,7 +289,8 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
     std::vector<Request> notifications;
     for (int n = 0; n < p.notifications_size(); ++n) {
       const Job& job = p.notifications(n);
-      notifications.push_back({absl::StrCat("hr.jobs.ready.", JobSubjectTail(job)),
+      if (ready_jobs_hook_) ready_jobs_hook_(job.destination_id());
+      notifications.push_back({ReadySubject(job),
                                job.SerializeAsString(),
                                {{"Nats-Msg-Id", absl::StrCat("del-", record.id(), "-", n)}}});
     }
