@@ -1,6 +1,6 @@
 // The JetStream engine's job flow on a real 3-node cluster: appends
 // complete on replicated publish acks and are de-duplicated by Nats-Msg-Id; jobs are leased
-// through the shared consumer, completed, retried through message schedules (not before their
+// through their destinations' consumers (and the dispatch consumer of the layout before), completed, retried through message schedules (not before their
 // time, with the attempt recorded) and dead-lettered; a node lost during appends loses nothing
 // acknowledged.
 #include "collector/store/jetstream/jetstream_job_store.h"
@@ -247,6 +247,83 @@ TEST(JetStreamJobStoreTest, JobsFetchedAheadGoBackWhenNoLeaseAsks) {
   EXPECT_EQ(moved.size(), 19u) << "jobs fetched ahead stayed with a collector that no Lease asks";
   EXPECT_LT(absl::Now() - fetched, options.layout.ack_wait)
       << "they came back only when their ack wait ended";
+}
+
+// An upgrade from the layout before per-destination consumers: the shared dispatch consumer on
+// hr.jobs.ready.> is narrowed to that layout's subjects at start, the jobs stored in it are
+// still handed out (nothing acknowledged is lost), and new jobs go to their destinations'
+// consumers.
+TEST(JetStreamJobStoreTest, JobsOfTheLayoutBeforeStillGoOut) {
+  absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  natsConnection* nc = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&nc, (*cluster)->urls().c_str()), NATS_OK);
+  JetStreamLayout layout;
+  auto api = [&](const std::string& subject, const std::string& body) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    for (;;) {  // Retried while the cluster elects its leaders.
+      absl::StatusOr<JetStreamApiReply> reply = JetStreamApi(nc, subject, body, absl::Seconds(5));
+      if ((reply.ok() && reply->error_code == 0) || absl::Now() > deadline) return reply;
+      absl::SleepFor(absl::Milliseconds(300));
+    }
+  };
+  // The layout before: the stream, and the dispatch consumer on every ready subject.
+  absl::StatusOr<JetStreamApiReply> made =
+      api("$JS.API.STREAM.CREATE.HR_JOBS", internal::JobsStreamConfig(layout));
+  ASSERT_TRUE(made.ok() && made->error_code == 0) << (made.ok() ? made->error : made.status().ToString());
+  made = api("$JS.API.CONSUMER.CREATE.HR_JOBS.dispatch",
+             R"({"stream_name":"HR_JOBS","config":{"durable_name":"dispatch",)"
+             R"("filter_subject":"hr.jobs.ready.>","ack_policy":"explicit",)"
+             R"("ack_wait":90000000000,"max_deliver":-1,"max_ack_pending":100000}})");
+  ASSERT_TRUE(made.ok() && made->error_code == 0) << (made.ok() ? made->error : made.status().ToString());
+  // A job stored in it: hr.jobs.ready.<S>.<U>, no destination token.
+  hookrelay::v1::Job old_job;
+  old_job.set_source_id("web");
+  old_job.set_destination_id("hook-a");
+  old_job.set_type(hookrelay::v1::TRACK);
+  old_job.set_message_id("m-before");
+  old_job.set_user_id("u1");
+  old_job.set_event_json("{}");
+  const std::string body = old_job.SerializeAsString();
+  natsMsg* ack = nullptr;
+  ASSERT_EQ(natsConnection_Request(&ack, nc,
+                                   absl::StrCat("hr.jobs.ready.", JetStreamToken("web"), ".",
+                                                JetStreamToken("u1"))
+                                       .c_str(),
+                                   body.data(), static_cast<int>(body.size()), 5000),
+            NATS_OK);
+  EXPECT_TRUE(absl::StrContains(std::string(natsMsg_GetData(ack), natsMsg_GetDataLength(ack)),
+                                R"("seq":1)"));
+  natsMsg_Destroy(ack);
+
+  JetStreamJobStore::Options options;
+  options.urls = (*cluster)->urls();
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened = JetStreamJobStore::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  absl::StatusOr<JetStreamApiReply> info = api("$JS.API.CONSUMER.INFO.HR_JOBS.dispatch", "");
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(absl::StrContains(info->body, R"("filter_subject":"hr.jobs.ready.*.*")"))
+      << info->body;
+  ASSERT_TRUE(AppendAndWait(**opened, {Event(1)}).ok());
+  std::vector<LeasedJob> leased = LeaseN(**opened, 3, absl::Seconds(20));
+  std::vector<std::string> got;
+  for (const LeasedJob& j : leased) {
+    got.push_back(absl::StrCat(j.job.message_id(), "@", j.job.destination_id()));
+    EXPECT_TRUE((*opened)->Complete(j.job.id(), j.lease).ok());
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"m-1@hook-a", "m-1@hook-b", "m-before@hook-a"}));
+  // The new jobs went through their destinations' consumers.
+  for (const char* destination : {"hook-a", "hook-b"}) {
+    info = api(absl::StrCat("$JS.API.CONSUMER.INFO.HR_JOBS.", DestinationConsumerName(destination)),
+               "");
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->error_code, 0) << destination << ": " << info->error;
+    EXPECT_TRUE(absl::StrContains(info->body, R"("delivered":{"consumer_seq":1,)")) << info->body;
+  }
+  EXPECT_TRUE(ReadyReaches(**opened, 0));
+  opened->reset();
+  natsConnection_Destroy(nc);
 }
 
 // De-duplication beyond the stream's duplicate window: the event's marker in HR_DEDUP refuses a

@@ -416,18 +416,20 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
       nc, absl::StrCat("$JS.API.CONSUMER.INFO.", kJobsStream, ".", kDispatchConsumer), "",
       layout.request_timeout);
   if (!info.ok()) return info.status();
-  if (info->error_code == 0 && absl::StrContains(info->body, absl::StrCat(R"("filter_subject":")",
-                                                                      kReadySubjects, "\""))) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object config;
+  if (info->error_code == 0 &&
+      parser.parse(info->body)["config"].get_object().get(config) == simdjson::SUCCESS &&
+      Setting(config, "filter_subject") == kReadySubjects) {
     // The layout before per-destination consumers: narrowed to the jobs published in it (a
-    // work-queue stream refuses consumers that overlap). Its settings stay as they are.
-    simdjson::dom::parser parser;
-    simdjson::dom::object config;
-    if (parser.parse(info->body)["config"].get_object().get(config) != simdjson::SUCCESS) {
-      return absl::UnavailableError(absl::StrCat(what, ": the info answer has no config"));
-    }
+    // work-queue stream refuses consumers that overlap). Its other settings stay as they are.
     std::string narrowed = simdjson::minify(config);
     const std::string from = absl::StrCat(R"("filter_subject":")", kReadySubjects, "\"");
-    narrowed.replace(narrowed.find(from), from.size(),
+    const size_t at = narrowed.find(from);
+    if (at == std::string::npos) {
+      return absl::UnavailableError(absl::StrCat(what, ": cannot read its filter subject"));
+    }
+    narrowed.replace(at, from.size(),
                      absl::StrCat(R"("filter_subject":")", kLegacyReadySubjects, "\""));
     absl::StatusOr<JetStreamApiReply> updated = JetStreamApi(
         nc, absl::StrCat("$JS.API.CONSUMER.CREATE.", kJobsStream, ".", kDispatchConsumer),
