@@ -214,6 +214,18 @@ void Dispatcher::Run() {
       streams.reserve(streams_.size());
       for (const auto& [key, s] : streams_) streams.push_back(s);
     }
+    {
+      // A new configuration: the store makes sure every destination's queue exists.
+      const std::shared_ptr<const Routing> routing = routing_.Get();
+      if (routing != nullptr && routing != expected_for_) {
+        expected_for_ = routing;
+        std::vector<std::string> ids;
+        for (const hookrelay::v1::Destination& d : routing->config().destinations()) {
+          ids.push_back(d.id());
+        }
+        store_.ExpectDestinations(ids);
+      }
+    }
     if (streams.empty()) continue;
     // Attempts still running as their lease nears its end keep their job.
     ExtendRunningLeases();

@@ -221,6 +221,9 @@ class Dispatcher {
   const Options options_;
   JobQueue& store_;
   const RoutingHolder& routing_;
+  // The routing whose destinations the store was last told of (ExpectDestinations); held so that
+  // a new one is never taken for it. Dispatcher thread only.
+  std::shared_ptr<const Routing> expected_for_;
   const common::Clock& clock_;
   Metrics metrics_;
   DestinationGovernor governor_;

@@ -172,6 +172,13 @@ class JobQueue {
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max) {
     return Lease(max, [](std::string_view) { return ~size_t{0}; });
   }
+  // The destinations of the configuration in effect (the dispatcher calls it when the
+  // configuration changes): an engine whose queues per destination live on shared servers makes
+  // sure each one's queue exists, so that jobs stored for it by a collector that died before
+  // making its queue are not left unseen. Must not block; the default does nothing.
+  virtual void ExpectDestinations(const std::vector<std::string>& destination_ids) {
+    (void)destination_ids;
+  }
   // How long a lease lasts; fixed when the store opens (JobStoreOptions::lease_duration).
   virtual absl::Duration lease_duration() const = 0;
   // Whether Lease keeps per-key order (Job.ordering_key): a job with a key is leased only once

@@ -25,7 +25,7 @@
 //   nats_ceiling --url=... --requests=64 --protocol          # the engine's exchange, emulated
 //   nats_ceiling --url=... --messages=200000 --drain         # then drain it: DRAIN {json}
 //   nats_ceiling --url=... --probe_stream=HR_JOBS            # sizes of a real stream's messages
-//   nats_ceiling --url=... --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch'  # pull sizes
+//   nats_ceiling --url=... --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.*'  # pull sizes
 //
 // Loopback servers only.
 #include <nats/nats.h>

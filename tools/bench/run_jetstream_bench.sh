@@ -670,9 +670,9 @@ EOF
       fi
       TAP_PID=""
       if [[ "$engine" != embedded ]]; then
-        # A copy of the collector's pull requests for TAP_SECONDS: how many jobs each fetch asks for.
+        # A copy of the collector's pull requests (every consumer's) for TAP_SECONDS: how many jobs each fetch asks for.
         timeout $(( TAP_SECONDS + 15 )) "$TMP/nats_ceiling" --url="$NATS_URLS" \
-          --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.dispatch' --duration="${TAP_SECONDS}s" \
+          --tap='$JS.API.CONSUMER.MSG.NEXT.HR_JOBS.*' --duration="${TAP_SECONDS}s" \
           >"$TMP/$name.tap.out" 2>&1 &
         TAP_PID=$!; PIDS+=("$TAP_PID")
       fi

@@ -68,6 +68,10 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
   JetStreamPulls::Taken taken =
       pulls_->Take(max - msgs.size(), budget, absl::Now() - options_.layout.ack_wait / 4);
   msgs.insert(msgs.end(), taken.jobs.begin(), taken.jobs.end());
+  // When each job taken was fetched (a head of an ordered destination beyond its budget goes
+  // back to the buffer as it was).
+  absl::flat_hash_map<natsMsg*, absl::Time> fetched_at;
+  for (size_t i = 0; i < taken.jobs.size(); ++i) fetched_at[taken.jobs[i]] = taken.fetched_at[i];
   for (natsMsg* msg : taken.stale) {
     JsNak(nc_, msg);  // Back to the consumer now, rather than when its lease ends.
     natsMsg_Destroy(msg);
@@ -80,6 +84,7 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     natsMsg* msg = nullptr;
     LeasedJob leased;
     uint64_t delivered = 0;
+    std::string consumer;  // the consumer it came from
     std::string key;  // destination, ordering key ("" when the job keeps no order)
     bool legacy = false;  // stored in the layout without the destination token
     std::optional<OrderCheck> order;
@@ -99,6 +104,7 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     }
     item.leased.job.set_id(meta->Sequence.Stream);
     item.delivered = meta->NumDelivered;
+    if (meta->Consumer != nullptr) item.consumer = meta->Consumer;
     jsMsgMetaData_Destroy(meta);
     if (user_data_->PurgedByDeletion(item.leased.job, item.leased.job.id())) {
       JsAck(nc_, msg);  // Purged while fetched.
@@ -137,6 +143,11 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     check();
     for (std::thread& t : threads) t.join();
   }
+  // Jobs sent back to wait for their key's earlier job, per consumer: the demand they took
+  // stands, so that the consumer's pull brings what else is there (and these again, after their
+  // wait).
+  absl::flat_hash_map<std::string, size_t> sent_back;
+  std::vector<Item*> put_back;  // heads beyond their destination's budget
   for (Item& item : items) {
     natsMsg* msg = item.msg;
     LeasedJob& leased = item.leased;
@@ -148,8 +159,17 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       const OrderCheck& order = *oldest.order;
       if (&item != &oldest || !order.head) {
         JsNak(nc_, msg, &item != &oldest && order.head ? 100 : order.retry_in_ms);
+        ++sent_back[item.consumer];
         natsMsg_Destroy(msg);
         continue;
+      }
+      // Its key's first, and within its destination's budget (taken whole: JetStreamPulls::Take).
+      if (auto b = taken.ordered_budget.find(item.consumer); b != taken.ordered_budget.end()) {
+        if (b->second == 0) {
+          put_back.push_back(&item);
+          continue;
+        }
+        --b->second;
       }
       if (!order.record_subject.empty()) {
         entry.order_record = order.record_subject;
@@ -173,6 +193,12 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       it->second = std::move(entry);
     }
     out.push_back(std::move(leased));
+  }
+  if (!sent_back.empty()) pulls_->Return(sent_back);
+  // In reverse, each to the front of its buffer: they keep their order.
+  for (auto it = put_back.rbegin(); it != put_back.rend(); ++it) {
+    auto at = fetched_at.find((*it)->msg);
+    pulls_->PutBack((*it)->consumer, (*it)->msg, at != fetched_at.end() ? at->second : absl::Now());
   }
   // Jobs held or leased: the ready signal's timer looks at NextDue again (an empty Lease, the
   // common case while idle, changed nothing and wakes no thread).

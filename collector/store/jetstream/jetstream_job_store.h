@@ -110,6 +110,10 @@ class JetStreamJobStore final : public Store {
   std::vector<absl::StatusOr<absl::Time>> ExtendLeases(
       const std::vector<std::pair<uint64_t, uint64_t>>& leases) override;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
+  // Each destination's consumer is created if missing (on the pulls' background thread).
+  void ExpectDestinations(const std::vector<std::string>& destination_ids) override {
+    for (const std::string& id : destination_ids) pulls_->NoteDestination(id);
+  }
   // The consumer's ack wait.
   absl::Duration lease_duration() const override { return options_.layout.ack_wait; }
   // One job of a (destination, key) handed out at a time, checked against the stream: a job goes

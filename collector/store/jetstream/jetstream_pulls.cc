@@ -155,11 +155,29 @@ JetStreamPulls::PullRequest JetStreamPulls::OpenPull(Queue& q, int batch) {
 
 std::optional<JetStreamPulls::PullRequest> JetStreamPulls::WantedPull(Queue& q, absl::Time now) {
   if (stopping_ || !q.created || q.pull_open || now < q.retry_after) return std::nullopt;
-  if (q.buffer.size() >= q.wanted) return std::nullopt;
-  // A destination without a limit fetches full batches (fewer, larger fetches cost the servers
-  // less per job: docs/BENCHMARKS.md, "JetStream engine"); a limited one what its budget wants.
-  const size_t want = q.unlimited ? std::max<size_t>(q.wanted, kPullBatch) : q.wanted;
-  const int batch = static_cast<int>(std::min<size_t>(kPullBatch, want - q.buffer.size()));
+  if (q.unlimited || (q.ordered && q.wanted > 0)) {
+    // A destination kept in per-user order fetches full batches too, whatever its budget: most
+    // of what it fetches is sent back to wait behind its key's job in flight, and the few jobs
+    // that may go are found among many (a fetch of a few jobs at a time finds about one).
+    // A destination without a limit keeps at least half a batch at hand (until its jobs go
+    // stale: nobody leases them) and fetches full batches: the dispatcher then leases whole
+    // batches at once rather than the few jobs that arrived since it last asked, and fewer,
+    // larger fetches cost the servers less per job (docs/BENCHMARKS.md, "JetStream engine").
+    if (q.buffer.size() >= std::max<size_t>(q.wanted, kPullBatch / 2)) {
+      return std::nullopt;
+    }
+    return OpenPull(q, kPullBatch);
+  }
+  // A limited one fetches what its budget wants; with nothing at hand, at least one job. That
+  // one open pull is how this collector learns that the destination has jobs again (a retry
+  // of an ordered job coming back from its wait, a job appended through another collector, a
+  // lease of a deliverer that died running out): its arrival wakes the dispatcher, which asks
+  // the budget again. A throttled destination holds at most that one job here, handed back
+  // when it goes stale. Not while the queue is idle (its jobs went stale with no Take asking:
+  // this collector's deliverers are gone).
+  if (q.buffer.size() >= q.wanted && (q.idle || !q.buffer.empty())) return std::nullopt;
+  const int batch = static_cast<int>(
+      std::clamp<size_t>(q.wanted > q.buffer.size() ? q.wanted - q.buffer.size() : 1, 1, kPullBatch));
   return OpenPull(q, batch);
 }
 
@@ -226,6 +244,11 @@ void JetStreamPulls::HandleMessage(natsMsg* msg) {
           SerializedJobDue(std::string_view(natsMsg_GetData(msg),
                                             static_cast<size_t>(natsMsg_GetDataLength(msg))))
               .value_or(0);
+      if (!q.ordered) {
+        const std::optional<SerializedQueueFields> fields = SerializedJobQueueFields(
+            std::string_view(natsMsg_GetData(msg), static_cast<size_t>(natsMsg_GetDataLength(msg))));
+        q.ordered = fields.has_value() && !fields->ordering_key.empty();
+      }
       q.buffer.push_back({now, due, stream_seq, msg});
       msg = nullptr;
       arrived = true;
@@ -262,6 +285,7 @@ JetStreamPulls::Taken JetStreamPulls::Take(size_t max, JobQueue::LeaseBudget bud
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
+    last_take_ = now;
     struct Candidate {
       Queue* q;
       size_t allowed;  // within the budget and this call's max
@@ -273,9 +297,16 @@ JetStreamPulls::Taken JetStreamPulls::Take(size_t max, JobQueue::LeaseBudget bud
       if (TakeStale(q, fresh_after, &out.stale)) continue;
       // Waiting for the server with nothing at hand: no jobs known, no budget asked.
       if (!q.created || (q.buffer.empty() && q.pull_open)) continue;
-      const size_t allowed = std::min(
+      size_t allowed = std::min(
           max, q.legacy ? std::numeric_limits<size_t>::max() : budget(q.destination));
       q.unlimited = q.legacy || allowed == max;
+      q.idle = false;
+      if (q.ordered && !q.unlimited) {
+        // Examined whole; the budget applies to what is leased (see Taken).
+        out.ordered_budget[q.name] = allowed;
+        q.wanted = allowed;
+        allowed = allowed == 0 ? 0 : max;
+      }
       candidates.push_back({&q, allowed});
     }
     // Oldest due first across destinations (each buffer is in its consumer's order; equal due
@@ -291,11 +322,14 @@ JetStreamPulls::Taken JetStreamPulls::Take(size_t max, JobQueue::LeaseBudget bud
       }
       if (best == nullptr) break;
       out.jobs.push_back(best->q->buffer.front().msg);
+      out.fetched_at.push_back(best->q->buffer.front().at);
       best->q->buffer.pop_front();
       ++best->taken;
     }
     // What each destination's budget wanted and did not get: its pull brings up to that.
-    for (Candidate& c : candidates) c.q->wanted = c.allowed - c.taken;
+    for (Candidate& c : candidates) {
+      if (!out.ordered_budget.contains(c.q->name)) c.q->wanted = c.allowed - c.taken;
+    }
     for (auto& owned : queues_) {
       if (std::optional<PullRequest> p = WantedPull(*owned, now)) pulls.push_back(std::move(*p));
     }
@@ -311,10 +345,49 @@ bool JetStreamPulls::TakeStale(Queue& q, absl::Time fresh_after, std::vector<nat
     q.buffer.pop_front();
     any = true;
   }
-  // Nobody took them for that long: no more for this queue until a Take asks again (a pull
-  // still open would take them straight back from the consumer).
-  if (any) q.wanted = 0;
+  // Nobody took them for that long, and no Take asked since then (this collector's deliverers
+  // are gone): no more for this queue until a Take asks again (a pull still open would take them
+  // straight back from the consumer). While Takes come, the demand stands: the pull it keeps open
+  // is what brings the jobs that come back later (a retry of an ordered job waiting in place).
+  if (any && last_take_ < fresh_after) {
+    q.wanted = 0;
+    q.unlimited = false;
+    q.idle = true;
+  }
   return any;
+}
+
+void JetStreamPulls::Return(const absl::flat_hash_map<std::string, size_t>& sent_back) {
+  std::vector<PullRequest> pulls;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [name, n] : sent_back) {
+      auto it = by_name_.find(name);
+      if (it == by_name_.end()) continue;
+      Queue& q = *it->second;
+      if (!q.unlimited && !q.ordered) q.wanted += n;
+      if (std::optional<PullRequest> p = WantedPull(q, now)) pulls.push_back(std::move(*p));
+    }
+  }
+  SendPulls(pulls);
+}
+
+void JetStreamPulls::PutBack(std::string_view consumer, natsMsg* msg, absl::Time fetched_at) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_name_.find(absl::string_view(consumer.data(), consumer.size()));
+  if (it == by_name_.end()) {
+    JsNak(options_.nc, msg);
+    natsMsg_Destroy(msg);
+    return;
+  }
+  uint64_t seq = 0;
+  if (const char* reply = natsMsg_GetReply(msg); reply != nullptr) AckSubjectConsumer(reply, &seq);
+  const int64_t due =
+      SerializedJobDue(std::string_view(natsMsg_GetData(msg),
+                                        static_cast<size_t>(natsMsg_GetDataLength(msg))))
+          .value_or(0);
+  it->second->buffer.push_front({fetched_at, due, seq, msg});
 }
 
 JetStreamPulls::Buffered JetStreamPulls::BufferedJobs(int64_t now_ms) {

@@ -90,11 +90,27 @@ class JetStreamPulls {
   // oldest due first across destinations and in order within one. Buffered jobs older than
   // `fresh_after` are returned in `stale` instead (to go back to their consumer). Opens the pulls
   // the budgets want. The caller owns the messages returned.
+  //
+  // A destination kept in per-user order hands out every job it holds (up to `max`): most are
+  // not their key's first and go back to wait, so the budget applies to what the caller leases
+  // after its order checks (`ordered_budget`, per consumer name), not to what it examines; the
+  // heads beyond the budget come back through PutBack.
   struct Taken {
     std::vector<natsMsg*> jobs;
+    std::vector<absl::Time> fetched_at;  // parallel to jobs
     std::vector<natsMsg*> stale;
+    absl::flat_hash_map<std::string, size_t> ordered_budget;
   };
   Taken Take(size_t max, JobQueue::LeaseBudget budget, absl::Time fresh_after);
+
+  // Jobs that Take handed out and the caller sent back to their consumer unleased (per-user
+  // order: a job waiting behind its key's job in flight), per consumer name: the demand they
+  // took stands again, and pulls open for it.
+  void Return(const absl::flat_hash_map<std::string, size_t>& sent_back);
+
+  // A job Take handed out that the caller does not lease now (beyond its destination's budget):
+  // back to the front of its consumer's buffer, as fetched at `fetched_at`.
+  void PutBack(std::string_view consumer, natsMsg* msg, absl::Time fetched_at);
 
   // Jobs buffered and not taken, and the earliest due time (ms) among those due by `now_ms`.
   struct Buffered {
@@ -137,6 +153,10 @@ class JetStreamPulls {
     size_t wanted = 0;
     // The last budget was the whole of the Take's max: pulls fetch full batches.
     bool unlimited = false;
+    // Its jobs carry ordering keys (per-user order): pulls fetch full batches while it has budget.
+    bool ordered = false;
+    // Its fetched jobs went stale with no Take asking since: no pull until a Take asks again.
+    bool idle = false;
   };
 
   explicit JetStreamPulls(Options options);
@@ -153,7 +173,7 @@ class JetStreamPulls {
   std::optional<PullRequest> WantedPull(Queue& q, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendPulls(const std::vector<PullRequest>& pulls);
   // Moves `q`'s jobs fetched before `fresh_after` to `stale`; whether there were any (the queue's
-  // demand is then dropped).
+  // demand is then dropped, unless a Take came since `fresh_after`).
   bool TakeStale(Queue& q, absl::Time fresh_after, std::vector<natsMsg*>* stale)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a queue (unknown names only); returns it.
@@ -183,6 +203,8 @@ class JetStreamPulls {
   // Creations that failed: tried again a second later.
   std::vector<std::string> failed_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // When Take was last called.
+  absl::Time last_take_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::CondVar wake_;
   std::thread background_;
 };
