@@ -156,7 +156,8 @@ class JobQueue {
   // in this call (the dispatcher's admission: a throttled destination — concurrency, rate limit,
   // open circuit — gets 0 and is simply not asked; its jobs stay queued, unleased and unwritten).
   // The engine asks it at most once per destination with ready jobs per call (so "asked" means
-  // "has work"), on the calling thread, possibly under the engine's lock: it must not call the
+  // "has work"; an engine whose queues are on shared servers asks each queue that may have work:
+  // some fetched, or none being fetched), on the calling thread, possibly under the engine's lock: it must not call the
   // store. Within the budgets, jobs go oldest due first across destinations, and in due order
   // within one. An engine that cannot tell a job's destination without reading it (records
   // written before destinations were kept with the queue) treats it as within budget.
