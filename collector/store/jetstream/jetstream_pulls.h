@@ -155,8 +155,10 @@ class JetStreamPulls {
     bool unlimited = false;
     // Its jobs carry ordering keys (per-user order): pulls fetch full batches while it has budget.
     bool ordered = false;
-    // Its fetched jobs went stale with no Take asking since: no pull until a Take asks again.
-    bool idle = false;
+    // No Take has asked for it yet (this collector has no deliverers), or its fetched jobs went
+    // stale with no Take asking since: no pull until a Take asks (a collector without deliverers
+    // must not take jobs that another collector's deliverers are waiting for).
+    bool idle = true;
   };
 
   explicit JetStreamPulls(Options options);
