@@ -10,12 +10,11 @@
 #define HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -41,12 +40,53 @@ struct FilterEvent {
   std::string_view context;
 };
 
-// The event under evaluation, with its maps parsed on first use and kept for the event's other
-// destinations: one parse per map per event however many filters read it, and each path looked up
-// once per event however many conditions name it (destinations' filters tend to read the same
-// few paths). The parsers and their input buffers are the calling thread's own and are reused
-// from event to event, so evaluation allocates nothing once warm. At most one FilterInput per
-// thread at a time.
+// The value at a filter path in one event, decoded once. Strings are unescaped (borrowed from
+// the event's text when they hold no escape, else from the FilterInput); arrays and objects keep
+// their JSON text, for `contains` and `exists`.
+struct FilterValue {
+  enum class Kind : uint8_t { kAbsent, kString, kNumber, kBool, kArray, kObject };
+  Kind kind;
+  bool boolean;
+  double number;
+  const char* data;  // kString: the string; kArray, kObject: the value's JSON text
+  size_t size;
+  std::string_view text() const { return {data, size}; }
+};
+
+// The configuration's condition paths below the map roots, as one tree per root: an event's map
+// is read once, in one pass over its JSON text, for every path any filter reads in it
+// (destinations' filters tend to read the same few paths). Built with the filters (Routing),
+// read-only afterwards; every filter evaluated on one FilterInput must share one table.
+class FilterPathTable {
+ public:
+  // The id of `path` (root.key.key...), the same for every filter of the table.
+  int Intern(const std::string& path);
+
+  // A path's step: a key of the object above, the path id ending there (-1: none) and the
+  // keys below it that some path goes on to.
+  struct Node {
+    std::string key;
+    int path_id = -1;
+    std::vector<Node> children;
+  };
+  // The tree of map root `root` (0 properties, 1 traits, 2 context), and the ids of the paths
+  // in it.
+  const Node& Tree(int root) const { return trees_[root]; }
+  const std::vector<int>& PathsIn(int root) const { return paths_in_[root]; }
+
+ private:
+  absl::flat_hash_map<std::string, int> ids_;
+  Node trees_[3];
+  std::vector<int> paths_in_[3];
+};
+
+// The event under evaluation. A map is read on its first use, for every path of the table in
+// it at once (one pass over its text, skipping what no path reads, stopping once every path is
+// found), and the values are kept for the event's other destinations: each path costs one
+// decode per event however many conditions name it. Allocates nothing unless a string holds
+// escapes. Maps that are not a JSON object read as absent everywhere; a map is read only as far
+// as the paths need, so a flaw after the last value read goes unnoticed (the ingest path only
+// hands over maps it has parsed).
 class FilterInput {
  public:
   explicit FilterInput(const FilterEvent& event) : event_(event) {}
@@ -54,35 +94,35 @@ class FilterInput {
   FilterInput& operator=(const FilterInput&) = delete;
 
   const FilterEvent& event() const { return event_; }
-  // The parsed object of a map root; nullopt when the map is absent or not a JSON object.
-  std::optional<simdjson::dom::element> Map(common::FilterRoot root);
-  // The element at `keys` under the map `root`, nullopt when absent (or null). `path_id` (from
-  // the FilterPathTable the filters were compiled with; -1 for none) keys the per-event cache.
-  std::optional<simdjson::dom::element> Lookup(common::FilterRoot root,
-                                               const std::vector<std::string>& keys, int path_id);
+  // The value at `keys` under the map `root`; kAbsent when absent, null, or the map unreadable.
+  // `path_id` and `table`: the table the path was interned in (-1 and nullptr for none: the
+  // path is then read on its own, each time).
+  const FilterValue& Lookup(common::FilterRoot root, const std::vector<std::string>& keys,
+                            int path_id, const FilterPathTable* table);
+
+  // The value of path `path_id` when this event has read it already, else nullptr.
+  const FilterValue* Cached(int path_id) const {
+    return static_cast<unsigned>(path_id) < kCachedPaths && known_[path_id] != 0
+               ? &values_[path_id]
+               : nullptr;
+  }
 
   // Paths with an id below this are cached per event; others are looked up each time.
   static constexpr int kCachedPaths = 32;
 
+  // For the scanner: where a decoded value goes, and storage for unescaped strings.
+  void Store(int path_id, const FilterValue& value);
+  bool Known(int path_id) const;
+  std::string_view Keep(std::string text);
+
  private:
   const FilterEvent& event_;
-  // Per map root (properties, traits, context): parsed yet, and the object when there is one.
-  bool parsed_[3] = {false, false, false};
-  std::optional<simdjson::dom::element> maps_[3];
-  // Per path id: 0 not looked up yet, 1 absent, 2 present (in elements_).
-  uint8_t path_state_[kCachedPaths] = {};
-  simdjson::dom::element elements_[kCachedPaths];
-};
-
-// Numbers the distinct condition paths of a configuration's filters, so that an event's
-// FilterInput looks each one up once for all destinations. Built with the filters (Routing),
-// read-only afterwards; every filter evaluated on one FilterInput must share one table.
-class FilterPathTable {
- public:
-  int Intern(const std::string& path);
-
- private:
-  absl::flat_hash_map<std::string, int> ids_;
+  uint8_t scanned_[3] = {0, 0, 0};  // per map root: read yet
+  uint8_t known_[kCachedPaths] = {};  // per path id: value stored
+  FilterValue values_[kCachedPaths];
+  FilterValue scratch_;  // an uncached path's value
+  bool scratch_known_ = false;
+  std::vector<std::unique_ptr<std::string>> unescaped_;
 };
 
 // Why an event does not pass; kPass when it does. The names are the metric's reason label.
@@ -124,14 +164,57 @@ class CompiledFilter {
     std::string path;  // as configured, for explanations
     int path_id = -1;  // FilterPathTable id: FilterInput's lookup cache key
     common::FilterRoot root = common::FilterRoot::kProperties;
+    bool in_map = true;  // root is properties, traits or context
     std::vector<std::string> keys;  // after the root; empty for the top-level strings
     common::FilterOp op = common::FilterOp::kExists;
     Scalar value;                  // eq neq gt gte lt lte contains
     std::vector<Scalar> in_values;  // in
   };
 
-  bool Holds(const Condition& c, FilterInput& input) const;
-  static bool ElementEquals(simdjson::dom::element e, const Scalar& v);
+  bool Holds(const Condition& c, FilterInput& input) const {
+    if (!c.in_map) return HoldsTopLevel(c, input.event());
+    const FilterValue* cached = paths_ != nullptr ? input.Cached(c.path_id) : nullptr;
+    return HoldsFor(c, cached != nullptr ? *cached : input.Lookup(c.root, c.keys, c.path_id, paths_),
+                    input);
+  }
+  static bool HoldsTopLevel(const Condition& c, const FilterEvent& event);
+  static bool HoldsFor(const Condition& c, const FilterValue& e, FilterInput& input) {
+    const bool present = e.kind != FilterValue::Kind::kAbsent;
+    switch (c.op) {
+      case common::FilterOp::kExists: return present;
+      case common::FilterOp::kEq: return present && ValueEquals(e, c.value);
+      case common::FilterOp::kNeq: return !(present && ValueEquals(e, c.value));
+      case common::FilterOp::kIn:
+        for (const Scalar& v : c.in_values) {
+          if (ValueEquals(e, v)) return true;
+        }
+        return false;
+      case common::FilterOp::kContains:
+        if (e.kind == FilterValue::Kind::kString) {
+          return e.text().find(c.value.string) != std::string_view::npos;
+        }
+        return e.kind == FilterValue::Kind::kArray && ArrayContains(e, c.value, input);
+      case common::FilterOp::kGt: return e.kind == FilterValue::Kind::kNumber && e.number > c.value.number;
+      case common::FilterOp::kGte: return e.kind == FilterValue::Kind::kNumber && e.number >= c.value.number;
+      case common::FilterOp::kLt: return e.kind == FilterValue::Kind::kNumber && e.number < c.value.number;
+      case common::FilterOp::kLte: return e.kind == FilterValue::Kind::kNumber && e.number <= c.value.number;
+    }
+    return false;
+  }
+  static bool ArrayContains(const FilterValue& e, const Scalar& v, FilterInput& input);
+  static bool ValueEquals(const FilterValue& e, const Scalar& v) {
+    switch (v.kind) {
+      case Scalar::Kind::kString:
+        return e.kind == FilterValue::Kind::kString && e.text() == v.string;
+      case Scalar::Kind::kNumber:
+        return e.kind == FilterValue::Kind::kNumber && e.number == v.number;
+      case Scalar::Kind::kBool:
+        return e.kind == FilterValue::Kind::kBool && e.boolean == v.boolean;
+    }
+    return false;
+  }
+
+  const FilterPathTable* paths_ = nullptr;
 
   // Bit (1 << EventType) per allowed type; 0 = every type.
   uint32_t types_ = 0;

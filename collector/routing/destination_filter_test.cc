@@ -293,6 +293,63 @@ TEST(DestinationFilterTest, OneInputServesManyFilters) {
   EXPECT_EQ(free.Evaluate(other), FilterVerdict::kPass);
 }
 
+// Maps are read as JSON text: escapes in keys and values are resolved before comparing, spaces
+// between tokens do not matter, the first of repeated keys counts, a path may end in an object
+// that other paths go into, and a map that cannot be read is absent everywhere. Each case is
+// checked with paths read one by one (no table) and all at once (a shared table).
+TEST(DestinationFilterTest, MapsAreReadAsJsonText) {
+  struct Case {
+    std::string where;
+    std::string properties;
+    bool passes;
+  };
+  const std::vector<Case> cases = {
+      {"{path: properties.name, op: eq, value: 'café'}", R"({"name":"caf\u00e9"})", true},
+      {"{path: properties.name, op: eq, value: 'a\"b'}", R"({"name":"a\"b"})", true},
+      {"{path: properties.name, op: eq, value: 'a\\b'}", R"({"name":"a\\b"})", true},
+      {"{path: properties.name, op: eq, value: '😀'}", R"({"name":"\ud83d\ude00"})", true},
+      {"{path: properties.name, op: exists}", R"({"name":"\ud83d"})", false},  // lone surrogate
+      {"{path: properties.name, op: exists}", R"({"name":"\q"})", false},      // no such escape
+      {"{path: properties.plan, op: eq, value: pro}", R"({"pl\u0061n":"pro"})", true},
+      {"{path: properties.plan, op: eq, value: pro}", R"({"x":"a\"plan\":","plan":"pro"})", true},
+      {"{path: properties.plan, op: eq, value: pro}", " {\n \"plan\" :\t\"pro\" } ", true},
+      {"{path: properties.plan, op: eq, value: pro}", R"({"plan":"pro","plan":"free"})", true},
+      {"{path: properties.plan, op: eq, value: pro}", R"({"skip":{"plan":"free","a":[1,{"b":"}"}]},"plan":"pro"})", true},
+      {"{path: properties.n, op: eq, value: 1500}", R"({"n":1.5e3})", true},
+      // Plain decimals are read exactly as the configuration's values are.
+      {"{path: properties.n, op: eq, value: 0.3}", R"({"n":0.3})", true},
+      {"{path: properties.n, op: eq, value: 0.1}", R"({"n":0.10})", true},
+      {"{path: properties.n, op: eq, value: -27.5}", R"({"n":-27.5})", true},
+      {"{path: properties.n, op: eq, value: 123456789.012345}", R"({"n":123456789.012345})", true},
+      {"{path: properties.n, op: eq, value: 1.0000000000000002}", R"({"n":1.0000000000000002})", true},
+      {"{path: properties.n, op: gt, value: 1}", R"({"n":1.0000000000000002})", true},
+      {"{path: properties.n, op: eq, value: 9007199254740993}", R"({"n":9007199254740993})", true},
+      {"{path: properties.n, op: exists}", R"({"n":-})", false},
+      {"{path: properties.n, op: exists}", R"({"n":1.})", false},
+      {"{path: properties.n, op: lt, value: 0}", R"({"n":-2E-2})", true},
+      {"{path: properties.n, op: exists}", R"({"n":1e999})", false},  // out of range: unreadable
+      {"{path: properties.n, op: exists}", R"({"n":tru})", false},
+      {"{path: properties.n, op: exists}", R"({"n":})", false},
+      {"{path: properties.n, op: exists}", R"({"n":1)", true},  // read only as far as needed
+      {"{path: properties.tags, op: contains, value: 'é'}", R"({"tags":[1,{"é":1},"\u00e9"]})", true},
+      {"{path: properties.tags, op: contains, value: b}", R"({"tags":[ "a" , "b" ]})", true},
+      {"{path: properties.tags, op: contains, value: c}", R"({"tags":[]})", false},
+      {"{path: properties.tags, op: contains, value: c}", R"({"tags":["a",})", false},
+      {"{path: properties.a, op: exists}, {path: properties.a.b, op: eq, value: 1}", R"({"a":{"b":1}})", true},
+      {"{path: properties.a.b, op: eq, value: 1}, {path: properties.a, op: exists}", R"({"a":{"b":1}})", true},
+      {"{path: properties.a.b, op: exists}, {path: properties.a.c, op: exists}", R"({"a":{"b":1},"a":{"c":1}})", false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.where + " on " + c.properties);
+    const CompiledFilter alone = Compile(absl::StrCat("{where: [", c.where, "]}"));
+    FilterPathTable paths;
+    const CompiledFilter shared = Compile(absl::StrCat("{where: [", c.where, "]}"), &paths);
+    const FilterEvent e = Track("E", c.properties);
+    EXPECT_EQ(Verdict(alone, e) == FilterVerdict::kPass, c.passes);
+    EXPECT_EQ(Verdict(shared, e) == FilterVerdict::kPass, c.passes);
+  }
+}
+
 TEST(DestinationFilterTest, VerdictNames) {
   EXPECT_EQ(FilterVerdictName(FilterVerdict::kPass), "pass");
   EXPECT_EQ(FilterVerdictName(FilterVerdict::kType), "type");
