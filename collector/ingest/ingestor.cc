@@ -81,10 +81,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
                              raw.user_id,  raw.anonymous_id, raw.group_id,   raw.previous_id,
                              raw.properties, raw.traits,     raw.context};
       FilterInput input(view);
-      for (size_t d = 0; d < fanout; ++d) {
-        const CompiledFilter* filter = route->filters[d];
-        verdicts[d] = filter == nullptr ? FilterVerdict::kPass : filter->Evaluate(input);
-      }
+      route->filter_set->Evaluate(input, verdicts.data());
     }
     auto result = Normalize(std::move(events[i]), now);
     if (auto* error = std::get_if<FieldError>(&result)) {

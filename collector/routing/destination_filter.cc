@@ -1,5 +1,6 @@
 #include "collector/routing/destination_filter.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <memory>
@@ -601,8 +602,7 @@ bool CompiledFilter::ArrayContains(const FilterValue& e, const Scalar& v, Filter
   }
 }
 
-FilterVerdict CompiledFilter::Evaluate(FilterInput& input, int* failed_condition) const {
-  const FilterEvent& event = input.event();
+FilterVerdict CompiledFilter::CheckKind(const FilterEvent& event) const {
   if (types_ != 0 && (types_ & (1u << event.type)) == 0) return FilterVerdict::kType;
   if (has_events_) {
     if (event.type != hookrelay::v1::TRACK) return FilterVerdict::kEvent;
@@ -612,6 +612,11 @@ FilterVerdict CompiledFilter::Evaluate(FilterInput& input, int* failed_condition
     }
     if (!matched) return FilterVerdict::kEvent;
   }
+  return FilterVerdict::kPass;
+}
+
+FilterVerdict CompiledFilter::Evaluate(FilterInput& input, int* failed_condition) const {
+  if (const FilterVerdict kind = CheckKind(input.event()); kind != FilterVerdict::kPass) return kind;
   for (size_t i = 0; i < conditions_.size(); ++i) {
     if (!Holds(conditions_[i], input)) {
       if (failed_condition != nullptr) *failed_condition = static_cast<int>(i);
@@ -619,6 +624,107 @@ FilterVerdict CompiledFilter::Evaluate(FilterInput& input, int* failed_condition
     }
   }
   return FilterVerdict::kPass;
+}
+
+FilterSet::FilterSet(std::vector<const CompiledFilter*> filters) {
+  members_.resize(filters.size());
+  for (size_t d = 0; d < filters.size(); ++d) {
+    members_[d].filter = filters[d];
+    members_[d].kinds = filters[d] != nullptr && (filters[d]->types_ != 0 || filters[d]->has_events_);
+  }
+  // Grouping needs one table for all, and room for the slots.
+  size_t slots = 0;
+  for (const CompiledFilter* f : filters) {
+    if (f == nullptr) continue;
+    if (f->paths_ == nullptr || (paths_ != nullptr && f->paths_ != paths_)) return;
+    paths_ = f->paths_;
+    for (const Condition& c : f->conditions_) {
+      if (c.in_map && c.path_id >= 0 && c.path_id < FilterInput::kCachedPaths) ++slots;
+    }
+  }
+  if (slots > kMaxSlots) return;
+  grouped_ = true;
+  words_ = (slots + 63) / 64;
+  absl::flat_hash_map<int, size_t> group_of;  // path id -> index in groups_
+  size_t slot = 0;
+  for (Member& m : members_) {
+    if (m.filter == nullptr) continue;
+    for (const Condition& c : m.filter->conditions_) {
+      if (!c.in_map || c.path_id < 0 || c.path_id >= FilterInput::kCachedPaths) {
+        m.others.push_back(&c);
+        continue;
+      }
+      const auto [it, inserted] = group_of.try_emplace(c.path_id, groups_.size());
+      if (inserted) {
+        PathGroup& g = groups_.emplace_back();
+        g.path_id = c.path_id;
+        g.root = c.root;
+        g.keys = &c.keys;
+      }
+      PathGroup& g = groups_[it->second];
+      const size_t s = slot++;
+      const uint64_t bit = uint64_t{1} << (s % 64);
+      m.required[s / 64] |= bit;
+      using Scalar = CompiledFilter::Scalar;
+      const bool all_strings =
+          c.op == FilterOp::kIn &&
+          std::all_of(c.in_values.begin(), c.in_values.end(),
+                      [](const Scalar& v) { return v.kind == Scalar::Kind::kString; });
+      if (c.op == FilterOp::kExists) {
+        g.exists[s / 64] |= bit;
+      } else if (c.op == FilterOp::kEq && c.value.kind == Scalar::Kind::kString) {
+        g.equal[c.value.string][s / 64] |= bit;
+      } else if (all_strings) {
+        for (const Scalar& v : c.in_values) g.equal[v.string][s / 64] |= bit;
+      } else {
+        g.each.push_back({s, &c});
+      }
+    }
+  }
+}
+
+void FilterSet::Evaluate(FilterInput& input, FilterVerdict* verdicts) const {
+  if (!grouped_) {
+    for (size_t d = 0; d < members_.size(); ++d) {
+      const CompiledFilter* f = members_[d].filter;
+      verdicts[d] = f == nullptr ? FilterVerdict::kPass : f->Evaluate(input);
+    }
+    return;
+  }
+  // The slots whose condition holds for this event.
+  Bits holds{};
+  for (const PathGroup& g : groups_) {
+    const FilterValue* cached = input.Cached(g.path_id);
+    const FilterValue& e = cached != nullptr ? *cached : input.Lookup(g.root, *g.keys, g.path_id, paths_);
+    if (e.kind != Kind::kAbsent) {
+      for (size_t w = 0; w < words_; ++w) holds[w] |= g.exists[w];
+    }
+    if (e.kind == Kind::kString && !g.equal.empty()) {
+      if (auto it = g.equal.find(absl::string_view(e.data, e.size)); it != g.equal.end()) {
+        for (size_t w = 0; w < words_; ++w) holds[w] |= it->second[w];
+      }
+    }
+    for (const PerCondition& c : g.each) {
+      if (CompiledFilter::HoldsFor(*c.condition, e, input)) holds[c.slot / 64] |= uint64_t{1} << (c.slot % 64);
+    }
+  }
+  for (size_t d = 0; d < members_.size(); ++d) {
+    const Member& m = members_[d];
+    if (m.filter == nullptr) {
+      verdicts[d] = FilterVerdict::kPass;
+      continue;
+    }
+    FilterVerdict v = m.kinds ? m.filter->CheckKind(input.event()) : FilterVerdict::kPass;
+    if (v == FilterVerdict::kPass) {
+      for (size_t w = 0; w < words_; ++w) {
+        if ((m.required[w] & ~holds[w]) != 0) v = FilterVerdict::kWhere;
+      }
+      for (size_t i = 0; v == FilterVerdict::kPass && i < m.others.size(); ++i) {
+        if (!m.filter->Holds(*m.others[i], input)) v = FilterVerdict::kWhere;
+      }
+    }
+    verdicts[d] = v;
+  }
 }
 
 CompiledFilter::Explanation CompiledFilter::Explain(FilterInput& input) const {

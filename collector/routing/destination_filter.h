@@ -9,6 +9,7 @@
 #ifndef HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
 #define HOOKRELAY_COLLECTOR_ROUTING_DESTINATION_FILTER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -152,7 +153,12 @@ class CompiledFilter {
   };
   Explanation Explain(FilterInput& input) const;
 
+  // The types and events parts alone: kPass, kType or kEvent.
+  FilterVerdict CheckKind(const FilterEvent& event) const;
+
  private:
+  friend class FilterSet;
+
   // A condition value: a string, a number or a boolean.
   struct Scalar {
     enum class Kind : uint8_t { kString, kNumber, kBool } kind = Kind::kString;
@@ -222,6 +228,55 @@ class CompiledFilter {
   absl::flat_hash_set<std::string> exact_events_;
   std::vector<std::string> event_prefixes_;
   std::vector<Condition> conditions_;
+};
+
+// The filters of one source's destinations, evaluated together for each event (the ingest
+// path). Conditions on a path of the shared FilterPathTable are grouped by path: `exists` is one
+// mask per path; `eq` and `in` against strings are indexed by value, so one hash lookup per path
+// and event answers every destination's; the others (numbers, neq, contains, ...) are evaluated
+// one by one on the path's decoded value. Each destination then passes when all its conditions'
+// bits are set. Conditions on top-level strings, or of filters compiled without the table, are
+// evaluated as CompiledFilter::Evaluate does; so is everything when a source has more than
+// kMaxSlots grouped conditions. The verdicts are exactly those of each filter's Evaluate.
+class FilterSet {
+ public:
+  // `filters[d]` nullptr: destination d has no filter (passes).
+  explicit FilterSet(std::vector<const CompiledFilter*> filters);
+
+  // verdicts[d] for filters[d]; `verdicts` has room for one per filter.
+  void Evaluate(FilterInput& input, FilterVerdict* verdicts) const;
+
+  static constexpr size_t kMaxSlots = 256;
+
+ private:
+  using Condition = CompiledFilter::Condition;
+  static constexpr size_t kWords = kMaxSlots / 64;
+  using Bits = std::array<uint64_t, kWords>;
+
+  struct PerCondition {
+    size_t slot;
+    const Condition* condition;
+  };
+  struct PathGroup {
+    int path_id = -1;
+    common::FilterRoot root = common::FilterRoot::kProperties;
+    const std::vector<std::string>* keys = nullptr;
+    Bits exists{};  // slots of `exists` conditions
+    absl::flat_hash_map<std::string, Bits> equal;  // string value -> slots it satisfies
+    std::vector<PerCondition> each;
+  };
+  struct Member {
+    const CompiledFilter* filter = nullptr;
+    bool kinds = false;  // it names types or events (CheckKind has something to check)
+    Bits required{};  // its grouped conditions' slots
+    std::vector<const Condition*> others;  // evaluated one by one
+  };
+
+  std::vector<Member> members_;
+  std::vector<PathGroup> groups_;
+  const FilterPathTable* paths_ = nullptr;
+  size_t words_ = 0;      // words of Bits in use
+  bool grouped_ = false;  // false: every filter evaluated on its own
 };
 
 }  // namespace hookrelay::collector

@@ -1,6 +1,9 @@
 #include "collector/routing/destination_filter.h"
 
+#include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -347,6 +350,97 @@ TEST(DestinationFilterTest, MapsAreReadAsJsonText) {
     const FilterEvent e = Track("E", c.properties);
     EXPECT_EQ(Verdict(alone, e) == FilterVerdict::kPass, c.passes);
     EXPECT_EQ(Verdict(shared, e) == FilterVerdict::kPass, c.passes);
+  }
+}
+
+// A FilterSet gives every destination the verdict its own filter gives, for filters built at
+// random from every op on shared paths (grouped, indexed by value, one by one) and on top-level
+// strings, over random events; with more conditions than it groups; and with filters compiled
+// without the shared table.
+TEST(DestinationFilterTest, FilterSetAgreesWithEachFilter) {
+  const std::vector<std::string> paths = {"properties.plan", "properties.total", "properties.tags",
+                                          "context.app.version", "traits.email", "userId"};
+  const std::vector<std::string> ops = {"eq", "neq", "in", "exists", "gt", "gte", "lt", "lte",
+                                        "contains"};
+  const std::vector<std::string> strings = {"pro", "team", "free", "2.1.0", "a@b", "u1"};
+  std::mt19937 rng(20261127);
+  auto pick = [&](const std::vector<std::string>& from) { return from[rng() % from.size()]; };
+  auto condition = [&]() {
+    const std::string path = pick(paths);
+    std::string op = pick(ops);
+    std::string value;
+    if (op == "exists") return absl::StrCat("{path: ", path, ", op: exists}");
+    if (op == "contains") return absl::StrCat("{path: ", path, ", op: contains, value: '", pick(strings), "'}");
+    if (path == "userId" && op != "eq" && op != "neq" && op != "in") op = "eq";
+    if (op == "gt" || op == "gte" || op == "lt" || op == "lte") {
+      value = absl::StrCat(static_cast<int>(rng() % 5));
+    } else if (op == "in") {
+      value = absl::StrCat("['", pick(strings), "', '", pick(strings), "'",
+                           rng() % 2 ? ", 3" : "", "]");
+    } else {
+      value = rng() % 3 == 0 ? absl::StrCat(static_cast<int>(rng() % 5)) : absl::StrCat("'", pick(strings), "'");
+      if (path == "userId") value = absl::StrCat("'", pick(strings), "'");
+    }
+    return absl::StrCat("{path: ", path, ", op: ", op, ", value: ", value, "}");
+  };
+  auto filter_yaml = [&](int conditions) {
+    std::string where;
+    for (int i = 0; i < conditions; ++i) absl::StrAppend(&where, i ? ", " : "", condition());
+    const std::string types = rng() % 4 == 0 ? "types: [identify], " : "";
+    return absl::StrCat("{", types, "where: [", where, "]}");
+  };
+  auto event_text = [&](bool with) -> std::string {
+    if (!with) return "";
+    std::string text = "{";
+    if (rng() % 4) absl::StrAppend(&text, R"("plan":")", pick(strings), R"(",)");
+    if (rng() % 4) absl::StrAppend(&text, R"("total":)", rng() % 5, ",");
+    if (rng() % 4) absl::StrAppend(&text, R"("tags":[")", pick(strings), R"(",3],)");
+    if (rng() % 4) absl::StrAppend(&text, R"("email":")", pick(strings), R"(",)");
+    if (rng() % 4) absl::StrAppend(&text, R"("app":{"version":")", pick(strings), R"("},)");
+    absl::StrAppend(&text, R"("end":null})");
+    return text;
+  };
+  for (int round = 0; round < 60; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    FilterPathTable table;
+    const bool many = round % 10 == 9;  // beyond kMaxSlots: every filter on its own
+    const bool no_table = round % 10 == 8;
+    std::vector<std::unique_ptr<CompiledFilter>> owned;
+    std::vector<const CompiledFilter*> filters;
+    const int destinations = many ? 30 : 1 + static_cast<int>(rng() % 10);
+    for (int d = 0; d < destinations; ++d) {
+      if (rng() % 5 == 0) {
+        filters.push_back(nullptr);
+        continue;
+      }
+      owned.push_back(std::make_unique<CompiledFilter>(
+          Compile(filter_yaml(many ? 10 : 1 + static_cast<int>(rng() % 4)), no_table ? nullptr : &table)));
+      filters.push_back(owned.back().get());
+    }
+    const FilterSet set(filters);
+    for (int n = 0; n < 40; ++n) {
+      const std::string properties = event_text(rng() % 5 != 0);
+      const std::string traits = event_text(rng() % 2 == 0);
+      const std::string context = event_text(rng() % 5 != 0);
+      FilterEvent e;
+      e.type = rng() % 3 == 0 ? EventType::IDENTIFY : EventType::TRACK;
+      e.event = "E";
+      e.user_id = rng() % 2 ? "u1" : "";
+      e.properties = properties;
+      e.traits = traits;
+      e.context = context;
+      std::vector<FilterVerdict> together(filters.size());
+      {
+        FilterInput input(e);
+        set.Evaluate(input, together.data());
+      }
+      for (size_t d = 0; d < filters.size(); ++d) {
+        const FilterVerdict alone =
+            filters[d] == nullptr ? FilterVerdict::kPass : Verdict(*filters[d], e);
+        EXPECT_EQ(together[d], alone) << "destination " << d << " on " << properties << " / "
+                                      << traits << " / " << context;
+      }
+    }
   }
 }
 

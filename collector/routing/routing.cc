@@ -27,6 +27,7 @@ Routing::Routing(hookrelay::v1::Config config)
       route.filters.push_back(FindFilter(dest->id()));
       route.filtered = route.filtered || route.filters.back() != nullptr;
     }
+    if (route.filtered) route.filter_set = std::make_shared<const FilterSet>(route.filters);
     for (const auto& key : source.write_keys()) by_write_key_[key] = route;
   }
 }

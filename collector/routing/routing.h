@@ -28,6 +28,8 @@ struct SourceRoute {
   std::vector<const CompiledFilter*> filters;
   // Whether any of `filters` is set (the ingest path skips filtering otherwise).
   bool filtered = false;
+  // `filters` evaluated together (set when `filtered`): one verdict per destination.
+  std::shared_ptr<const FilterSet> filter_set;
 };
 
 class Routing {
