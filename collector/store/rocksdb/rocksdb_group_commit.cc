@@ -429,6 +429,8 @@ void RocksDbJobStore::MaybePutFreshFloorLocked(Group& group, const Group* inflig
     if (info.fresh) floor = std::min(floor, id);
   }
   for (uint64_t id : settling_) floor = std::min(floor, id);
+  // A detached destination's fresh records from its own place on are on disk only.
+  for (const auto& [tag, d] : detached_) floor = std::min(floor, d.fresh_id);
   for (const auto& [id, record] : overlay_) floor = std::min(floor, id);
   if (floor <= fresh_floor_) return;
   // If this write fails, the floor on disk stays lower: only more records are stepped over.

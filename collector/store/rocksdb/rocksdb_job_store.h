@@ -149,6 +149,7 @@ class RocksDbJobStore final : public Store {
     size_t leased = 0;
     size_t overlay = 0;
     bool caught_up = false;  // No queued job is on disk only.
+    size_t detached = 0;  // destinations paged on their own (see Detached)
     uint64_t fresh_floor = 0;  // As last put in a batch, or read at Open.
   };
   MemoryStats MemoryStatsForTesting();
@@ -329,6 +330,11 @@ class RocksDbJobStore final : public Store {
     // Removes the jobs `drop` selects.
     void RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop);
     void ForEach(absl::FunctionRef<void(const QueuedJob&)> f) const;
+    // The ready jobs of destination `tag` in its heap (not those waiting for their key).
+    size_t SizeOf(uint32_t tag) const { return tag < heaps_.size() ? heaps_[tag].size() : 0; }
+    const std::vector<QueuedJob>* HeapOf(uint32_t tag) const {
+      return tag < heaps_.size() ? &heaps_[tag] : nullptr;
+    }
 
     // The key's job `id` is leased (the caller popped it). Its key must be free.
     void Acquire(uint64_t key, uint64_t id);
@@ -454,6 +460,35 @@ class RocksDbJobStore final : public Store {
   // `limit` jobs (0: Options::window_size; Lease passes HeldWindowLimit() when every ready job
   // in memory is held back).
   absl::Status MaybePageLocked(int64_t now_ms, size_t limit = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One chunk of the pending order from `*cursor` (and the fresh records from `*fresh_cursor`):
+  // the jobs whose destination `take` accepts go into the window, the others are passed over;
+  // both places move past what was read.
+  absl::Status PageLocked(QueuedJob* cursor, uint64_t* fresh_cursor,
+                          absl::FunctionRef<bool(uint32_t)> take, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A destination whose held-back jobs filled the window is detached: its jobs beyond the
+  // oldest page_chunk_ leave memory, the pager passes over its jobs from then on, and its own
+  // cursor pages them in a chunk at a time when it has few left in memory (PageDetachedLocked),
+  // so a throttled destination's backlog is read past once instead of being leased and written
+  // back job by job. Memory-only: after a restart every destination is paged in the one order
+  // again. Invariant: the destination's queued jobs below `from` are in the window (or leased,
+  // settling, ended); those at or above it are on disk only, or in parked_ until their key is
+  // written.
+  struct Detached {
+    QueuedJob from{0, 0};
+    uint64_t fresh_id = 0;  // its place in the fresh records (as fresh_cursor_id_ for cursor_)
+  };
+  // Detaches the destinations holding more than page_chunk_ ready jobs and no allowance left
+  // (`allowance` as Lease filled it); true when jobs left the window.
+  bool DetachHeldLocked(const std::vector<size_t>& allowance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether detached destination `tag` should page in its next chunk: fewer than half a chunk
+  // of its jobs in memory, more on disk, and room in the window.
+  bool DetachedWantsPageLocked(uint32_t tag, const Detached& d) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pages the next chunk of each detached destination that wants one (and, given `allowance`
+  // from a Lease, is not out of budget); `moved`: some destination's cursor moved.
+  absl::Status PageDetachedLocked(int64_t now_ms, const std::vector<size_t>* allowance = nullptr,
+                                  bool* moved = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs held back by their destination's budget may fill the window up to this many, so that
   // the jobs behind them on disk are paged in: kHeldWindowFactor × Options::window_size (24 bytes
   // a job: 24 MB at the default 65,536).
@@ -582,6 +617,12 @@ class RocksDbJobStore final : public Store {
   int64_t next_floor_ms_ ABSL_GUARDED_BY(mu_) = 0;
   // Retried jobs at or above the cursor whose `due` key is not written yet.
   absl::btree_set<QueuedJob> parked_ ABSL_GUARDED_BY(mu_);
+  // Destinations paged on their own (Detached), by tag.
+  absl::flat_hash_map<uint32_t, Detached> detached_ ABSL_GUARDED_BY(mu_);
+  // By destination tag: above every key of that destination ever leased in this process (a
+  // detached destination's jobs leave memory only above it, as the window's do above
+  // lease_floor_).
+  std::vector<QueuedJob> dest_lease_floor_ ABSL_GUARDED_BY(mu_);
   // Above every key ever leased in this process: the cursor never goes below it, so the `due`
   // key of a leased job (deleted only when its settlement is written) is never paged in again.
   QueuedJob lease_floor_ ABSL_GUARDED_BY(mu_) = {0, 0};

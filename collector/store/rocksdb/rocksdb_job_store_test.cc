@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -798,6 +799,106 @@ TEST_F(RocksDbJobStoreTest, HeldDestinationBeyondTheWindowDoesNotHideOthers) {
   ASSERT_EQ(ids.size(), 40u);
   EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end())) << "held jobs out of order";
   ExpectCounts(*store_, 0, 0, 43, 0);
+}
+
+// Issue 23: a throttled destination's backlog beyond HeldWindowLimit is detached, not leased
+// and written back: the other destination's jobs behind it on disk go out while the held ones
+// stay queued (none leased without budget, none written), memory stays bounded, and with a
+// budget again every held job comes out exactly once, in order, across appends, retries and
+// restarts made while detached (the fresh floor written meanwhile must not step over them).
+TEST_F(RocksDbJobStoreTest, HeldBacklogBeyondTheHeldWindowIsPagedOnItsOwn) {
+  window_size_ = 8;  // page chunk 2, HeldWindowLimit 128
+  Open();
+  std::vector<uint64_t> held_ids;
+  int n = 0;
+  auto append = [&](const std::string& destination) {
+    clock_.Advance(absl::Milliseconds(1));
+    absl::StatusOr<AppendResult> r = AppendAndWait(*store_, Items({OneJob(n++, destination, "u")}));
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  for (int i = 0; i < 600; ++i) append("held");
+  for (int i = 0; i < 30; ++i) append("free");
+  store_.reset();
+  Open();  // everything on disk, the window empty
+  size_t held_budget = 0;
+  auto budget = [&](std::string_view destination) -> size_t {
+    return destination == "held" ? held_budget : ~size_t{0};
+  };
+  std::set<uint64_t> delivered;
+  std::vector<uint64_t> held_order;
+  std::set<uint64_t> retried;
+  auto lease = [&](size_t max) {
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(max, budget);
+    EXPECT_TRUE(leased.ok()) << leased.status();
+    return leased.ok() ? *std::move(leased) : std::vector<LeasedJob>();
+  };
+  // The free jobs come out though 600 held ones are before them on disk.
+  size_t free_out = 0;
+  for (int round = 0; free_out < 30 && round < 100; ++round) {
+    for (const LeasedJob& j : lease(10)) {
+      ASSERT_EQ(j.job.destination_id(), "free") << "a held job leased without budget";
+      ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+      EXPECT_TRUE(delivered.insert(j.job.id()).second);
+      ++free_out;
+    }
+    EXPECT_LE(store_->MemoryStatsForTesting().window, 128u + 2u);
+  }
+  ASSERT_EQ(free_out, 30u);
+  EXPECT_EQ(store_->MemoryStatsForTesting().detached, 1u);
+  EXPECT_EQ(store_->MemoryStatsForTesting().overlay, 0u) << "no held job was written back";
+  ExpectCounts(*store_, 600, 0, 0, 0);
+
+  // While detached: more of both, a little budget for the held one (some retried), the fresh
+  // floor written (an append a second later), then a restart.
+  for (int i = 0; i < 5; ++i) append("held");
+  for (int i = 0; i < 5; ++i) append("free");
+  held_budget = 3;
+  for (int round = 0; round < 4; ++round) {
+    for (const LeasedJob& j : lease(10)) {
+      if (j.job.destination_id() == "held" && retried.size() < 3 && round % 2 == 0) {
+        ASSERT_TRUE(store_->Retry(j.job.id(), j.lease, clock_.Now() + absl::Seconds(1),
+                                  MakeAttempt(clock_.Now(), 503))
+                        .ok());
+        retried.insert(j.job.id());
+        continue;
+      }
+      ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+      EXPECT_TRUE(delivered.insert(j.job.id()).second) << "job " << j.job.id() << " twice";
+      if (j.job.destination_id() == "held") held_order.push_back(j.job.id());
+    }
+    held_budget = 3;
+  }
+  clock_.Advance(absl::Seconds(2));
+  append("free");
+  store_->Flush();
+  store_.reset();
+  Open();
+  const int64_t left = 600 + 5 + 36 - static_cast<int64_t>(delivered.size());
+  ExpectCounts(*store_, left, 0, 0, 0);
+  held_budget = 0;
+  // Detached again after the restart, then everything with budget.
+  for (int round = 0; round < 200 && delivered.size() < 641; ++round) {
+    if (round == 20) held_budget = ~size_t{0};
+    clock_.Advance(absl::Milliseconds(100));
+    for (const LeasedJob& j : lease(25)) {
+      if (held_budget == 0) {
+        ASSERT_EQ(j.job.destination_id(), "free");
+      }
+      ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+      EXPECT_TRUE(delivered.insert(j.job.id()).second) << "job " << j.job.id() << " twice";
+      if (j.job.destination_id() == "held") held_order.push_back(j.job.id());
+    }
+  }
+  EXPECT_EQ(delivered.size(), 641u);
+  ExpectCounts(*store_, 0, 0, 0, 0);
+  EXPECT_THAT(LeaseAll(), IsEmpty());
+  // Held jobs never retried came out in their order.
+  std::vector<uint64_t> plain;
+  for (uint64_t id : held_order) {
+    if (!retried.contains(id)) plain.push_back(id);
+  }
+  EXPECT_TRUE(std::is_sorted(plain.begin(), plain.end()));
+  EXPECT_EQ(plain.size() + retried.size(), 605u);
 }
 
 // Issue 14: appends into a caught-up window beyond its size stay on disk; retries at or after

@@ -97,7 +97,13 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
     ExpireLeasesLocked(now);
     PromoteDueLocked(now_ms);
     absl::Status paged = MaybePageLocked(now_ms);
+    if (paged.ok() && !detached_.empty()) paged = PageDetachedLocked(now_ms);
     picks.reserve(std::min(max, ready_.size()));
+    // Chunks paged in by this call while looking for a job within budget: bounded, so that a
+    // long stretch of held-back jobs on disk does not hold mu_ (and every append's publication)
+    // for long; the rest is paged by the next call, which the ready signal asks for.
+    int pages = 0;
+    constexpr int kMaxPagesPerLease = 64;
     // Each destination's budget, asked when one of its jobs is first at hand.
     std::vector<size_t> allowance;
     auto ask = [&](uint32_t tag) { return budget(DestinationOfTag(tag)); };
@@ -106,6 +112,17 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       if (!ready_.PopWithin(allowance, ask, &job)) {
         // Nothing within budget in the window: page in more while the next keys on disk may be
         // due, up to HeldWindowLimit() (held-back jobs do not stop the pager).
+        if (++pages > kMaxPagesPerLease) {
+          ready_signal_->RaiseSoon();
+          break;
+        }
+        if (!detached_.empty()) {
+          // A detached destination with budget that ran out of jobs in memory pages its own.
+          bool moved = false;
+          paged = PageDetachedLocked(now_ms, &allowance, &moved);
+          if (!paged.ok()) break;
+          if (moved) continue;
+        }
         const QueuedJob before = cursor_;
         if (now_ms < cursor_.due_ms) break;
         paged = MaybePageLocked(now_ms, HeldWindowLimit());
@@ -114,13 +131,16 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
           continue;
         }
         // No room: the window is full of jobs held back (or the disk holds no more). Past
-        // HeldWindowLimit() of them, the oldest go out anyway (the dispatcher puts them back,
-        // due later, which moves them out of the window) so that jobs behind them are reached.
+        // HeldWindowLimit() of them, the destinations holding them are detached (their backlog
+        // leaves memory and is paged on its own), so that jobs behind them are reached.
         const QueuedJob kEnd{INT64_MAX, UINT64_MAX};
         if (ready_.empty() || !(cursor_ < kEnd) ||
             WindowSizeLocked() + page_chunk_ <= HeldWindowLimit()) {
           break;
         }
+        if (DetachHeldLocked(allowance)) continue;
+        // Nothing to detach (jobs of unknown destinations): the oldest go out anyway (the
+        // dispatcher puts them back, due later, which moves them out of the window).
         if (!ready_.PopOldest(&job)) break;
       }
       if (window_held_ && WindowSizeLocked() <= std::max<size_t>(options_.window_size, 2)) {
@@ -131,6 +151,9 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       ready_.Acquire(job.key, job.id);
       lease_deadlines_.emplace(deadline, job.id);
       lease_floor_ = std::max(lease_floor_, QueuedJob{job.due_ms, job.id + 1});
+      if (job.dest >= dest_lease_floor_.size()) dest_lease_floor_.resize(job.dest + 1, QueuedJob{0, 0});
+      dest_lease_floor_[job.dest] =
+          std::max(dest_lease_floor_[job.dest], QueuedJob{job.due_ms, job.id + 1});
       Pick& pick = picks.emplace_back(Pick{job, lease, {}, false});
       if (auto it = overlay_.find(job.id); it != overlay_.end()) {
         pick.overlay = it->second.value;

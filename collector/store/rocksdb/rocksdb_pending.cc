@@ -322,6 +322,22 @@ void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, ui
   QueuedJob job{due_ms, id, fresh};
   job.dest = dest;
   job.key = key;
+  if (!detached_.empty()) {
+    if (auto it = detached_.find(dest); it != detached_.end()) {
+      // A detached destination's own cursor decides (see Detached).
+      Detached& d = it->second;
+      if (job < d.from) {
+        if (fresh) d.fresh_id = std::max(d.fresh_id, id + 1);
+        PushQueuedLocked(job, now_ms);
+        const size_t limit =
+            window_held_ ? HeldWindowLimit() : std::max<size_t>(options_.window_size, 2);
+        if (WindowSizeLocked() > limit) ShrinkWindowLocked();
+      } else if (dirty) {
+        parked_.insert(job);
+      }
+      return;
+    }
+  }
   if (job < cursor_) {
     // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
     // (publications come in id order, and no fresh record between is on disk only: its key
@@ -356,6 +372,12 @@ void RocksDbJobStore::ShrinkWindowLocked() {
   auto drop = [&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (job < cut) return false;
     if (job.fresh) fresh_from = std::min(fresh_from, job.id);
+    if (!detached_.empty()) {
+      if (auto it = detached_.find(job.dest); it != detached_.end()) {
+        it->second.from = std::min(it->second.from, QueuedJob{job.due_ms, job.id});
+        if (job.fresh) it->second.fresh_id = std::min(it->second.fresh_id, job.id);
+      }
+    }
     // A retry not yet written has no `due` key to page it back in.
     if (overlay_.contains(job.id)) parked_.insert(job);
     return true;
@@ -372,6 +394,19 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
   if (!(cursor_ < kEnd)) return absl::OkStatus();
   const size_t window = limit > 0 ? limit : std::max<size_t>(options_.window_size, 2);
   if (WindowSizeLocked() + page_chunk_ > window) return absl::OkStatus();
+  if (detached_.empty()) {
+    return PageLocked(&cursor_, &fresh_cursor_id_, [](uint32_t) { return true; }, now_ms);
+  }
+  // A detached destination's jobs are its own cursor's (PageDetachedLocked).
+  return PageLocked(
+      &cursor_, &fresh_cursor_id_,
+      [this](uint32_t dest) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !detached_.contains(dest); },
+      now_ms);
+}
+
+absl::Status RocksDbJobStore::PageLocked(QueuedJob* cursor, uint64_t* fresh_cursor,
+                                         absl::FunctionRef<bool(uint32_t)> take, int64_t now_ms) {
+  constexpr QueuedJob kEnd{INT64_MAX, UINT64_MAX};
   // Two ordered streams are merged: the `due` keys (retried, replayed and other keyed jobs) from
   // the cursor, and the fresh records (in (due, id) order by id) from fresh_cursor_id_.
   // Under mu_: every write published before this point is in the iterators' snapshot, and every
@@ -384,7 +419,7 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, due_cf_));
     size_t n = 0;
-    for (it->Seek(DueKeyBytes(cursor_.due_ms, cursor_.id).slice()); it->Valid(); it->Next()) {
+    for (it->Seek(DueKeyBytes(cursor->due_ms, cursor->id).slice()); it->Valid(); it->Next()) {
       if (it->key().size() != 16) return Malformed(kDueCf, 0);
       QueuedJob job{static_cast<int64_t>(DecodeU64(it->key().data())),
                     DecodeU64(it->key().data() + 8)};
@@ -401,6 +436,7 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
       const QueueFields fields =
           SplitDueValue(std::string_view(it->value().data(), it->value().size()));
       job.dest = DestinationTag(fields.destination);
+      if (!take(job.dest)) continue;  // another cursor's
       job.key = OrderKey(job.dest, fields.ordering_key);
       got.push_back(job);
     }
@@ -409,12 +445,12 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
   // Fresh records below next_due, at most a chunk. Records rewritten by a retry (no longer
   // fresh) are stepped over; unpublished ones end the stream (their publication queues them).
   QueuedJob next_fresh = kEnd;
-  uint64_t fresh_end = fresh_cursor_id_;  // Where the fresh stream stopped.
+  uint64_t fresh_end = *fresh_cursor;  // Where the fresh stream stopped.
   const size_t keyed = got.size();
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, jobs_cf_));
     size_t n = 0;
-    for (it->Seek(U64Bytes(fresh_cursor_id_).slice()); it->Valid(); it->Next()) {
+    for (it->Seek(U64Bytes(*fresh_cursor).slice()); it->Valid(); it->Next()) {
       if (it->key().size() != 8) return Malformed(kJobsCf, 0);
       const uint64_t id = DecodeU64(it->key().data());
       fresh_end = id;
@@ -430,6 +466,7 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
       ++n;
       const QueueFields fields = RecordQueueFields(it->value());
       job.dest = DestinationTag(fields.destination);
+      if (!take(job.dest)) continue;  // another cursor's
       job.key = OrderKey(job.dest, fields.ordering_key);
       got.push_back(job);
     }
@@ -448,9 +485,13 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
     }
     got.resize(page_chunk_);
   }
-  while (!parked_.empty() && *parked_.begin() < next) {
-    got.push_back(*parked_.begin());
-    parked_.erase(parked_.begin());
+  for (auto it = parked_.begin(); it != parked_.end() && *it < next;) {
+    if (!take(it->dest)) {
+      ++it;
+      continue;
+    }
+    got.push_back(*it);
+    it = parked_.erase(it);
   }
   std::sort(got.begin(), got.end());
   got.erase(std::unique(got.begin(), got.end(),
@@ -458,9 +499,63 @@ absl::Status RocksDbJobStore::MaybePageLocked(int64_t now_ms, size_t limit) {
                           return a.due_ms == b.due_ms && a.id == b.id;
                         }),
             got.end());
-  cursor_ = next;
-  fresh_cursor_id_ = fresh_end;
+  *cursor = next;
+  *fresh_cursor = fresh_end;
   for (const QueuedJob& job : got) PushQueuedLocked(job, now_ms);
+  return absl::OkStatus();
+}
+
+bool RocksDbJobStore::DetachHeldLocked(const std::vector<size_t>& allowance) {
+  const size_t keep = std::max<size_t>(page_chunk_, 1);
+  size_t evicted = 0;
+  for (uint32_t tag = 1; tag < allowance.size(); ++tag) {
+    if (allowance[tag] != 0 || ready_.SizeOf(tag) <= keep) continue;
+    // Its oldest `keep` jobs stay (and none at or below a key of it ever leased leaves: see
+    // dest_lease_floor_); the rest go back to disk only.
+    std::vector<QueuedJob> jobs = *ready_.HeapOf(tag);
+    std::nth_element(jobs.begin(), jobs.begin() + static_cast<std::ptrdiff_t>(keep - 1), jobs.end());
+    QueuedJob floor = jobs[keep - 1];
+    if (tag < dest_lease_floor_.size()) floor = std::max(floor, dest_lease_floor_[tag]);
+    floor.fresh = false;
+    auto [it, inserted] = detached_.try_emplace(tag);
+    Detached& d = it->second;
+    if (inserted) {
+      // Everything of it beyond the window's cursor is on disk only already.
+      d.from = QueuedJob{cursor_.due_ms, cursor_.id};
+      d.fresh_id = fresh_cursor_id_;
+    }
+    ready_.RemoveIf([&](const QueuedJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (job.dest != tag || !(floor < job)) return false;
+      d.from = std::min(d.from, QueuedJob{job.due_ms, job.id});
+      if (job.fresh) d.fresh_id = std::min(d.fresh_id, job.id);
+      // A retry not yet written has no `due` key to page it back in.
+      if (overlay_.contains(job.id)) parked_.insert(job);
+      ++evicted;
+      return true;
+    });
+  }
+  return evicted > 0;
+}
+
+bool RocksDbJobStore::DetachedWantsPageLocked(uint32_t tag, const Detached& d) const {
+  constexpr QueuedJob kEnd{INT64_MAX, UINT64_MAX};
+  return d.from < kEnd && ready_.SizeOf(tag) < std::max<size_t>(page_chunk_ / 2, 1) &&
+         WindowSizeLocked() + page_chunk_ <= HeldWindowLimit();
+}
+
+absl::Status RocksDbJobStore::PageDetachedLocked(int64_t now_ms,
+                                                 const std::vector<size_t>* allowance,
+                                                 bool* moved) {
+  for (auto& [tag, d] : detached_) {
+    if (!DetachedWantsPageLocked(tag, d)) continue;
+    // Within a Lease: only a destination not known to be out of budget.
+    if (allowance != nullptr && tag < allowance->size() && (*allowance)[tag] == 0) continue;
+    const uint32_t mine = tag;
+    const QueuedJob before = d.from;
+    RETURN_IF_ERROR(PageLocked(&d.from, &d.fresh_id,
+                               [mine](uint32_t dest) { return dest == mine; }, now_ms));
+    if (moved != nullptr && before < d.from) *moved = true;
+  }
   return absl::OkStatus();
 }
 
@@ -534,6 +629,10 @@ RocksDbJobStore::MemoryStats RocksDbJobStore::MemoryStatsForTesting() {
   stats.leased = leased_.size();
   stats.overlay = overlay_.size();
   stats.caught_up = cursor_.due_ms == INT64_MAX && cursor_.id == UINT64_MAX;
+  for (const auto& [tag, d] : detached_) {
+    if (d.from.due_ms != INT64_MAX || d.from.id != UINT64_MAX) stats.caught_up = false;
+  }
+  stats.detached = detached_.size();
   stats.fresh_floor = fresh_floor_;
   return stats;
 }
@@ -559,6 +658,10 @@ absl::Time RocksDbJobStore::NextDue() {
   // Jobs on disk only are due at the cursor's time at the earliest (a time already past means
   // ready jobs, which the dispatcher leases without waiting for a due time).
   if (cursor_.due_ms > now_ms) due = std::min(due, cursor_.due_ms);
+  // A detached destination with few jobs in memory: its next chunk is paged by the next Lease.
+  for (const auto& [tag, d] : detached_) {
+    if (DetachedWantsPageLocked(tag, d)) due = std::min(due, std::max(d.from.due_ms, now_ms));
+  }
   return due == INT64_MAX ? absl::InfiniteFuture() : absl::FromUnixMillis(due);
 }
 
