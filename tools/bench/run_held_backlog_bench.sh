@@ -18,6 +18,8 @@
 #   tools/bench/run_held_backlog_bench.sh                       # 10,000,000 held: the documented run
 #   HELD_JOBS=2000000 tools/bench/run_held_backlog_bench.sh     # a shorter one
 #   SMOKE=1 tools/bench/run_held_backlog_bench.sh               # 20,000 held, 5,000 fast: the script works
+#   SETTLE=90 tools/bench/run_held_backlog_bench.sh              # let compactions of the backlog finish first
+#   PERF=1 RESULTS=/tmp/held tools/bench/run_held_backlog_bench.sh  # perf profile of the collector, 5 s of each drain
 #   SKIP_BUILD=1 BIN_DIR=$(bazel info -c opt bazel-bin) RESULTS=/tmp/held tools/bench/run_held_backlog_bench.sh
 #
 # Bounded: the build BUILD_TIMEOUT (600 s), the held ingest INGEST_TIMEOUT (1800 s), each drain
@@ -34,6 +36,9 @@ if [[ -n "${SMOKE:-}" ]]; then HELD_JOBS=20000; FAST_EVENTS=5000; fi
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 INGEST_TIMEOUT=${INGEST_TIMEOUT:-1800}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
+# Seconds to wait after the held ingest, before the fast destination's events: RocksDB's
+# compactions of the fresh backlog (minutes of work for 10M jobs) compete for the same cores.
+SETTLE=${SETTLE:-0}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hookrelay-held-bench.XXXXXX")
 PIDS=()
@@ -44,6 +49,7 @@ cleanup() {
   if [[ -n "${RESULTS:-}" ]]; then
     mkdir -p "$RESULTS"
     cp "$TMP"/*.log "$TMP"/*.txt "$TMP"/*.yaml "$RESULTS"/ 2>/dev/null || true
+    cp "$TMP"/*.perf.data "$RESULTS"/ 2>/dev/null || true
   fi
   rm -rf "$TMP"
   exit "$rc"
@@ -146,6 +152,11 @@ EOF
     echo "   $name: ingesting $HELD_JOBS events for the held destination" >&2
     ingest "$http" wk_held "$HELD_JOBS" "$metrics"
     echo "   $name: $(ready_jobs "$metrics") jobs ready, RSS $(mb "$cpid" VmRSS) MB, on disk $(du -sh "$TMP/$name.data" | cut -f1)" >&2
+    if (( SETTLE > 0 )); then
+      echo "   $name: waiting ${SETTLE} s (compactions; collector CPU so far $(cpu_s "$cpid") s)" >&2
+      sleep "$SETTLE"
+      echo "   $name: collector CPU $(cpu_s "$cpid") s after the wait" >&2
+    fi
   fi
   ingest "$http" wk_fast "$FAST_EVENTS" "$metrics"
   local cpu_before; cpu_before=$(cpu_s "$cpid")
@@ -153,6 +164,13 @@ EOF
   "$BIN_DIR/deliverer/deliverer" --collector="127.0.0.1:$grpc" --metrics_address=127.0.0.1:0 \
     --allow_private_networks >"$TMP/$name.deliverer.log" 2>&1 &
   local dpid=$!; PIDS+=("$dpid")
+  if [[ -n "${PERF:-}" ]]; then  # PERF=1: profile the collector for 5 s once the fast drain runs
+    ( for _ in $(seq 1 600); do grep -q '"total":[1-9]' "$TMP/$name.fast.log" 2>/dev/null && break; sleep 0.1; done
+      timeout 30 perf record -F 499 -g -o "$TMP/$name.collector.perf.data" -p "$cpid" -- sleep 5 \
+        >"$TMP/$name.perf.log" 2>&1
+      perf report -i "$TMP/$name.collector.perf.data" --no-children --stdio 2>/dev/null | head -120 \
+        >"$TMP/$name.perf.txt" ) &
+  fi
   local deadline=$(( SECONDS + DRAIN_TIMEOUT )) total=0 line
   while (( total < FAST_EVENTS && SECONDS < deadline )); do
     sleep 0.2

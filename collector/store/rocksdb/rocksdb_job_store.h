@@ -167,8 +167,9 @@ class RocksDbJobStore final : public Store {
   // deadline has passed. Errors: a read error.
   // Per destination: jobs in memory are queued by destination (a tag interned per destination
   // id), so a destination without budget is passed over without reading or writing its jobs.
-  // Held jobs may grow the window to HeldWindowLimit(); a window full of them beyond that makes
-  // Lease hand out the oldest anyway, so the pager reaches other destinations' jobs behind them.
+  // Held jobs may grow the window to HeldWindowLimit(); a window full of them beyond that
+  // detaches the destinations holding them (Detached), so the pager reaches other destinations'
+  // jobs behind them without leasing a held one.
   using JobQueue::Lease;
   absl::StatusOr<std::vector<LeasedJob>> Lease(size_t max, LeaseBudget budget) override;
   absl::Duration lease_duration() const override { return options_.lease_duration; }
@@ -335,6 +336,8 @@ class RocksDbJobStore final : public Store {
     const std::vector<QueuedJob>* HeapOf(uint32_t tag) const {
       return tag < heaps_.size() ? &heaps_[tag] : nullptr;
     }
+    // Gives back the memory of destination `tag`'s heap beyond its jobs.
+    void ShrinkHeap(uint32_t tag);
 
     // The key's job `id` is leased (the caller popped it). Its key must be free.
     void Acquire(uint64_t key, uint64_t id);

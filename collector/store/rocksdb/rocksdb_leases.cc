@@ -125,6 +125,13 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
         }
         const QueuedJob before = cursor_;
         if (now_ms < cursor_.due_ms) break;
+        // A full window of held-back jobs: the destinations holding more than a chunk of them
+        // are detached first (their jobs leave memory), so that held jobs grow the window past
+        // its size only when spread over many destinations.
+        if (WindowSizeLocked() + page_chunk_ > std::max<size_t>(options_.window_size, 2) &&
+            DetachHeldLocked(allowance)) {
+          continue;
+        }
         paged = MaybePageLocked(now_ms, HeldWindowLimit());
         if (before < cursor_) {
           window_held_ = window_held_ || WindowSizeLocked() > std::max<size_t>(options_.window_size, 2);

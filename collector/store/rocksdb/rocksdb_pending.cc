@@ -254,6 +254,10 @@ bool RocksDbJobStore::ReadyQueues::PopOldest(QueuedJob* out) {
   }
 }
 
+void RocksDbJobStore::ReadyQueues::ShrinkHeap(uint32_t tag) {
+  if (tag < heaps_.size()) heaps_[tag].shrink_to_fit();
+}
+
 void RocksDbJobStore::ReadyQueues::RemoveIf(absl::FunctionRef<bool(const QueuedJob&)> drop) {
   for (std::vector<QueuedJob>& heap : heaps_) {
     const size_t before = heap.size();
@@ -533,6 +537,7 @@ bool RocksDbJobStore::DetachHeldLocked(const std::vector<size_t>& allowance) {
       ++evicted;
       return true;
     });
+    ready_.ShrinkHeap(tag);
   }
   return evicted > 0;
 }
