@@ -299,7 +299,9 @@ absl::StatusOr<DeletionOutcome> RocksDbJobStore::ApplyDeletionNow(DeletionPlan& 
       // A settling one is dropped by its Retry/Bury.
       if (settling_.erase(p.id) > 0) continue;
       if (parked_.erase(QueuedJob{due_ms, p.id}) > 0) continue;
-      if (QueuedJob{due_ms, p.id} < cursor_) from_window.insert(p.id);
+      // In the window if below the cursor, or below a detached destination's own cursor (an id
+      // not in the window is passed over by the erase).
+      if (QueuedJob{due_ms, p.id} < cursor_ || !detached_.empty()) from_window.insert(p.id);
     }
     EraseFromWindowLocked(from_window);
     dead_count_ -= static_cast<int64_t>(dead);

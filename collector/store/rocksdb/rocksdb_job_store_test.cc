@@ -1021,6 +1021,72 @@ TEST_F(RocksDbJobStoreTest, DeletionReachesJobsBeyondTheWindow) {
   EXPECT_EQ(last[0].job.user_id(), "u2");
 }
 
+// A deletion while a destination is detached reaches its jobs wherever they are: kept in memory,
+// paged in by its own cursor, or on disk only; none of the user's comes out afterwards, every
+// other job does, once.
+TEST_F(RocksDbJobStoreTest, DeletionReachesADetachedDestinationsJobs) {
+  window_size_ = 8;  // page chunk 2
+  Open();
+  for (int n = 0; n < 300; ++n) {
+    clock_.Advance(absl::Milliseconds(1));
+    ASSERT_TRUE(
+        AppendAndWait(*store_, Items({OneJob(n, "held", n % 3 == 0 ? "u1" : "u2")})).ok());
+  }
+  for (int n = 300; n < 310; ++n) {
+    clock_.Advance(absl::Milliseconds(1));
+    ASSERT_TRUE(AppendAndWait(*store_, Items({OneJob(n, "free", "u2")})).ok());
+  }
+  size_t held_budget = 0;
+  auto budget = [&](std::string_view destination) -> size_t {
+    return destination == "held" ? held_budget : ~size_t{0};
+  };
+  size_t free_out = 0;
+  for (int round = 0; free_out < 10 && round < 50; ++round) {
+    absl::StatusOr<std::vector<LeasedJob>> leased = store_->Lease(10, budget);
+    ASSERT_TRUE(leased.ok()) << leased.status();
+    for (const LeasedJob& j : *leased) {
+      ASSERT_EQ(j.job.destination_id(), "free");
+      ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+      ++free_out;
+    }
+  }
+  ASSERT_EQ(free_out, 10u);
+  ASSERT_EQ(store_->MemoryStatsForTesting().detached, 1u);
+  // Some of the held destination's jobs through its own cursor, then the deletion.
+  held_budget = 5;
+  std::set<uint64_t> seen;
+  absl::StatusOr<std::vector<LeasedJob>> some = store_->Lease(5, budget);
+  ASSERT_TRUE(some.ok());
+  for (const LeasedJob& j : *some) {
+    ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+    seen.insert(j.job.id());
+  }
+  const size_t u1_before =
+      std::count_if(some->begin(), some->end(), [](const LeasedJob& j) { return j.job.user_id() == "u1"; });
+  absl::StatusOr<DeletionOutcome> outcome =
+      store_->ApplyDeletion(MakeDeletion("del_1", "u1", {"s1"}));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->record.purged_jobs(), 100u - u1_before);
+  held_budget = ~size_t{0};
+  size_t u2 = 0;
+  for (int round = 0; round < 300; ++round) {
+    clock_.Advance(absl::Milliseconds(10));
+    absl::StatusOr<std::vector<LeasedJob>> batch = store_->Lease(20, budget);
+    ASSERT_TRUE(batch.ok());
+    if (batch->empty() && store_->Counts().ready == 0) break;
+    for (const LeasedJob& j : *batch) {
+      EXPECT_TRUE(seen.insert(j.job.id()).second) << "job " << j.job.id() << " twice";
+      if (j.job.type() != hookrelay::v1::DELETE) {
+        EXPECT_EQ(j.job.user_id(), "u2");
+        ++u2;
+      }
+      ASSERT_TRUE(store_->Complete(j.job.id(), j.lease).ok());
+    }
+  }
+  EXPECT_EQ(u2 + (some->size() - u1_before), 200u);
+  ExpectCounts(*store_, 0, 0, 0, 0);
+}
+
 // Issue 14: fresh records (appended jobs, no `due` key) and keyed ones (retries) are paged in
 // as one order: a retry due before later appends is leased before them, one due after them
 // after them, with a window smaller than either kind and restarts (with leases outstanding,
