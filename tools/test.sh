@@ -214,6 +214,19 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The held-backlog benchmark (issue 23), smoke version (100,000 jobs held for a throttled
+# destination, more than the window: it is detached): the other destination's jobs all arrive
+# beside them (fastbuild: the figures mean nothing; docs/BENCHMARKS.md has the real run).
+if [ -z "${config[*]}" ]; then
+  section "Held-backlog benchmark smoke run (SMOKE=1 tools/bench/run_held_backlog_bench.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 300 tools/bench/run_held_backlog_bench.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("$suite")
+  fi
+fi
+
 # The libFuzzer targets (//fuzz), a fixed number of runs each over the seed corpus: clang-14 with
 # ASan + UBSan in their own Bazel output base (docs/FUZZING.md).
 if [ -z "${config[*]}" ]; then

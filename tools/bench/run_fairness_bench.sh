@@ -12,7 +12,8 @@
 #           destination's rate is measured the same way; the slow one's requests in that span
 #           are reported too.
 # Prints the fast destination's rate solo and beside the slow one, and their ratio (goal ≥ 0.9, issue 23),
-# for each of $REPEAT interleaved pairs and their medians.
+# for each of $REPEAT interleaved pairs and their medians; the same over the first 1 s and 3 s
+# of the fast receiver's deliveries (the start, measured on its own).
 #
 #   BIN_DIR=$(bazel info -c opt bazel-bin) tools/bench/run_fairness_bench.sh   # prebuilt -c opt
 #   EVENTS=20000 SLOW_DELAY=2s RESULTS=/tmp/fair tools/bench/run_fairness_bench.sh
@@ -179,9 +180,36 @@ run() {  # NAME WITH_SLOW(0|1): prints the fast receiver's summary line
   grep '"msg":"summary"' "$TMP/$name.fast.log" | tail -1 || echo '{}'
 }
 
+# early NAME: the fast receiver's rate over its first 1 s and first 3 s (from its first request;
+# its 200 ms running totals, interpolated), "r1 r3": the start, while a deliverer has just
+# connected and the slow destination's jobs compete for its first credits.
+early() {
+  python3 - "$TMP/$1.fast.log" <<'PY'
+import json, sys
+from datetime import datetime
+def t(s): return datetime.strptime(s.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+ticks, first = [], None
+for line in open(sys.argv[1]):
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("msg") == "tick": ticks.append((t(m["at"]), m["total"]))
+    if m.get("msg") == "summary" and m.get("first"): first = t(m["first"])
+out = []
+for w in (1.0, 3.0):
+    end, at = (first or 0) + w, None
+    for (t0, n0), (t1, n1) in zip(ticks, ticks[1:]):
+        if t0 <= end <= t1:
+            at = n0 + (n1 - n0) * (end - t0) / (t1 - t0) if t1 > t0 else n1
+            break
+    out.append(f"{at / w:.0f}" if first and at is not None else "0")
+print(" ".join(out))
+PY
+}
+
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "engine: $ENGINE; events: $EVENTS; slow receiver delay: $SLOW_DELAY; pairs: $REPEAT"
 RATES=()
+EARLY=()
 for i in $(seq 1 "$REPEAT"); do
   solo=$(run "solo$i" 0)
   echo "solo $i:   $solo"
@@ -191,7 +219,20 @@ for i in $(seq 1 "$REPEAT"); do
   grep -E '^hookrelay_(dispatch_deferred_total|destination_concurrency_limit|store_commit_batch_items_sum|dispatch_outcomes_total\{outcome="delivered")' \
     "$TMP/beside$i.collector.metrics" 2>/dev/null | sed 's/^/  collector: /' || true
   RATES+=("$(jq -r '.rate_per_s // 0' <<<"$solo"):$(jq -r '.rate_per_s // 0' <<<"$beside")")
+  read -r s1 s3 <<<"$(early "solo$i")"
+  read -r b1 b3 <<<"$(early "beside$i")"
+  echo "first seconds: solo $s1/s (1 s) $s3/s (3 s); beside $b1/s (1 s) $b3/s (3 s)"
+  EARLY+=("$s1:$b1:$s3:$b3")
 done
+python3 - "${EARLY[@]}" <<'EOF'
+import statistics, sys
+rows = [tuple(map(float, a.split(":"))) for a in sys.argv[1:]]
+for k, label in ((0, "first 1 s"), (2, "first 3 s")):
+    ratios = [r[k + 1] / r[k] for r in rows if r[k]]
+    if ratios:
+        print(f"{label}: median ratio {statistics.median(ratios):.2f} "
+              f"({', '.join(f'{x:.2f}' for x in ratios)}; goal >= 0.90 from the first second)")
+EOF
 python3 - "${RATES[@]}" <<'EOF'
 import statistics, sys
 pairs = [tuple(map(float, a.split(":"))) for a in sys.argv[1:]]
