@@ -137,17 +137,15 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
           window_held_ = window_held_ || WindowSizeLocked() > std::max<size_t>(options_.window_size, 2);
           continue;
         }
-        // No room: the window is full of jobs held back (or the disk holds no more). Past
-        // HeldWindowLimit() of them, the destinations holding them are detached (their backlog
-        // leaves memory and is paged on its own), so that jobs behind them are reached.
+        // No room: the window is full of jobs held back (or the disk holds no more), none of
+        // their destinations with more than a chunk of them to detach (above). Past
+        // HeldWindowLimit() of them, the oldest go out anyway (the dispatcher puts them back,
+        // due later, which moves them out of the window) so that jobs behind them are reached.
         const QueuedJob kEnd{INT64_MAX, UINT64_MAX};
         if (ready_.empty() || !(cursor_ < kEnd) ||
             WindowSizeLocked() + page_chunk_ <= HeldWindowLimit()) {
           break;
         }
-        if (DetachHeldLocked(allowance)) continue;
-        // Nothing to detach (jobs of unknown destinations): the oldest go out anyway (the
-        // dispatcher puts them back, due later, which moves them out of the window).
         if (!ready_.PopOldest(&job)) break;
       }
       if (window_held_ && WindowSizeLocked() <= std::max<size_t>(options_.window_size, 2)) {

@@ -326,27 +326,21 @@ void RocksDbJobStore::QueueLocked(int64_t due_ms, uint64_t id, uint32_t dest, ui
   QueuedJob job{due_ms, id, fresh};
   job.dest = dest;
   job.key = key;
+  // The cursor whose part of the order it joins: its detached destination's own, or the window's
+  // (see Detached), with that cursor's place in the fresh records.
+  QueuedJob* cursor = &cursor_;
+  uint64_t* fresh_cursor = &fresh_cursor_id_;
   if (!detached_.empty()) {
     if (auto it = detached_.find(dest); it != detached_.end()) {
-      // A detached destination's own cursor decides (see Detached).
-      Detached& d = it->second;
-      if (job < d.from) {
-        if (fresh) d.fresh_id = std::max(d.fresh_id, id + 1);
-        PushQueuedLocked(job, now_ms);
-        const size_t limit =
-            window_held_ ? HeldWindowLimit() : std::max<size_t>(options_.window_size, 2);
-        if (WindowSizeLocked() > limit) ShrinkWindowLocked();
-      } else if (dirty) {
-        parked_.insert(job);
-      }
-      return;
+      cursor = &it->second.from;
+      fresh_cursor = &it->second.fresh_id;
     }
   }
-  if (job < cursor_) {
+  if (job < *cursor) {
     // A fresh record below the cursor is in memory: the pager's place in the ids moves past it
     // (publications come in id order, and no fresh record between is on disk only: its key
     // would be below this one's, hence below the cursor).
-    if (fresh) fresh_cursor_id_ = std::max(fresh_cursor_id_, id + 1);
+    if (fresh) *fresh_cursor = std::max(*fresh_cursor, id + 1);
     PushQueuedLocked(job, now_ms);
     // A window grown by held-back jobs (up to HeldWindowLimit()) is not shrunk for an append:
     // that would evict what the pager just brought in, at every append.
