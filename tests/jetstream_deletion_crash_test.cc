@@ -157,8 +157,9 @@ TEST_P(JetStreamDeletionCrashTest, FinishedByTheNextCollector) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, JetStreamDeletionCrashTest,
-                         ::testing::Values("planned", "recorded", "purged", "memberships",
-                                           "notified", "completed"),
+                         ::testing::Values("planned", "recorded", "counted", "purging",
+                                           "purged", "memberships", "notifying", "notified",
+                                           "swept", "completed"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

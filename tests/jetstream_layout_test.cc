@@ -20,6 +20,7 @@ namespace hookrelay::collector {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class JetStreamLayoutTest : public ::testing::Test {
  protected:
@@ -137,6 +138,45 @@ TEST_F(JetStreamLayoutTest, DedupMarkersOnOneReplica) {
   EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_DEDUP"), HasSubstr(R"("num_replicas":1)"));
   EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());  // Idempotent.
+}
+
+// HR_JOBS as an earlier release made it (no atomic batches), with a limit its operator added:
+// atomic batches are turned on, the limit and the jobs stay. A setting hookrelay cannot turn
+// on by itself (the replication) is still refused.
+TEST_F(JetStreamLayoutTest, JobsStreamOfAnEarlierReleaseGetsAtomicBatches) {
+  std::string answer;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    answer = Api("$JS.API.STREAM.CREATE.HR_JOBS",
+                 R"({"name":"HR_JOBS","subjects":["hr.jobs.ready.>","hr.jobs.sched.>"],)"
+                 R"("retention":"workqueue","storage":"file","num_replicas":3,)"
+                 R"("allow_msg_schedules":true,"allow_rollup_hdrs":true,"max_bytes":1073741824})");
+    if (!absl::StrContains(answer, "\"error\"") && !answer.empty()) break;
+    absl::SleepFor(absl::Milliseconds(300));
+  } while (absl::Now() < deadline);
+  ASSERT_FALSE(absl::StrContains(answer, "\"error\"")) << answer;
+  ASSERT_THAT(answer, Not(HasSubstr(R"("allow_atomic":true)")));
+  std::string stored;
+  for (int i = 0; i < 50; ++i) {  // The stream's leader settling.
+    stored = Api("hr.jobs.ready.ZA.cw.dQ", "a job");
+    if (absl::StrContains(stored, R"("seq":1)")) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_THAT(stored, HasSubstr(R"("seq":1)"));
+
+  JetStreamLayout r1;
+  r1.replicas = 1;
+  absl::Status st = Ensure(r1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("num_replicas is 3, hookrelay needs 1"));
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), Not(HasSubstr(R"("allow_atomic":true)")));
+
+  ASSERT_TRUE(Ensure(JetStreamLayout()).ok());
+  const std::string jobs = Api("$JS.API.STREAM.INFO.HR_JOBS");
+  EXPECT_THAT(jobs, HasSubstr(R"("allow_atomic":true)")) << jobs;
+  EXPECT_THAT(jobs, HasSubstr(R"("max_bytes":1073741824)")) << jobs;
+  EXPECT_THAT(jobs, HasSubstr(R"("messages":1)")) << jobs;
+  EXPECT_TRUE(EnsureJetStreamLayout(nc_, JetStreamLayout()).ok());
 }
 
 TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {

@@ -102,11 +102,16 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       if (meta != nullptr) jsMsgMetaData_Destroy(meta);
       continue;
     }
+    // A retry carries the id its job had when it was leased (0 in a job's first message): a
+    // retry of a job a deletion purged, stored by a collector that did not know of the deletion
+    // yet, is dropped like the job itself (the deletion's sweep removes it from the stream).
+    const uint64_t earlier_id = item.leased.job.id();
     item.leased.job.set_id(meta->Sequence.Stream);
     item.delivered = meta->NumDelivered;
     if (meta->Consumer != nullptr) item.consumer = meta->Consumer;
     jsMsgMetaData_Destroy(meta);
-    if (user_data_->PurgedByDeletion(item.leased.job, item.leased.job.id())) {
+    if (user_data_->PurgedByDeletion(item.leased.job, item.leased.job.id()) ||
+        (earlier_id != 0 && user_data_->PurgedByDeletion(item.leased.job, earlier_id))) {
       JsAck(nc_, msg);  // Purged while fetched.
       natsMsg_Destroy(msg);
       continue;

@@ -172,7 +172,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   store->republisher_ = std::thread([raw = store.get()] { raw->RepublishLoop(); });
   store->acker_ = std::thread([raw = store.get()] { raw->AckLoop(); });
   absl::StatusOr<std::unique_ptr<JetStreamUserData>> user_data =
-      JetStreamUserData::Start(store->nc_, o.layout, clock);
+      JetStreamUserData::Start(store->nc_, o.layout, clock, o.stop_deletion_after);
   if (!user_data.ok()) return user_data.status();
   store->user_data_ = *std::move(user_data);
   if (o.registry != nullptr) {

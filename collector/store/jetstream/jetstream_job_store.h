@@ -95,6 +95,9 @@ class JetStreamJobStore final : public Store {
     prometheus::Registry* registry = nullptr;
     // Tests with a manual clock (JobStoreOptions::max_schedule_delay).
     absl::Duration max_schedule_delay = absl::InfiniteDuration();
+    // Tests: true for a step of a user deletion stops it right after that step, as a crash
+    // would (JetStreamUserData::Start).
+    std::function<bool(std::string_view step)> stop_deletion_after;
   };
 
   static absl::StatusOr<std::unique_ptr<JetStreamJobStore>> Open(Options options);

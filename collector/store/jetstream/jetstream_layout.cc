@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "collector/store/jetstream/jetstream_subjects.h"
+#include "common/log.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -43,6 +44,8 @@ struct Wanted {
   std::string key;
   std::string value;
   std::string why;
+  // A switch a later release of hookrelay needs: turned on in a stream an earlier one created.
+  bool turn_on = false;
 };
 
 // The settings of `info_body` that differ from `wanted`, as "key is X, hookrelay needs Y (why)".
@@ -75,6 +78,46 @@ absl::Status Check(const std::string& what, const std::string& info_body,
       ". Change it (nats stream/consumer edit) or remove it so hookrelay creates it."));
 }
 
+// When the stream's only differences from `wanted` are switches to turn on, turns them on
+// (STREAM.UPDATE with the stream's own config plus those switches) and answers the update's
+// info; otherwise "" (Check then reports the differences).
+absl::StatusOr<std::string> TurnOn(natsConnection* nc, const JetStreamLayout& layout,
+                                   const std::string& what, const std::string& name,
+                                   const std::string& info_body,
+                                   const std::vector<Wanted>& wanted) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object config;
+  if (parser.parse(info_body)["config"].get_object().get(config) != simdjson::SUCCESS) return "";
+  std::vector<const Wanted*> off;
+  for (const Wanted& w : wanted) {
+    if (Setting(config, w.key) == w.value) continue;
+    if (!w.turn_on) return "";
+    off.push_back(&w);
+  }
+  if (off.empty()) return "";
+  // A key repeated at the end wins (the server's JSON decoding keeps the last).
+  std::string body = simdjson::minify(config);
+  body.pop_back();
+  std::vector<std::string> names;
+  for (const Wanted* w : off) {
+    absl::StrAppend(&body, ",\"", w->key, "\":", w->value);
+    names.push_back(absl::StrCat(w->key, " (", w->why, ")"));
+  }
+  body.push_back('}');
+  absl::StatusOr<JetStreamApiReply> reply = JetStreamApi(
+      nc, absl::StrCat("$JS.API.STREAM.UPDATE.", name), body, layout.request_timeout);
+  if (!reply.ok()) return reply.status();
+  if (reply->error_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": turning on ", absl::StrJoin(names, ", "), " was refused (",
+                     reply->error, "); hookrelay needs nats-server ", kMinNatsServerVersion,
+                     " or later"));
+  }
+  common::LogInfo("turned on settings of an existing JetStream stream",
+                  {{"stream", name}, {"settings", absl::StrJoin(names, ", ")}});
+  return reply->body;
+}
+
 absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
                           const std::string& name, const std::string& config,
                           const std::vector<Wanted>& wanted) {
@@ -82,7 +125,11 @@ absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
       JetStreamApi(nc, absl::StrCat("$JS.API.STREAM.INFO.", name), "", layout.request_timeout);
   if (!info.ok()) return info.status();
   const std::string what = absl::StrCat("JetStream stream ", name);
-  if (info->error_code == 0) return Check(what, info->body, wanted);
+  if (info->error_code == 0) {
+    absl::StatusOr<std::string> updated = TurnOn(nc, layout, what, name, info->body, wanted);
+    if (!updated.ok()) return updated.status();
+    return Check(what, updated->empty() ? info->body : *updated, wanted);
+  }
   if (info->error_code != kStreamNotFound) {
     return absl::UnavailableError(absl::StrCat(what, ": ", info->error));
   }
@@ -208,7 +255,8 @@ std::string JobsStreamConfig(const JetStreamLayout& layout) {
                       R"("],"retention":"workqueue","storage":"file","num_replicas":)",
                       layout.replicas,
                       R"(,"allow_msg_schedules":true,"allow_rollup_hdrs":true,)"
-                      R"("duplicate_window":)", absl::ToInt64Nanoseconds(layout.duplicate_window),
+                      R"("allow_atomic":true,"duplicate_window":)",
+                      absl::ToInt64Nanoseconds(layout.duplicate_window),
                       "}");
 }
 
@@ -365,7 +413,9 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
        {"retention", "workqueue", "each job is taken once"},
        {"storage", "file", "acknowledged events survive restarts"},
        {"num_replicas", replicas, "--nats_replicas"},
-       {"allow_msg_schedules", "true", "retries are message schedules"}});
+       {"allow_msg_schedules", "true", "retries are message schedules"},
+       {"allow_atomic", "true", "a deletion's notifications are stored with their marker at once",
+        true}});
   if (!st.ok()) return st;
   st = EnsureStream(nc, layout, kDeadStream, internal::DeadStreamConfig(layout),
                     {{"subjects", kDeadSubjects, "dead letters by destination"},

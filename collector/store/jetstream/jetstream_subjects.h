@@ -46,6 +46,11 @@ std::string RecordSubject(std::string_view id);
 // A deletion's progress while it is applied (v1::DeletionProgress).
 std::string ProgressSubject(std::string_view id);
 std::string ClaimSubject(std::string_view request_id);
+// "hr.jobs.sched.~.~.": followed by <deletion id token>.<batch>, the marker stored with a batch of
+// a deletion's notifications (HR_JOBS; no job has "~" as its user token, nothing consumes it,
+// removed once the deletion is COMPLETED).
+inline constexpr char kNotificationMarkerPrefix[] = "hr.jobs.sched.~.~.";
+inline std::string NotificationMarkerPrefix() { return kNotificationMarkerPrefix; }
 // Audiences (HR_AUDIENCES): state, sync lock, membership, recheck.
 std::string StateSubject(std::string_view audience);
 std::string LockSubject(std::string_view audience);

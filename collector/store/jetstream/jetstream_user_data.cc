@@ -43,8 +43,10 @@ JetStreamUserData::JetStreamUserData(natsConnection* nc, const JetStreamLayout& 
 }
 
 absl::StatusOr<std::unique_ptr<JetStreamUserData>> JetStreamUserData::Start(
-    natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock) {
+    natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock,
+    std::function<bool(std::string_view step)> stop_deletion_after) {
   auto data = std::unique_ptr<JetStreamUserData>(new JetStreamUserData(nc, layout, clock));
+  data->stop_deletion_after_ = std::move(stop_deletion_after);
   natsInbox* inbox = nullptr;
   natsStatus s = natsInbox_Create(&inbox);
   if (s != NATS_OK) return NatsError("creating an inbox", s);

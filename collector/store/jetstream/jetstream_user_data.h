@@ -22,11 +22,13 @@
 //
 // A deletion (ApplyDeletion) cannot be one atomic write across streams. It claims the request
 // id (when it has one), writes its plan and progress (hr.del.plan.<id>: the HR_JOBS sequence L
-// it purges up to, the notifications made once), records "applying" with L, purges by subject
-// (the user's ready and scheduled jobs of each source with a sequence <= L, dead letters, index
-// entries, profiles), removes memberships (member counts by compare-and-set), publishes the
-// notifications (Nats-Msg-Id del-<id>-<n>), noting each step in the progress record
-// (compare-and-set), records COMPLETED and removes the progress. A collector that dies mid-way
+// it purges up to, the notifications made once), records "applying" with L, counts then purges
+// by subject (the user's ready and scheduled jobs of each source with a sequence <= L, dead
+// letters, index entries, profiles), removes memberships (member counts by compare-and-set,
+// once per deletion), publishes the notifications (atomic batches with a marker: once), sweeps
+// what collectors that had not yet received the record stored for purged jobs, noting each
+// step in the progress record (compare-and-set), records COMPLETED and removes the progress. Every
+// step is safe to run again after a crash (docs/DESIGN.md). A collector that dies mid-way
 // leaves the progress record: any collector finishes the deletion from there once it has not
 // moved for --nats_deletion_resume_after (ResumeLoop). A re-run of the request id finishes an
 // unfinished one at once, or answers the completed record. A job leased while its subject
@@ -72,9 +74,11 @@ namespace hookrelay::collector {
 class JetStreamUserData {
  public:
   // Not owned; `nc` must outlive this object (destroy it before closing the connection).
-  static absl::StatusOr<std::unique_ptr<JetStreamUserData>> Start(natsConnection* nc,
-                                                                 const JetStreamLayout& layout,
-                                                                 const common::Clock& clock);
+  // `stop_deletion_after` (tests; may be empty): true for a step name stops a deletion right
+  // after that step, as a crash of the collector would (the call answers UNAVAILABLE).
+  static absl::StatusOr<std::unique_ptr<JetStreamUserData>> Start(
+      natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock,
+      std::function<bool(std::string_view step)> stop_deletion_after = nullptr);
   ~JetStreamUserData();
 
   // The append hook: for each item to publish (publish[i]), the messages that go with its jobs
@@ -127,8 +131,16 @@ class JetStreamUserData {
   std::function<void(std::string_view)> ready_jobs_hook_;
   // Messages per direct batch request.
   static constexpr int kBatch = 256;
+  // Messages per atomic batch: the server's limit.
+  static constexpr size_t kMaxAtomicBatch = 1000;
 
   JetStreamUserData(natsConnection* nc, const JetStreamLayout& layout, const common::Clock& clock);
+
+  // A deletion's step done: true when it must stop here (a test's stop_deletion_after). With
+  // HOOKRELAY_CRASH_IN_DELETION=<step> in the environment the process kills itself instead
+  // (tests/jetstream_deletion_crash_test.cc).
+  bool StopAfter(std::string_view step);
+  std::function<bool(std::string_view)> stop_deletion_after_;
 
   // A request and its answers. A direct batch get answers several messages and a status.
   struct Request {
@@ -150,6 +162,11 @@ class JetStreamUserData {
   absl::StatusOr<uint64_t> LastSeq(const char* stream);
   // The subjects of `stream` matching `filter` (STREAM.INFO subjects_filter, paged).
   absl::StatusOr<std::vector<std::string>> Subjects(const char* stream, const std::string& filter);
+  // The messages of `stream` on the subjects matching `filter` (the same listing, added up).
+  absl::StatusOr<uint64_t> CountMessages(const char* stream, const std::string& filter);
+  // Both: (subject, messages) pairs.
+  absl::StatusOr<std::vector<std::pair<std::string, uint64_t>>> SubjectCounts(
+      const char* stream, const std::string& filter);
   // Purges `filter`; below_seq > 0 keeps messages with a sequence >= below_seq. How many went.
   absl::StatusOr<uint64_t> Purge(const char* stream, const std::string& filter,
                                  uint64_t below_seq = 0);
@@ -160,6 +177,10 @@ class JetStreamUserData {
   absl::StatusOr<uint64_t> Publish(Request request);
   // Publishes many (pipelined); every one acknowledged or an error.
   absl::Status PublishAll(const std::vector<Request>& requests);
+  // Publishes `requests` (at most 1,000, one stream) as one atomic batch: all stored or none.
+  // FAILED_PRECONDITION when a message's expected-last-subject-sequence header was not met
+  // (then none was stored).
+  absl::Status PublishAtomic(const std::vector<Request>& requests);
   // STREAM.MSG.GET requests (answered by the stream leader), pipelined: each body's message or
   // nullopt.
   absl::StatusOr<std::vector<std::optional<Stored>>> LeaderGets(
@@ -201,8 +222,25 @@ class JetStreamUserData {
   // Progress records seen by ResumeStale: subject → (sequence, since when). Resumer thread only.
   absl::flat_hash_map<std::string, std::pair<uint64_t, absl::Time>> progress_seen_;
   std::thread resumer_;
-  absl::Status RemoveMembership(const std::string& audience, const std::string& user,
-                                bool* removed);
+  // The user's membership in audience p.audience_ids(p.audiences_done()) removed and, when
+  // there was one, the member counted out once (noted in the state's counted_out_by).
+  absl::Status RemoveMembership(hookrelay::v1::DeletionProgress& p, uint64_t& seq,
+                                size_t* touched);
+  // The count of `audience` one less, once per `key` (AudienceState.counted_out_by).
+  absl::Status CountOut(const std::string& audience, const std::string& key);
+  // The notifications of `p` published with a marker (hr.jobs.sched.~.~.<id>.<chunk>) in
+  // atomic batches: a resumed deletion finds the marker and sends nothing twice, however long
+  // after the crash it resumes.
+  absl::Status PublishNotifications(const hookrelay::v1::DeletionProgress& p);
+  // Once the "applying" record has had time to reach every collector (kMarkSpread after it was
+  // published), removes what collectors that had not yet received it stored for the user after
+  // the purges: a retry or dead letter of a job the deletion purged (its id <= jobs_upto), and
+  // a membership an audience sync committed while the profile was being purged. Adds them to
+  // the counts.
+  absl::Status Sweep(hookrelay::v1::DeletionProgress& p, absl::Time recorded_at,
+                     size_t* touched);
+  // STREAM.MSG.DELETE: true when it was there.
+  absl::StatusOr<bool> DeleteMessage(const char* stream, uint64_t seq);
   // Read-modify-write of an audience's state, retried on concurrent changes. `change` returns
   // false to give up (nothing written).
   absl::StatusOr<hookrelay::v1::AudienceState> UpdateState(

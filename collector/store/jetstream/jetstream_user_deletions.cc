@@ -34,16 +34,37 @@ using hookrelay::v1::Job;
 // manual clock moved hours ahead must not let a purged job through).
 constexpr absl::Duration kPurgeMarkFor = absl::Minutes(10);
 
-// The fault test's crash points (tests/jetstream_deletion_crash_test.cc): with
-// HOOKRELAY_CRASH_IN_DELETION=<step> in its environment the process kills itself (SIGKILL, as
-// kill -9 would) right after that step of a deletion: planned, recorded, purged (the first
-// source), memberships, notified, completed. Unset: nothing.
-void CrashPoint(std::string_view step) {
-  static const char* const at = std::getenv("HOOKRELAY_CRASH_IN_DELETION");
-  if (at != nullptr && step == at) raise(SIGKILL);
-}
+// How long the "applying" record takes to reach every connected collector, with a margin: the
+// sweep waits this long after publishing it (core NATS delivers it in milliseconds).
+constexpr absl::Duration kMarkSpread = absl::Seconds(2);
+
+// The counted-out deletions an audience's state remembers.
+constexpr int kCountedOutKept = 16;
+
+// A deletion's notifications go in atomic batches of at most this many, each with its marker.
+constexpr size_t kNotificationsPerBatch = 999;
 
 }  // namespace
+
+// The fault tests' stops (tests/jetstream_deletion_crash_test.cc kills the process,
+// tests/jetstream_user_data_test.cc stops the call), right after a step of a deletion: planned,
+// recorded, counted (a source's subjects counted), purging (its purges done, its counts not yet
+// noted), purged, membership (one removed, its count not yet changed), memberships, notifying
+// (published, not yet noted), notified, swept, completed.
+bool JetStreamUserData::StopAfter(std::string_view step) {
+  static const char* const at = std::getenv("HOOKRELAY_CRASH_IN_DELETION");
+  if (at != nullptr && step == at) raise(SIGKILL);
+  return stop_deletion_after_ && stop_deletion_after_(step);
+}
+
+namespace {
+absl::Status Stopped(std::string_view step) {
+  return absl::UnavailableError(absl::StrCat("deletion stopped after step ", std::string(step), " (test)"));
+}
+}  // namespace
+
+#define HR_STOP_AFTER(step) \
+  if (StopAfter(step)) return Stopped(step)
 
 void JetStreamUserData::OnRecord(natsConnection*, natsSubscription*, natsMsg* msg, void* self) {
   auto* data = static_cast<JetStreamUserData*>(self);
@@ -157,16 +178,139 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Resume(DeletionPlan& plan,
   return Apply(plan);
 }
 
-absl::Status JetStreamUserData::RemoveMembership(const std::string& audience,
-                                                 const std::string& user, bool* removed) {
-  ASSIGN_OR_RETURN(uint64_t purged, Purge(kAudiencesStream, MemberSubject(audience, user)));
-  *removed = purged > 0;
-  if (purged == 0) return absl::OkStatus();
-  return UpdateState(audience, [](std::optional<AudienceState>& state) -> absl::StatusOr<bool> {
+absl::Status JetStreamUserData::RemoveMembership(DeletionProgress& p, uint64_t& seq,
+                                                 size_t* touched) {
+  const std::string& audience = p.audience_ids(static_cast<int>(p.audiences_done()));
+  const std::string& user = p.record().user_id();
+  const std::string subject = MemberSubject(audience, user);
+  // Whether the user is a member, noted before the membership goes: a crash between the purge
+  // and the count leaves no other trace of it.
+  if (!p.has_removing()) {
+    ASSIGN_OR_RETURN(std::optional<Stored> member, GetLast(kAudiencesStream, subject));
+    p.mutable_removing()->set_was_member(member.has_value());
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    *touched += 2;
+  }
+  ASSIGN_OR_RETURN(uint64_t purged, Purge(kAudiencesStream, subject));
+  ++*touched;
+  HR_STOP_AFTER("membership");
+  if (purged > 0 || p.removing().was_member()) {
+    // Counted out once per deletion, whoever finishes it.
+    RETURN_IF_ERROR(CountOut(audience, p.record().id()));
+    *touched += 2;
+  }
+  p.clear_removing();
+  p.set_audiences_done(p.audiences_done() + 1);
+  ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+  ++*touched;
+  return absl::OkStatus();
+}
+
+absl::Status JetStreamUserData::CountOut(const std::string& audience, const std::string& key) {
+  return UpdateState(audience, [&key](std::optional<AudienceState>& state) -> absl::StatusOr<bool> {
            if (!state.has_value() || !state->computed() || state->members() == 0) return false;
+           for (const std::string& done : state->counted_out_by()) {
+             if (done == key) return false;
+           }
            state->set_members(state->members() - 1);
+           state->add_counted_out_by(key);
+           if (state->counted_out_by_size() > kCountedOutKept) {
+             state->mutable_counted_out_by()->DeleteSubrange(
+                 0, state->counted_out_by_size() - kCountedOutKept);
+           }
            return true;
-         }).status();
+         })
+      .status();
+}
+
+absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_at,
+                                      size_t* touched) {
+  const absl::Duration wait = recorded_at + kMarkSpread - absl::Now();
+  if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+  Deletion& record = *p.mutable_record();
+  const std::string user = Tok(record.user_id());
+  const uint64_t upto = p.jobs_upto();
+  // A message is swept when it carries a job the deletion purged: its id (the job's first
+  // HR_JOBS sequence) at or below jobs_upto. The user's new events (id 0 in their first
+  // message, or a sequence above jobs_upto) stay.
+  // The user's messages are read one by one from the stream leader (HR_JOBS and HR_DEAD have
+  // no direct gets): a few per user.
+  auto swept = [&](const char* stream, const std::vector<std::string>& filters,
+                   uint64_t* count) -> absl::Status {
+    for (const std::string& filter : filters) {
+      for (uint64_t from = 1;;) {
+        ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got,
+                         LeaderGets(stream, {absl::StrCat(R"({"seq":)", from,
+                                                          R"(,"next_by_subj":")", filter, R"("})")}));
+        ++*touched;
+        if (!got[0].has_value()) break;
+        const Stored& m = *got[0];
+        from = m.seq + 1;
+        Job job;
+        if (!job.ParseFromString(m.data) || job.id() == 0 || job.id() > upto) continue;
+        ASSIGN_OR_RETURN(bool deleted, DeleteMessage(stream, m.seq));
+        if (deleted) ++*count;
+      }
+    }
+    return absl::OkStatus();
+  };
+  uint64_t jobs = 0;
+  uint64_t dead = 0;
+  for (const std::string& source_id : record.source_ids()) {
+    const std::string tail = absl::StrCat(Tok(source_id), ".", user);
+    RETURN_IF_ERROR(swept(kJobsStream,
+                          {absl::StrCat("hr.jobs.ready.*.", tail), absl::StrCat("hr.jobs.ready.", tail),
+                           absl::StrCat("hr.jobs.sched.", tail, ".*")},
+                          &jobs));
+    RETURN_IF_ERROR(swept(kDeadStream, {absl::StrCat("hr.dead.*.", tail)}, &dead));
+    *touched += 2;
+  }
+  record.set_purged_jobs(record.purged_jobs() + jobs);
+  record.set_purged_dead_letters(record.purged_dead_letters() + dead);
+  // A membership committed by a sync that read the profile just before it was purged.
+  for (const std::string& audience : p.audience_ids()) {
+    const std::string subject = MemberSubject(audience, record.user_id());
+    ASSIGN_OR_RETURN(uint64_t purged, Purge(kAudiencesStream, subject));
+    ++*touched;
+    if (purged > 0) RETURN_IF_ERROR(CountOut(audience, absl::StrCat(record.id(), "+")));
+  }
+  if (jobs + dead > 0) {
+    common::LogInfo("a deletion swept what collectors stored for the user after its purges",
+                    {{"deletion", record.id()},
+                     {"jobs", static_cast<int64_t>(jobs)},
+                     {"dead_letters", static_cast<int64_t>(dead)}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JetStreamUserData::PublishNotifications(const DeletionProgress& p) {
+  // Each batch: its marker first, published only if it is new (expected last subject sequence
+  // 0), then its notifications; stored together or not at all. A batch whose marker is there
+  // was sent before this collector (or an earlier attempt of it) crashed.
+  const std::string id = Tok(p.record().id());
+  for (size_t from = 0, chunk = 0; from < static_cast<size_t>(p.notifications_size());
+       from += kNotificationsPerBatch, ++chunk) {
+    const size_t end =
+        std::min(static_cast<size_t>(p.notifications_size()), from + kNotificationsPerBatch);
+    std::vector<Request> batch;
+    batch.reserve(end - from + 1);
+    batch.push_back({absl::StrCat(NotificationMarkerPrefix(), id, ".", chunk),
+                     "",
+                     {{"Nats-Expected-Last-Subject-Sequence", "0"}}});
+    for (size_t n = from; n < end; ++n) {
+      const Job& job = p.notifications(static_cast<int>(n));
+      if (ready_jobs_hook_) ready_jobs_hook_(job.destination_id());
+      batch.push_back({ReadySubject(job), job.SerializeAsString(), {}});
+    }
+    absl::Status sent = PublishAtomic(batch);
+    if (absl::IsFailedPrecondition(sent)) {
+      common::LogInfo("a resumed deletion's notifications were already sent",
+                      {{"deletion", p.record().id()}, {"batch", static_cast<int64_t>(chunk)}});
+      continue;
+    }
+    RETURN_IF_ERROR(sent);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
@@ -188,7 +332,7 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
   ASSIGN_OR_RETURN(const uint64_t seq,
                    Publish({ProgressSubject(plan.record.id()), p.SerializeAsString(),
                             {{"Nats-Expected-Last-Subject-Sequence", "0"}}}));
-  CrashPoint("planned");
+  HR_STOP_AFTER("planned");
   return FinishOrAwait(p, seq);
 }
 
@@ -235,6 +379,8 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
   if (stored.has_value() && done.ParseFromString(stored->data) &&
       done.state() == Deletion::COMPLETED) {
     // Finished, and interrupted before its progress was removed.
+    RETURN_IF_ERROR(Purge(kJobsStream, absl::StrCat(NotificationMarkerPrefix(), Tok(record.id()), ".*"))
+                        .status());
     RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
     outcome.record = std::move(done);
     return outcome;
@@ -245,60 +391,87 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
                            {{"Hr-Jobs-Upto", upto}}})
                       .status());
   NotePurge(record, p.jobs_upto());
+  const absl::Time recorded_at = absl::Now();
   ++touched;
-  CrashPoint("recorded");
+  HR_STOP_AFTER("recorded");
 
-  // Each source's purges, then its counts in the progress: a crash between the two loses that
-  // source's counts only (a re-run purges nothing more there).
+  // Each source: what its subjects hold, noted; its purges; its counts in the progress. The
+  // purges' own counts are exact; a deletion resumed after a crash in the middle of a source's
+  // purges records what was noted just before them instead (the purges run again find only
+  // what the crash left).
   for (int i = static_cast<int>(p.sources_done()); i < record.source_ids_size(); ++i) {
     const std::string source = Tok(record.source_ids(i));
     const std::string tail = absl::StrCat(source, ".", user);
     // Per-destination subjects, and those of the layout before them.
-    ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, absl::StrCat("hr.jobs.ready.*.", tail),
-                                           p.jobs_upto() + 1));
+    const std::string ready_filter = absl::StrCat("hr.jobs.ready.*.", tail);
+    const std::string ready_before_filter = absl::StrCat("hr.jobs.ready.", tail);
+    const std::string scheduled_filter = absl::StrCat("hr.jobs.sched.", tail, ".*");
+    const std::string dead_filter = absl::StrCat("hr.dead.*.", tail);
+    const std::string profile_subject = absl::StrCat("hr.prof.", tail);
+    const bool resumed = p.has_purging();
+    if (!resumed) {
+      hookrelay::v1::SourceCounts& noted = *p.mutable_purging();
+      uint64_t jobs = 0;
+      for (const std::string* filter : {&ready_filter, &ready_before_filter, &scheduled_filter}) {
+        ASSIGN_OR_RETURN(uint64_t n, CountMessages(kJobsStream, *filter));
+        jobs += n;
+      }
+      noted.set_jobs(jobs);
+      ASSIGN_OR_RETURN(uint64_t dead, CountMessages(kDeadStream, dead_filter));
+      noted.set_dead_letters(dead);
+      ASSIGN_OR_RETURN(uint64_t profile, CountMessages(kProfilesStream, profile_subject));
+      noted.set_profile(profile > 0);
+      ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+      touched += 6;
+      HR_STOP_AFTER("counted");
+    }
+    ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, ready_filter, p.jobs_upto() + 1));
     ASSIGN_OR_RETURN(uint64_t ready_before,
-                     Purge(kJobsStream, absl::StrCat("hr.jobs.ready.", tail), p.jobs_upto() + 1));
+                     Purge(kJobsStream, ready_before_filter, p.jobs_upto() + 1));
     ready += ready_before;
     ASSIGN_OR_RETURN(uint64_t scheduled,
-                     Purge(kJobsStream, absl::StrCat("hr.jobs.sched.", tail, ".*"),
-                           p.jobs_upto() + 1));
-    ASSIGN_OR_RETURN(uint64_t dead, Purge(kDeadStream, absl::StrCat("hr.dead.*.", tail)));
+                     Purge(kJobsStream, scheduled_filter, p.jobs_upto() + 1));
+    ASSIGN_OR_RETURN(uint64_t dead, Purge(kDeadStream, dead_filter));
     RETURN_IF_ERROR(Purge(kUsersStream, absl::StrCat("hr.users.", user, ".", source)).status());
-    ASSIGN_OR_RETURN(uint64_t profile, Purge(kProfilesStream, absl::StrCat("hr.prof.", tail)));
+    ASSIGN_OR_RETURN(uint64_t profile, Purge(kProfilesStream, profile_subject));
     touched += 5;
-    record.set_purged_jobs(record.purged_jobs() + ready + scheduled);
-    record.set_purged_dead_letters(record.purged_dead_letters() + dead);
-    record.set_purged_profile(record.purged_profile() || profile > 0);
+    HR_STOP_AFTER("purging");
+    if (resumed) {
+      record.set_purged_jobs(record.purged_jobs() + p.purging().jobs());
+      record.set_purged_dead_letters(record.purged_dead_letters() + p.purging().dead_letters());
+      record.set_purged_profile(record.purged_profile() || p.purging().profile());
+    } else {
+      record.set_purged_jobs(record.purged_jobs() + ready + scheduled);
+      record.set_purged_dead_letters(record.purged_dead_letters() + dead);
+      record.set_purged_profile(record.purged_profile() || profile > 0);
+    }
+    p.clear_purging();
     p.set_sources_done(static_cast<uint32_t>(i + 1));
     ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
-    CrashPoint("purged");
+    HR_STOP_AFTER("purged");
   }
   if (!p.memberships_done()) {
-    for (const std::string& audience : p.audience_ids()) {
-      bool removed = false;
-      RETURN_IF_ERROR(RemoveMembership(audience, record.user_id(), &removed));
-      touched += removed ? 3 : 1;
+    while (p.audiences_done() < static_cast<uint32_t>(p.audience_ids_size())) {
+      RETURN_IF_ERROR(RemoveMembership(p, seq, &touched));
     }
     p.set_memberships_done(true);
     ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
-    CrashPoint("memberships");
+    HR_STOP_AFTER("memberships");
   }
-  // The notifications: their message ids store a re-sent one once within the stream's
-  // duplicate window (a crash between sending them and noting it, resumed within 2 minutes).
+  // The notifications, exactly once whenever the deletion is resumed (PublishNotifications).
   if (!p.notified()) {
-    std::vector<Request> notifications;
-    for (int n = 0; n < p.notifications_size(); ++n) {
-      const Job& job = p.notifications(n);
-      if (ready_jobs_hook_) ready_jobs_hook_(job.destination_id());
-      notifications.push_back({ReadySubject(job),
-                               job.SerializeAsString(),
-                               {{"Nats-Msg-Id", absl::StrCat("del-", record.id(), "-", n)}}});
-    }
-    RETURN_IF_ERROR(PublishAll(notifications));
-    touched += notifications.size();
+    RETURN_IF_ERROR(PublishNotifications(p));
+    touched += p.notifications_size() + 1;
+    HR_STOP_AFTER("notifying");
     p.set_notified(true);
     ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
-    CrashPoint("notified");
+    HR_STOP_AFTER("notified");
+  }
+  if (!p.swept()) {
+    RETURN_IF_ERROR(Sweep(p, recorded_at, &touched));
+    p.set_swept(true);
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    HR_STOP_AFTER("swept");
   }
 
   record.set_state(Deletion::COMPLETED);
@@ -307,7 +480,9 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
       Publish({RecordSubject(record.id()), record.SerializeAsString(), {{"Hr-Jobs-Upto", upto}}})
           .status());
   ++touched;
-  CrashPoint("completed");
+  HR_STOP_AFTER("completed");
+  RETURN_IF_ERROR(Purge(kJobsStream, absl::StrCat(NotificationMarkerPrefix(), Tok(record.id()), ".*"))
+                      .status());
   RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
   // Appends that hit the cache between the purge and here wrote no index entry: forget again.
   NotePurge(record, p.jobs_upto());

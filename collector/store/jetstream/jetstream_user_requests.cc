@@ -178,9 +178,9 @@ absl::StatusOr<uint64_t> JetStreamUserData::LastSeq(const char* stream) {
   return last;
 }
 
-absl::StatusOr<std::vector<std::string>> JetStreamUserData::Subjects(const char* stream,
-                                                                     const std::string& filter) {
-  std::vector<std::string> out;
+absl::StatusOr<std::vector<std::pair<std::string, uint64_t>>> JetStreamUserData::SubjectCounts(
+    const char* stream, const std::string& filter) {
+  std::vector<std::pair<std::string, uint64_t>> out;
   for (;;) {
     ASSIGN_OR_RETURN(
         JetStreamApiReply reply,
@@ -199,7 +199,9 @@ absl::StatusOr<std::vector<std::string>> JetStreamUserData::Subjects(const char*
     size_t page = 0;
     if (doc["state"]["subjects"].get_object().get(subjects) == simdjson::SUCCESS) {
       for (auto field : subjects) {
-        out.emplace_back(field.key);
+        uint64_t messages = 0;
+        if (field.value.get_uint64().get(messages) != simdjson::SUCCESS) messages = 0;
+        out.emplace_back(std::string(field.key), messages);
         ++page;
       }
     }
@@ -208,6 +210,23 @@ absl::StatusOr<std::vector<std::string>> JetStreamUserData::Subjects(const char*
     if (page == 0 || out.size() >= total) break;
   }
   return out;
+}
+
+absl::StatusOr<std::vector<std::string>> JetStreamUserData::Subjects(const char* stream,
+                                                                     const std::string& filter) {
+  ASSIGN_OR_RETURN(auto counts, SubjectCounts(stream, filter));
+  std::vector<std::string> out;
+  out.reserve(counts.size());
+  for (auto& [subject, messages] : counts) out.push_back(std::move(subject));
+  return out;
+}
+
+absl::StatusOr<uint64_t> JetStreamUserData::CountMessages(const char* stream,
+                                                          const std::string& filter) {
+  ASSIGN_OR_RETURN(auto counts, SubjectCounts(stream, filter));
+  uint64_t total = 0;
+  for (const auto& [subject, messages] : counts) total += messages;
+  return total;
 }
 
 absl::StatusOr<uint64_t> JetStreamUserData::Purge(const char* stream, const std::string& filter,
@@ -352,6 +371,75 @@ absl::Status JetStreamUserData::PublishAll(const std::vector<Request>& requests)
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JetStreamUserData::DeleteMessage(const char* stream, uint64_t seq) {
+  ASSIGN_OR_RETURN(JetStreamApiReply reply, Api(absl::StrCat("$JS.API.STREAM.MSG.DELETE.", stream),
+                                                absl::StrCat(R"({"seq":)", seq, "}")));
+  if (reply.error_code == kNoMessageFound) return false;  // Consumed or deleted meanwhile.
+  if (reply.error_code != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("JetStream: deleting message ", seq, " of ", stream, ": ", reply.error));
+  }
+  return true;
+}
+
+absl::Status JetStreamUserData::PublishAtomic(const std::vector<Request>& requests) {
+  if (requests.empty()) return absl::OkStatus();
+  if (requests.size() > kMaxAtomicBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("an atomic batch of ", requests.size(),
+                                                   " messages; at most ", kMaxAtomicBatch));
+  }
+  // Every message but the last is a plain publish (the server answers only the commit); a batch
+  // that fails in passing (a leader change drops it whole) is sent again under a new id.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  std::string problem;
+  for (;;) {
+    const std::string batch_id = absl::StrCat(owner_, "-b", next_publish_.fetch_add(1));
+    natsStatus s = NATS_OK;
+    for (size_t i = 0; i + 1 < requests.size() && s == NATS_OK; ++i) {
+      const Request& r = requests[i];
+      natsMsg* msg = nullptr;
+      s = natsMsg_Create(&msg, r.subject.c_str(), nullptr, r.body.data(),
+                         static_cast<int>(r.body.size()));
+      for (const auto& [key, value] : r.headers) {
+        if (s == NATS_OK) s = natsMsgHeader_Set(msg, key.c_str(), value.c_str());
+      }
+      if (s == NATS_OK) s = natsMsgHeader_Set(msg, "Nats-Batch-Id", batch_id.c_str());
+      if (s == NATS_OK) {
+        s = natsMsgHeader_Set(msg, "Nats-Batch-Sequence", absl::StrCat(i + 1).c_str());
+      }
+      if (s == NATS_OK) s = natsConnection_PublishMsg(nc_, msg);
+      if (msg != nullptr) natsMsg_Destroy(msg);
+    }
+    if (s == NATS_OK) {
+      Request commit = requests.back();
+      commit.headers.emplace_back("Nats-Batch-Id", batch_id);
+      commit.headers.emplace_back("Nats-Batch-Sequence", absl::StrCat(requests.size()));
+      commit.headers.emplace_back("Nats-Batch-Commit", "1");
+      ASSIGN_OR_RETURN(std::vector<Answer> answers, Exchange({commit}, false));
+      const PubAck ack =
+          ParsePubAck(answers[0].messages.empty() ? "" : answers[0].messages[0].data);
+      if (ack.error_code == 0) return absl::OkStatus();
+      if (ack.error_code == kWrongLastSequence || ack.error_code == kWrongLastSequenceConstant ||
+          absl::StartsWith(ack.error, "wrong last sequence")) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("an atomic batch to ", requests[0].subject, ": a subject changed meanwhile"));
+      }
+      problem = ack.error;
+      if (ack.error_code != kTemporarilyUnavailable && ack.error_code != -1) {
+        return absl::UnavailableError(absl::StrCat("JetStream: an atomic batch to ",
+                                                   requests[0].subject, ": ", ack.error));
+      }
+    } else {
+      problem = natsStatus_GetText(s);
+    }
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(
+          absl::StrCat("JetStream: an atomic batch to ", requests[0].subject, ": ", problem));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 absl::StatusOr<std::vector<std::vector<JetStreamUserData::Stored>>> JetStreamUserData::ReadAll(
