@@ -514,6 +514,44 @@ TEST_F(JetStreamUserDataTest, WhatOthersStoredAfterThePurgesIsSweptBeforeComplet
   EXPECT_THAT(left, ::testing::UnorderedElementsAre(next_id, "del_swept/web"));
 }
 
+// An event of the user accepted by another collector while the deletion runs — after its
+// "applying" record, before its purge of the index entry; or, with the pair cached (no entry
+// written), in the milliseconds between that purge and the record's arrival — keeps its index
+// entry: the collector writes the entry again once the deletion is COMPLETED. A user with no
+// event during the deletion gets none back.
+TEST_F(JetStreamUserDataTest, IndexEntryOfAnEventAcceptedDuringADeletionIsKept) {
+  using hookrelay::v1::TRACK;
+  Append({Item("web", "u2", TRACK, "e", "", "")});
+  Append({Item("web", "u1", TRACK, "e", "", "")});  // Indexed, and (u1, web) cached here.
+  {
+    std::atomic<bool> stopped{false};
+    std::unique_ptr<JetStreamJobStore> doomed = Open(absl::Hours(1), [&](std::string_view at) {
+      return at == "recorded" && !stopped.exchange(true);
+    });
+    ASSERT_NE(doomed, nullptr);
+    ASSERT_EQ(doomed->ApplyDeletion(MakeDeletion("del_idx", "u1", {"web"})).status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+  // Whether or not the record has reached this collector yet (the window either way).
+  Append({Item("web", "u1", TRACK, "e", "", "")});
+  std::unique_ptr<JetStreamJobStore> survivor = Open(absl::Seconds(1));
+  ASSERT_NE(survivor, nullptr);
+  bool completed = false;
+  std::vector<std::string> seen;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (seen.empty() && absl::Now() < deadline) {
+    completed = completed || store_->GetDeletion("del_idx").value_or(std::nullopt).has_value();
+    if (completed) seen = store_->SourcesSeen("u1").value_or(std::vector<std::string>{});
+    absl::SleepFor(absl::Milliseconds(100));  // Waits for the survivor, then for the entry.
+  }
+  EXPECT_TRUE(completed);
+  EXPECT_THAT(seen, ElementsAre("web"));
+  // u2's last event came seconds before its deletion: no entry is written again (this
+  // collector applies it, and writes any entry again before ApplyDeletion returns).
+  ASSERT_TRUE(store_->ApplyDeletion(MakeDeletion("del_u2", "u2", {"web"})).ok());
+  EXPECT_THAT(store_->SourcesSeen("u2").value_or(std::vector<std::string>{"x"}), IsEmpty());
+}
+
 // A profile no audience reads (source srv) is rolled up off the ingest path: its deltas do not
 // pile up, and the folded profile is unchanged.
 TEST_F(JetStreamUserDataTest, ProfilesNoAudienceReadsAreRolledUpInTheBackground) {

@@ -39,7 +39,13 @@ JetStreamUserData::JetStreamUserData(natsConnection* nc, const JetStreamLayout& 
                           absl::Hex(reinterpret_cast<uintptr_t>(this)))),
       seen_(std::make_shared<SeenCache>()) {
   seen_->slots = std::make_unique<std::atomic<uint64_t>[]>(kSeenCacheSlots);
-  for (size_t i = 0; i < kSeenCacheSlots; ++i) seen_->slots[i].store(0);
+  seen_->recent_pairs = std::make_unique<std::atomic<uint64_t>[]>(kSeenCacheSlots);
+  seen_->recent_ms = std::make_unique<std::atomic<int64_t>[]>(kSeenCacheSlots);
+  for (size_t i = 0; i < kSeenCacheSlots; ++i) {
+    seen_->slots[i].store(0);
+    seen_->recent_pairs[i].store(0);
+    seen_->recent_ms[i].store(0);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<JetStreamUserData>> JetStreamUserData::Start(
@@ -81,12 +87,22 @@ void JetStreamUserData::AddAppendMessages(const std::vector<AppendItem>& items,
                                           Store::AppendCallback* done) {
   std::vector<uint64_t> new_pairs;
   std::vector<std::string> profile_subjects;
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  const bool watching = any_index_watch_.load(std::memory_order_relaxed);
   for (size_t i = 0; i < items.size(); ++i) {
     const AppendItem& item = items[i];
     if (!publish[i] || item.user_id.empty()) continue;
     const std::string user = Tok(item.user_id);
     const std::string source = Tok(item.source_id);
     const uint64_t pair = UserSourceHash(item.user_id, item.source_id);
+    const size_t slot = pair & (kSeenCacheSlots - 1);
+    seen_->recent_pairs[slot].store(pair, std::memory_order_relaxed);
+    seen_->recent_ms[slot].store(now_ms, std::memory_order_relaxed);
+    if (watching) {  // A deletion of this user is under way somewhere (rare).
+      absl::MutexLock lock(&mu_);
+      auto it = index_watch_.find(pair);
+      if (it != index_watch_.end()) it->second.appended = true;
+    }
     natsMsg* msg = nullptr;
     if (seen_->slots[pair & (kSeenCacheSlots - 1)].load(std::memory_order_relaxed) != pair &&
         natsMsg_Create(&msg, absl::StrCat("hr.users.", user, ".", source).c_str(), nullptr,

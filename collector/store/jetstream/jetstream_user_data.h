@@ -201,7 +201,10 @@ class JetStreamUserData {
 
   // Deletion records published by any collector: cache invalidation and purge marks.
   static void OnRecord(natsConnection* nc, natsSubscription* sub, natsMsg* msg, void* self);
-  void NotePurge(const hookrelay::v1::Deletion& record, uint64_t jobs_upto);
+  // Also: the index watches of `record`'s pairs (IndexWatch), and, once it is COMPLETED, the
+  // entries of the pairs appended meanwhile written again.
+  // `planned_ms`: when the deletion read jobs_upto (real time; 0 unknown).
+  void NotePurge(const hookrelay::v1::Deletion& record, uint64_t jobs_upto, int64_t planned_ms);
   absl::StatusOr<DeletionOutcome> Resume(DeletionPlan& plan, const std::string& earlier_id);
   // Writes the plan's progress record, then Finish.
   absl::StatusOr<DeletionOutcome> Apply(DeletionPlan& plan);
@@ -264,8 +267,27 @@ class JetStreamUserData {
   struct SeenCache {
     std::unique_ptr<std::atomic<uint64_t>[]> slots;
     std::atomic<uint64_t> generation{0};
+    // The pairs of the latest appends (direct-mapped like the cache, whatever the cache holds)
+    // and when (real time, ms): a deletion's record tells whether the user was seen here in the
+    // milliseconds between the purge of its index entry and the record's arrival.
+    std::unique_ptr<std::atomic<uint64_t>[]> recent_pairs;
+    std::unique_ptr<std::atomic<int64_t>[]> recent_ms;
   };
   std::shared_ptr<SeenCache> seen_;
+
+  // Index entries kept across a deletion: from its "applying" record to its COMPLETED one, the
+  // (user, source) pairs it purges are watched here; a pair this collector appended an event of
+  // meanwhile (or just before the record came, after the purge) gets its index entry written
+  // again once the deletion is COMPLETED (its purges done), since the entry that event wrote,
+  // or did not write because the pair was cached, may have been purged. pair hash → watch.
+  struct IndexWatch {
+    std::string user_token;
+    std::string source_token;
+    bool appended = false;
+    absl::Time since;
+  };
+  absl::flat_hash_map<uint64_t, IndexWatch> index_watch_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> any_index_watch_{false};
 
   absl::Mutex compact_mu_;
   absl::flat_hash_map<std::string, int> deltas_published_ ABSL_GUARDED_BY(compact_mu_);

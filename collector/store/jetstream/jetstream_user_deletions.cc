@@ -72,18 +72,60 @@ void JetStreamUserData::OnRecord(natsConnection*, natsSubscription*, natsMsg* ms
   uint64_t upto = 0;
   if (record.ParseFromArray(natsMsg_GetData(msg), natsMsg_GetDataLength(msg)) &&
       absl::SimpleAtoi(NatsHeader(msg, "Hr-Jobs-Upto"), &upto)) {
-    data->NotePurge(record, upto);
+    int64_t planned_ms = 0;
+    if (!absl::SimpleAtoi(NatsHeader(msg, "Hr-Planned-Ms"), &planned_ms)) planned_ms = 0;
+    data->NotePurge(record, upto, planned_ms);
   }
   natsMsg_Destroy(msg);
 }
 
-void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto) {
+void JetStreamUserData::NotePurge(const Deletion& record, uint64_t jobs_upto,
+                                  int64_t planned_ms) {
+  const absl::Time now = absl::Now();
+  const std::string user = Tok(record.user_id());
+  std::vector<std::string> rewrite;  // Index entries to write again (COMPLETED).
+  {
+    absl::MutexLock lock(&mu_);
+    if (record.state() != Deletion::COMPLETED) {
+      // Applying: watch its pairs; one appended here since the deletion read L, before its
+      // record arrived (possibly after the purge of its index entry, with no entry written
+      // because the pair was cached), counts. Real time across machines: within their skew.
+      // A record without the time (an earlier release) watches from now on only.
+      absl::erase_if(index_watch_,
+                     [&](const auto& e) { return now - e.second.since > kPurgeMarkFor; });
+      for (const std::string& source : record.source_ids()) {
+        const uint64_t pair = UserSourceHash(record.user_id(), source);
+        const size_t slot = pair & (kSeenCacheSlots - 1);
+        const bool recent =
+            planned_ms > 0 && seen_->recent_pairs[slot].load(std::memory_order_relaxed) == pair &&
+            seen_->recent_ms[slot].load(std::memory_order_relaxed) >= planned_ms;
+        auto [it, added] = index_watch_.try_emplace(pair);
+        if (added) it->second = IndexWatch{user, Tok(source), false, now};
+        it->second.appended = it->second.appended || recent;
+      }
+      any_index_watch_.store(true, std::memory_order_relaxed);
+    } else {
+      for (const std::string& source : record.source_ids()) {
+        auto it = index_watch_.find(UserSourceHash(record.user_id(), source));
+        if (it == index_watch_.end()) continue;
+        if (it->second.appended) {
+          rewrite.push_back(
+              absl::StrCat("hr.users.", it->second.user_token, ".", it->second.source_token));
+        }
+        index_watch_.erase(it);
+      }
+      any_index_watch_.store(!index_watch_.empty(), std::memory_order_relaxed);
+    }
+  }
+  // Written without waiting (this may be the client's callback thread): one message per subject.
+  for (const std::string& subject : rewrite) {
+    natsConnection_Publish(nc_, subject.c_str(), nullptr, 0);
+  }
   // Index entries may be purged: the cache forgets every pair (deletions are rare; it refills).
   seen_->generation.fetch_add(1);
   for (size_t i = 0; i < kSeenCacheSlots; ++i) {
     seen_->slots[i].store(0, std::memory_order_relaxed);
   }
-  const absl::Time now = absl::Now();
   any_purges_.store(true, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   if (purged_.size() > 100'000) {
@@ -316,12 +358,14 @@ absl::Status JetStreamUserData::PublishNotifications(const DeletionProgress& p) 
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
   // Jobs stored up to L are purged; L travels with the record so that every collector drops the
   // outcome of a purged job it has leased (PurgedByDeletion).
+  const int64_t planned_ms = absl::ToUnixMillis(absl::Now());
   ASSIGN_OR_RETURN(const uint64_t jobs_upto, LastSeq(kJobsStream));
   // The plan first, notifications made once (ids, due times): from here on a crash leaves a
   // deletion any collector finishes (ResumeLoop), whether or not the caller gave a request id.
   DeletionProgress p;
   *p.mutable_record() = plan.record;
   p.set_jobs_upto(jobs_upto);
+  p.set_planned_unix_ms(planned_ms);
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   for (Job& job : plan.notifications) {
     job.set_id(0);
@@ -387,10 +431,11 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
   }
   // "Applying", with L: every collector drops the outcomes of purged jobs it has leased.
   record.clear_state();
+  const std::string planned = absl::StrCat(p.planned_unix_ms());
   RETURN_IF_ERROR(Publish({RecordSubject(record.id()), record.SerializeAsString(),
-                           {{"Hr-Jobs-Upto", upto}}})
+                           {{"Hr-Jobs-Upto", upto}, {"Hr-Planned-Ms", planned}}})
                       .status());
-  NotePurge(record, p.jobs_upto());
+  NotePurge(record, p.jobs_upto(), p.planned_unix_ms());
   const absl::Time recorded_at = absl::Now();
   ++touched;
   HR_STOP_AFTER("recorded");
@@ -477,15 +522,17 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
   record.set_state(Deletion::COMPLETED);
   record.set_notifications(static_cast<uint64_t>(p.notifications_size()));
   RETURN_IF_ERROR(
-      Publish({RecordSubject(record.id()), record.SerializeAsString(), {{"Hr-Jobs-Upto", upto}}})
+      Publish({RecordSubject(record.id()), record.SerializeAsString(),
+               {{"Hr-Jobs-Upto", upto}, {"Hr-Planned-Ms", planned}}})
           .status());
   ++touched;
   HR_STOP_AFTER("completed");
   RETURN_IF_ERROR(Purge(kJobsStream, absl::StrCat(NotificationMarkerPrefix(), Tok(record.id()), ".*"))
                       .status());
   RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
-  // Appends that hit the cache between the purge and here wrote no index entry: forget again.
-  NotePurge(record, p.jobs_upto());
+  // Appends that hit the cache between the purge and here wrote no index entry: forget again,
+  // and write again the entries of this collector's appends during the deletion.
+  NotePurge(record, p.jobs_upto(), p.planned_unix_ms());
   outcome.record = record;
   outcome.created = true;
   return outcome;
