@@ -29,6 +29,11 @@ ABSL_FLAG(int, nats_dedup_replicas, 0,
           "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 0 = as "
           "--nats_replicas, or 1, 3, 5. At 1 an event costs one replicated write instead of two; "
           "a lost node then forgets its share of the markers (duplicates possible, no loss)");
+ABSL_FLAG(absl::Duration, dedup_window, absl::Hours(24),
+          "an event repeating the (source, messageId) of one accepted this long ago or less is "
+          "acknowledged and dropped (1m..30d). On --store=jetstream the markers cost server "
+          "memory in proportion (docs/BENCHMARKS.md, \"JetStream sizing\"); changing it on an "
+          "existing cluster needs HR_DEDUP's max_age changed too (the collector says so)");
 ABSL_FLAG(absl::Duration, nats_deletion_resume_after, absl::Seconds(30),
           "--store=jetstream: a user deletion left unfinished this long (its collector died "
           "mid-way) is finished by any collector; every collector looks at start and then "
@@ -96,6 +101,13 @@ int main(int argc, char** argv) {
   options.nats_replicas = absl::GetFlag(FLAGS_nats_replicas);
   options.nats_dedup_replicas = absl::GetFlag(FLAGS_nats_dedup_replicas);
   options.nats_deletion_resume_after = absl::GetFlag(FLAGS_nats_deletion_resume_after);
+  options.dedup_window = absl::GetFlag(FLAGS_dedup_window);
+  if (options.dedup_window < absl::Minutes(1) || options.dedup_window > absl::Hours(30 * 24)) {
+    hookrelay::common::LogError(absl::StrCat("--dedup_window=",
+                                             absl::FormatDuration(options.dedup_window),
+                                             ": allowed 1m to 30d (720h)"));
+    return 2;
+  }
   if (options.nats_deletion_resume_after < absl::Seconds(1) ||
       options.nats_deletion_resume_after > absl::Hours(1)) {
     hookrelay::common::LogError(

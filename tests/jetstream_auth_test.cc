@@ -303,6 +303,11 @@ TEST_F(JetStreamAuthTest, BadFlagCombinationsAndFilesStopTheCollectorAtOnce) {
       {{absl::StrCat("--nats_nkey_seed_file=", dir_, "/password")}, "--nats_nkey_seed_file"},
       {{"--nats_user=hookrelay", password, absl::StrCat("--nats_tls_ca_file=", dir_, "/empty")},
        "--nats_tls_ca_file"},
+      // Not about NATS, refused as early: the de-duplication window's range.
+      {{"--nats_user=hookrelay", password, "--dedup_window=30s"},
+       "--dedup_window=30s: allowed 1m to 30d"},
+      {{"--nats_user=hookrelay", password, "--dedup_window=800h"},
+       "--dedup_window=800h: allowed 1m to 30d"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.reason);

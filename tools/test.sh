@@ -149,6 +149,18 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The JetStream sizing benchmark, smoke version (200 events/s for 2 s + 5 s through a 3-node
+# cluster, collector, deliverer and receiver): the script works, nothing is lost.
+if [ -z "${config[*]}" ]; then
+  section "JetStream sizing smoke run (SMOKE=1 tools/bench/run_jetstream_sizing.sh)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  if SMOKE=1 SKIP_BUILD=1 BIN_DIR="$bin_dir" timeout 180 tools/bench/run_jetstream_sizing.sh; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("jetstream sizing smoke")
+  fi
+fi
+
 # The delivery benchmark, smoke version (3 s runs, a 5,000-job backlog, the deliverer's default
 # flags): the script, the servers and the load tools work together, on the binaries `bazel test`
 # just built (fastbuild: the figures mean nothing, docs/BENCHMARKS.md has the real run).
