@@ -44,6 +44,11 @@ constexpr int kCountedOutKept = 16;
 // A deletion's notifications go in atomic batches of at most this many, each with its marker.
 constexpr size_t kNotificationsPerBatch = 999;
 
+// The markers of a deletion's notification batches.
+std::string NotificationMarkers(std::string_view deletion_id) {
+  return absl::StrCat(NotificationMarkerPrefix(), Tok(deletion_id), ".*");
+}
+
 }  // namespace
 
 // The fault tests' stops (tests/jetstream_deletion_crash_test.cc kills the process,
@@ -59,7 +64,8 @@ bool JetStreamUserData::StopAfter(std::string_view step) {
 
 namespace {
 absl::Status Stopped(std::string_view step) {
-  return absl::UnavailableError(absl::StrCat("deletion stopped after step ", std::string(step), " (test)"));
+  return absl::UnavailableError(
+      absl::StrCat("deletion stopped after step ", std::string(step), " (test)"));
 }
 }  // namespace
 
@@ -281,9 +287,9 @@ absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_a
                    uint64_t* count) -> absl::Status {
     for (const std::string& filter : filters) {
       for (uint64_t from = 1;;) {
-        ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got,
-                         LeaderGets(stream, {absl::StrCat(R"({"seq":)", from,
-                                                          R"(,"next_by_subj":")", filter, R"("})")}));
+        const std::string next =
+            absl::StrCat(R"({"seq":)", from, R"(,"next_by_subj":")", filter, R"("})");
+        ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got, LeaderGets(stream, {next}));
         ++*touched;
         if (!got[0].has_value()) break;
         const Stored& m = *got[0];
@@ -301,7 +307,8 @@ absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_a
   for (const std::string& source_id : record.source_ids()) {
     const std::string tail = absl::StrCat(Tok(source_id), ".", user);
     RETURN_IF_ERROR(swept(kJobsStream,
-                          {absl::StrCat("hr.jobs.ready.*.", tail), absl::StrCat("hr.jobs.ready.", tail),
+                          {absl::StrCat("hr.jobs.ready.*.", tail),
+                           absl::StrCat("hr.jobs.ready.", tail),
                            absl::StrCat("hr.jobs.sched.", tail, ".*")},
                           &jobs));
     RETURN_IF_ERROR(swept(kDeadStream, {absl::StrCat("hr.dead.*.", tail)}, &dead));
@@ -423,8 +430,7 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
   if (stored.has_value() && done.ParseFromString(stored->data) &&
       done.state() == Deletion::COMPLETED) {
     // Finished, and interrupted before its progress was removed.
-    RETURN_IF_ERROR(Purge(kJobsStream, absl::StrCat(NotificationMarkerPrefix(), Tok(record.id()), ".*"))
-                        .status());
+    RETURN_IF_ERROR(Purge(kJobsStream, NotificationMarkers(record.id())).status());
     RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
     outcome.record = std::move(done);
     return outcome;
@@ -527,8 +533,7 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
           .status());
   ++touched;
   HR_STOP_AFTER("completed");
-  RETURN_IF_ERROR(Purge(kJobsStream, absl::StrCat(NotificationMarkerPrefix(), Tok(record.id()), ".*"))
-                      .status());
+  RETURN_IF_ERROR(Purge(kJobsStream, NotificationMarkers(record.id())).status());
   RETURN_IF_ERROR(Purge(kDeletionsStream, ProgressSubject(record.id())).status());
   // Appends that hit the cache between the purge and here wrote no index entry: forget again,
   // and write again the entries of this collector's appends during the deletion.
@@ -628,5 +633,6 @@ absl::StatusOr<std::vector<Deletion>> JetStreamUserData::ListDeletions(std::stri
   return out;
 }
 
+#undef HR_STOP_AFTER
 
 }  // namespace hookrelay::collector

@@ -423,8 +423,8 @@ absl::Status JetStreamUserData::PublishAtomic(const std::vector<Request>& reques
       if (ack.error_code == 0) return absl::OkStatus();
       if (ack.error_code == kWrongLastSequence || ack.error_code == kWrongLastSequenceConstant ||
           absl::StartsWith(ack.error, "wrong last sequence")) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("an atomic batch to ", requests[0].subject, ": a subject changed meanwhile"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "an atomic batch to ", requests[0].subject, ": a subject changed meanwhile"));
       }
       problem = ack.error;
       if (ack.error_code != kTemporarilyUnavailable && ack.error_code != -1) {
