@@ -204,6 +204,7 @@ absl::Status NatsCluster::WriteConfig(int node) {
   if (nodes > 1) {
     conf << "cluster {\n  name: hookrelay-test\n  listen: 127.0.0.1:" << n.route_port << "\n"
          << "  routes: [" << absl::StrJoin(routes, ", ") << "]\n";
+    if (options_.no_advertise) conf << "  no_advertise: true\n";
     // Routes verify each other's certificates both ways.
     if (options_.tls) conf << tls_block << "  }\n";
     conf << "}\n";

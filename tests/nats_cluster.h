@@ -46,6 +46,9 @@ struct NatsClusterOptions {
   std::string admin_password;
   // Or a creds file (operator mode: tests/nats_jwt.h).
   std::string admin_creds_file;
+  // The servers do not tell clients about each other (cluster `no_advertise`): a client given
+  // one server's URL reconnects to that server only, so killing it cuts the client off.
+  bool no_advertise = false;
 };
 
 class NatsCluster {

@@ -51,6 +51,10 @@ void JetStreamJobStore::SetReadyCallback(std::function<void()> ready) {
 absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, LeaseBudget budget) {
   std::vector<LeasedJob> out;
   if (max == 0) return out;
+  // Cut off from the cluster, or back and not yet caught up with the deletions made meanwhile:
+  // nothing handed out (a job purged meanwhile would be delivered). The ready signal is raised
+  // once caught up.
+  if (!user_data_->CaughtUp()) return out;
   absl::MutexLock fetch_lock(&fetch_mu_);
   const absl::Time now = clock_.Now();
   const int64_t now_ms = absl::ToUnixMillis(now);

@@ -175,6 +175,13 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
       JetStreamUserData::Start(store->nc_, o.layout, clock, o.stop_deletion_after);
   if (!user_data.ok()) return user_data.status();
   store->user_data_ = *std::move(user_data);
+  store->user_data_->SetCaughtUpHook([raw = store.get()] { raw->ready_signal_->Raise(); });
+  {
+    absl::MutexLock lock(&store->events_->hook_mu);
+    store->events_->on_connection = [data = store->user_data_.get()](bool connected) {
+      data->NoteConnection(connected);
+    };
+  }
   if (o.registry != nullptr) {
     absl::StatusOr<std::unique_ptr<JetStreamClusterHealth>> health =
         JetStreamClusterHealth::Start(store->js_, *o.registry);
@@ -284,6 +291,10 @@ JetStreamJobStore::~JetStreamJobStore() {
   if (lookup_sub_ != nullptr) natsSubscription_Destroy(lookup_sub_);
   health_.reset();  // Before the JetStream context goes.
   if (js_ != nullptr) jsCtx_Destroy(js_);
+  if (events_ != nullptr) {
+    absl::MutexLock lock(&events_->hook_mu);
+    events_->on_connection = nullptr;
+  }
   user_data_.reset();  // Before the connection goes.
   if (events_ != nullptr) events_->store_closed = true;
   if (nc_ != nullptr) {
@@ -481,6 +492,7 @@ void JetStreamJobStore::OnDisconnected(natsConnection* nc, void* closure) {
                                                         absl::ToUnixMillis(absl::Now()));
   // The client clears its error as it starts reconnecting: keep what the error handler saw.
   if (std::string reason = NatsLastError(nc); !reason.empty()) events->SetReason(std::move(reason));
+  events->NoteConnection(false);  // Deletion records may be missed from here on.
   common::LogInfo("lost the connection to a JetStream server; reconnecting (publishes are "
                   "buffered meanwhile)",
                   {{"nats_url", events->urls}, {"error", events->Reason()}});
@@ -491,6 +503,7 @@ void JetStreamJobStore::OnReconnected(natsConnection* nc, void* closure) {
   if (events->store_closed) return;
   events->disconnected_since_ms = 0;
   events->SetReason("");
+  events->NoteConnection(true);  // Read back the deletion records missed.
   char url[256] = "";
   natsConnection_GetConnectedUrl(nc, url, sizeof(url));
   common::LogInfo("reconnected to the JetStream cluster", {{"server", url}});

@@ -255,6 +255,14 @@ class JetStreamJobStore final : public Store {
     std::string reason ABSL_GUARDED_BY(reason_mu);
     // The client gave up reconnecting (closed the connection): the store stays unwritable.
     std::atomic<bool> connection_closed{false};
+    // The user data's NoteConnection, called by the disconnected and reconnected callbacks;
+    // cleared (under hook_mu) before the user data goes.
+    absl::Mutex hook_mu;
+    std::function<void(bool connected)> on_connection ABSL_GUARDED_BY(hook_mu);
+    void NoteConnection(bool connected) {
+      absl::MutexLock lock(&hook_mu);
+      if (on_connection) on_connection(connected);
+    }
     // When an asynchronous error was last logged (ms since the epoch): one line per 10 s, not
     // one per refused publish.
     std::atomic<int64_t> error_logged_ms{0};

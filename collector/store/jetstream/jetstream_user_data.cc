@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<JetStreamUserData>> JetStreamUserData::Start(
   s = natsConnection_Subscribe(&data->records_, nc, "hr.del.rec.>", &JetStreamUserData::OnRecord,
                                data.get());
   if (s != NATS_OK) return NatsError("subscribing to deletion records", s);
+  // Records published from here on reach this collector while it stays connected.
+  absl::StatusOr<uint64_t> records = data->LastSeq(kDeletionsStream);
+  if (!records.ok()) return records.status();
+  data->records_seen_upto_.store(*records);
   data->compactor_ = std::thread([raw = data.get()] { raw->CompactLoop(); });
   data->resumer_ = std::thread([raw = data.get()] { raw->ResumeLoop(); });
   return data;

@@ -125,7 +125,17 @@ class JetStreamUserData {
     std::string data;
     bool full_profile = false;  // Hr-Profile: full
     uint64_t pending = 0;       // direct gets: matching messages after this one
+    std::string headers;        // STREAM.MSG.GET: the header block ("NATS/1.0\r\nKey: v\r\n...")
   };
+
+  // The connection's state, from its callbacks (JetStreamJobStore): a collector cut off from
+  // the cluster misses the deletion records published meanwhile (core NATS). From the
+  // disconnect until it has read them back (CatchUp) it hands out no job (CaughtUp false).
+  void NoteConnection(bool connected);
+  bool CaughtUp() const { return !cut_off_.load(std::memory_order_acquire); }
+  // Called (resumer thread) once the records missed were read back: the job queue raises its
+  // ready signal. Set once, before the first disconnect can happen.
+  void SetCaughtUpHook(std::function<void()> hook) { caught_up_hook_ = std::move(hook); }
 
  private:
   std::function<void(std::string_view)> ready_jobs_hook_;
@@ -222,6 +232,20 @@ class JetStreamUserData {
   // start and then periodically.
   void ResumeLoop();
   void ResumeStale();
+  // Reads the deletion records published since records_seen_upto_ (those a disconnect may have
+  // hidden), notes their purge marks, then, 2 s later (this collector's settlements buffered
+  // while it was cut off have landed), sweeps the jobs they purged that it stored meanwhile.
+  absl::Status CatchUp();
+  std::atomic<bool> cut_off_{false};
+  std::atomic<uint64_t> disconnects_{0};
+  // HR_DELETIONS' last sequence, read while connected (no disconnect since): records up to it
+  // reached this collector.
+  std::atomic<uint64_t> records_seen_upto_{0};
+  bool catch_up_wanted_ ABSL_GUARDED_BY(compact_mu_) = false;
+  std::function<void()> caught_up_hook_;
+  // The jobs and dead letters of `record`'s user carrying a job id <= upto, deleted (counted).
+  absl::Status SweepPurgedJobs(const hookrelay::v1::Deletion& record, uint64_t upto,
+                               uint64_t* jobs, uint64_t* dead, size_t* touched);
   // Progress records seen by ResumeStale: subject → (sequence, since when). Resumer thread only.
   absl::flat_hash_map<std::string, std::pair<uint64_t, absl::Time>> progress_seen_;
   std::thread resumer_;

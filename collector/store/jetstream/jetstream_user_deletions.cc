@@ -44,6 +44,16 @@ constexpr int kCountedOutKept = 16;
 // A deletion's notifications go in atomic batches of at most this many, each with its marker.
 constexpr size_t kNotificationsPerBatch = 999;
 
+// The value of `key` in a header block ("NATS/1.0\r\nKey: value\r\n..."), "" when absent.
+std::string HeaderValue(const std::string& block, std::string_view key) {
+  const std::string needle = absl::StrCat("\r\n", std::string(key), ": ");
+  const size_t at = block.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t start = at + needle.size();
+  const size_t end = block.find("\r\n", start);
+  return block.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
 // The markers of a deletion's notification batches.
 std::string NotificationMarkers(std::string_view deletion_id) {
   return absl::StrCat(NotificationMarkerPrefix(), Tok(deletion_id), ".*");
@@ -271,13 +281,10 @@ absl::Status JetStreamUserData::CountOut(const std::string& audience, const std:
       .status();
 }
 
-absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_at,
-                                      size_t* touched) {
-  const absl::Duration wait = recorded_at + kMarkSpread - absl::Now();
-  if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
-  Deletion& record = *p.mutable_record();
+absl::Status JetStreamUserData::SweepPurgedJobs(const Deletion& record, uint64_t upto,
+                                                uint64_t* jobs, uint64_t* dead,
+                                                size_t* touched) {
   const std::string user = Tok(record.user_id());
-  const uint64_t upto = p.jobs_upto();
   // A message is swept when it carries a job the deletion purged: its id (the job's first
   // HR_JOBS sequence) at or below jobs_upto. The user's new events (id 0 in their first
   // message, or a sequence above jobs_upto) stay.
@@ -302,18 +309,26 @@ absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_a
     }
     return absl::OkStatus();
   };
-  uint64_t jobs = 0;
-  uint64_t dead = 0;
   for (const std::string& source_id : record.source_ids()) {
     const std::string tail = absl::StrCat(Tok(source_id), ".", user);
     RETURN_IF_ERROR(swept(kJobsStream,
                           {absl::StrCat("hr.jobs.ready.*.", tail),
                            absl::StrCat("hr.jobs.ready.", tail),
                            absl::StrCat("hr.jobs.sched.", tail, ".*")},
-                          &jobs));
-    RETURN_IF_ERROR(swept(kDeadStream, {absl::StrCat("hr.dead.*.", tail)}, &dead));
-    *touched += 2;
+                          jobs));
+    RETURN_IF_ERROR(swept(kDeadStream, {absl::StrCat("hr.dead.*.", tail)}, dead));
   }
+  return absl::OkStatus();
+}
+
+absl::Status JetStreamUserData::Sweep(DeletionProgress& p, absl::Time recorded_at,
+                                      size_t* touched) {
+  const absl::Duration wait = recorded_at + kMarkSpread - absl::Now();
+  if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+  Deletion& record = *p.mutable_record();
+  uint64_t jobs = 0;
+  uint64_t dead = 0;
+  RETURN_IF_ERROR(SweepPurgedJobs(record, p.jobs_upto(), &jobs, &dead, touched));
   record.set_purged_jobs(record.purged_jobs() + jobs);
   record.set_purged_dead_letters(record.purged_dead_letters() + dead);
   // A membership committed by a sync that read the profile just before it was purged.
@@ -550,15 +565,99 @@ void JetStreamUserData::ResumeLoop() {
   for (bool first = true;; first = false) {
     {
       absl::MutexLock lock(&compact_mu_);
-      compact_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                                   first ? absl::ZeroDuration() : every);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(compact_mu_) {
+        return stopping_ || catch_up_wanted_;
+      };
+      // Cut off: the catch-up is tried again every second until it succeeds.
+      compact_mu_.AwaitWithTimeout(absl::Condition(&wake),
+                                   first ? absl::ZeroDuration()
+                                   : cut_off_.load() ? absl::Seconds(1)
+                                                     : every);
       if (stopping_) return;
+      catch_up_wanted_ = false;
+    }
+    if (cut_off_.load(std::memory_order_acquire)) {
+      if (absl::Status st = CatchUp(); !st.ok()) {
+        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.1, 2);
+        common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                               "reading back the deletions made while cut off from the cluster "
+                               "failed; jobs are handed out once it succeeds (retried every "
+                               "second)",
+                               {{"error", st.ToString()}});
+        continue;
+      }
+      cut_off_.store(false, std::memory_order_release);
+      if (caught_up_hook_) caught_up_hook_();
     }
     ResumeStale();
   }
 }
 
+void JetStreamUserData::NoteConnection(bool connected) {
+  if (!connected) {
+    disconnects_.fetch_add(1);
+    cut_off_.store(true, std::memory_order_release);
+    return;
+  }
+  absl::MutexLock lock(&compact_mu_);
+  catch_up_wanted_ = true;
+}
+
+absl::Status JetStreamUserData::CatchUp() {
+  const uint64_t generation = disconnects_.load();
+  struct Missed {
+    Deletion record;
+    uint64_t upto = 0;
+  };
+  std::vector<Missed> missed;
+  uint64_t from = records_seen_upto_.load() + 1;
+  for (;;) {
+    const std::string next =
+        absl::StrCat(R"({"seq":)", from, R"(,"next_by_subj":"hr.del.rec.>"})");
+    ASSIGN_OR_RETURN(std::vector<std::optional<Stored>> got,
+                     LeaderGets(kDeletionsStream, {next}));
+    if (!got[0].has_value()) break;
+    const Stored& m = *got[0];
+    from = m.seq + 1;
+    Missed one;
+    if (!one.record.ParseFromString(m.data) ||
+        !absl::SimpleAtoi(HeaderValue(m.headers, "Hr-Jobs-Upto"), &one.upto)) {
+      continue;
+    }
+    int64_t planned_ms = 0;
+    if (!absl::SimpleAtoi(HeaderValue(m.headers, "Hr-Planned-Ms"), &planned_ms)) planned_ms = 0;
+    NotePurge(one.record, one.upto, planned_ms);
+    missed.push_back(std::move(one));
+  }
+  if (!missed.empty()) {
+    // What this collector settled while cut off (buffered, sent at the reconnect) has landed.
+    absl::SleepFor(kMarkSpread);
+    uint64_t jobs = 0;
+    uint64_t dead = 0;
+    size_t touched = 0;
+    for (const Missed& m : missed) {
+      RETURN_IF_ERROR(SweepPurgedJobs(m.record, m.upto, &jobs, &dead, &touched));
+    }
+    common::LogInfo("read back the deletions made while cut off from the cluster",
+                    {{"deletions", static_cast<int64_t>(missed.size())},
+                     {"swept_jobs", static_cast<int64_t>(jobs)},
+                     {"swept_dead_letters", static_cast<int64_t>(dead)}});
+  }
+  // Up to here: unless the connection dropped again meanwhile (then read again).
+  if (disconnects_.load() == generation) records_seen_upto_.store(from - 1);
+  return absl::OkStatus();
+}
+
 void JetStreamUserData::ResumeStale() {
+  // Records up to the stream's last sequence reached this collector if it stayed connected
+  // from before reading it until after.
+  {
+    const uint64_t generation = disconnects_.load();
+    absl::StatusOr<uint64_t> last = LastSeq(kDeletionsStream);
+    if (last.ok() && !cut_off_.load() && disconnects_.load() == generation) {
+      records_seen_upto_.store(std::max(records_seen_upto_.load(), *last));
+    }
+  }
   absl::StatusOr<std::vector<std::string>> subjects = Subjects(kDeletionsStream, "hr.del.plan.*");
   if (!subjects.ok()) return;  // The cluster is away: the next round looks again.
   const absl::Time now = absl::Now();

@@ -290,6 +290,7 @@ absl::StatusOr<std::optional<JetStreamUserData::Stored>> ParseMsgGet(const std::
     std::string headers;
     if (absl::Base64Unescape(absl::string_view(headers64.data(), headers64.size()), &headers)) {
       out.full_profile = headers.find("\r\nHr-Profile: full\r\n") != std::string::npos;
+      out.headers = std::move(headers);
     }
   }
   return std::optional<Stored>(std::move(out));
