@@ -236,6 +236,9 @@ class JetStreamUserData {
   // hidden), notes their purge marks, then, 2 s later (this collector's settlements buffered
   // while it was cut off have landed), sweeps the jobs they purged that it stored meanwhile.
   absl::Status CatchUp();
+  // Both changed under connection_mu_ (a disconnect racing the end of a catch-up keeps the
+  // collector cut off); cut_off_ read without it.
+  absl::Mutex connection_mu_;
   std::atomic<bool> cut_off_{false};
   std::atomic<uint64_t> disconnects_{0};
   // HR_DELETIONS' last sequence, read while connected (no disconnect since): records up to it

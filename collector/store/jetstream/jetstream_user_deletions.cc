@@ -577,6 +577,7 @@ void JetStreamUserData::ResumeLoop() {
       catch_up_wanted_ = false;
     }
     if (cut_off_.load(std::memory_order_acquire)) {
+      const uint64_t generation = disconnects_.load();
       if (absl::Status st = CatchUp(); !st.ok()) {
         static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.1, 2);
         common::LogRateLimited(*limiter, common::LogLevel::kWarning,
@@ -586,7 +587,12 @@ void JetStreamUserData::ResumeLoop() {
                                {{"error", st.ToString()}});
         continue;
       }
-      cut_off_.store(false, std::memory_order_release);
+      {
+        // Not if the connection dropped again since the reading began.
+        absl::MutexLock lock(&connection_mu_);
+        if (disconnects_.load() != generation) continue;
+        cut_off_.store(false, std::memory_order_release);
+      }
       if (caught_up_hook_) caught_up_hook_();
     }
     ResumeStale();
@@ -595,6 +601,7 @@ void JetStreamUserData::ResumeLoop() {
 
 void JetStreamUserData::NoteConnection(bool connected) {
   if (!connected) {
+    absl::MutexLock lock(&connection_mu_);
     disconnects_.fetch_add(1);
     cut_off_.store(true, std::memory_order_release);
     return;
@@ -643,8 +650,12 @@ absl::Status JetStreamUserData::CatchUp() {
                      {"swept_jobs", static_cast<int64_t>(jobs)},
                      {"swept_dead_letters", static_cast<int64_t>(dead)}});
   }
-  // Up to here: unless the connection dropped again meanwhile (then read again).
-  if (disconnects_.load() == generation) records_seen_upto_.store(from - 1);
+  // Up to here, unless the connection dropped again meanwhile: then it is read again (and no
+  // job handed out until then).
+  if (disconnects_.load() != generation) {
+    return absl::UnavailableError("the connection dropped again while reading back");
+  }
+  records_seen_upto_.store(from - 1);
   return absl::OkStatus();
 }
 
