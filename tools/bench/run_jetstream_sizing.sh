@@ -58,6 +58,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
+# shellcheck source=tools/bench/jetstream_bench_lib.sh
+source tools/bench/jetstream_bench_lib.sh
 WORKSPACE=$(pwd)
 
 if [[ -n "${SMOKE:-}" ]]; then
@@ -88,10 +90,6 @@ for rate in $RATES; do
   fi
 done
 
-seconds() {  # "15s" / "1m" / "500ms" -> seconds (float)
-  python3 -c 'import re,sys
-m=re.fullmatch(r"([0-9.]+)(ms|s|m)?",sys.argv[1]); print(float(m.group(1))*{"ms":0.001,"s":1,"m":60}[m.group(2) or "s"])' "$1"
-}
 secs() { python3 -c "import sys; print(f'{float(sys.argv[1]):g}s')" "$1"; }
 DURATION_S=$(seconds "$DURATION")
 DURATION_NS=$(python3 -c "print(round($DURATION_S * 1e9))")
@@ -103,27 +101,6 @@ PIDS=()  # every process started, stopped in reverse order on exit
 FAILED=()  # what did not work (the exit status)
 
 # stop PID: SIGTERM, up to 15 s (the deliverer drains), then SIGKILL.
-stop() {
-  local pid=$1
-  [[ -n "$pid" ]] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "   pid $pid did not stop within 15 s of SIGTERM; killing it" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-forget() {  # forget PID...: no longer in PIDS
-  local p keep=() q
-  for p in "${PIDS[@]}"; do
-    for q in "$@"; do [[ "$p" == "$q" ]] && continue 2; done
-    keep+=("$p")
-  done
-  PIDS=("${keep[@]}")
-}
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -174,19 +151,6 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # cpu_snap GROUP...: "<wall s> <machine busy ticks> <machine total ticks> <ticks of each group>";
 # a group is a comma-separated list of pids, summed (utime + stime; a pid gone counts 0).
-cpu_snap() {
-  local line g p sum t
-  line="$(date +%s.%N) $(awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat)"
-  for g in "$@"; do
-    sum=0
-    for p in ${g//,/ }; do
-      t=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)
-      sum=$(( sum + t ))
-    done
-    line+=" $sum"
-  done
-  echo "$line"
-}
 # cpu_json "SNAP_A" "SNAP_B" NAME...: CPU between the snapshots in % of one core, as JSON
 # {"wall_s", "tick", "machine", "<name>"..., "rest"} (rest = machine − the named groups; tick = one
 # clock tick over the window, the resolution: 0 means less than that).
@@ -236,28 +200,10 @@ wait_idle() {
 }
 
 # wait_for_line FILE PATTERN PID [SECONDS]: a line matching PATTERN (printed), default 10 s.
-wait_for_line() {
-  local file=$1 pattern=$2 pid=$3 limit=${4:-10}
-  for _ in $(seq 1 $(( limit * 10 ))); do
-    if grep -m1 -- "$pattern" "$file" 2>/dev/null; then return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "process $pid exited before logging $pattern:" >&2; tail -20 "$file" >&2; return 1
-    fi
-    sleep 0.1
-  done
-  echo "no $pattern within $limit s in $file" >&2; tail -20 "$file" >&2; return 1
-}
 
 # free_ports N: N different free ports on 127.0.0.1, one per line. Each socket stays bound until
 # all are chosen: ports picked one at a time may repeat (a port released and handed out again),
 # and two servers given one port fail to start.
-free_ports() {
-  python3 -c 'import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
-print("\n".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
 
 # start_nats NAME NODES: fresh servers on empty store directories; sets NATS_URLS, NATS_PIDS
 # (comma-separated), NATS_DIR. NODES=1: one server, no cluster; 3: a cluster over loopback routes.
@@ -359,13 +305,6 @@ start_receiver() {
 }
 
 # metric PORT PREFIX...: the sum of the samples whose name{labels} starts with a prefix; NA if none.
-metric() {
-  local port=$1; shift
-  curl -s --max-time 5 "http://127.0.0.1:$port/metrics" 2>/dev/null |
-    awk -v prefixes="$*" 'BEGIN { n = split(prefixes, p, " ") }
-      $0 !~ /^#/ { for (i = 1; i <= n; i++) if (index($1, p[i]) == 1) { s += $NF; m++ } }
-      END { if (m) printf "%.0f\n", s; else print "NA" }'
-}
 accepted() { metric "$METRICS_PORT" 'hookrelay_ingest_events_total{'; }
 problems() {  # warning/error lines in a collector or deliverer log (not the admin token note)
   grep -E '"level":"(warning|error)"' "$1" 2>/dev/null | grep -c -v 'no admin token' || true
