@@ -1,14 +1,17 @@
 // A collector cut off from the JetStream cluster while a user deletion is made on another one
-// misses the deletion's records (core NATS). Whatever it settles meanwhile for the jobs it had
-// leased (a retry, a dead letter: buffered by the client, sent at the reconnect) must not bring
-// the deleted user's events back: once reconnected it reads the records back, sweeps those
-// settlements, and hands out no job until it has. A real 3-node cluster whose servers do not
-// advertise each other (no_advertise), so the cut-off collector, given one server, can only
-// come back to that one; it is killed and restarted.
+// misses the deletion's records (core NATS). What it settles meanwhile for the jobs it had
+// leased (a retry, a dead letter) must not bring the deleted user's events back: it stores no
+// new message for them while cut off (the client would buffer it and send it at the reconnect,
+// where a collector without the deletion's purge mark could hand it out), and once reconnected
+// it reads the records back, sweeps what reached the stream anyway (settled in the moment the
+// connection went, before the client knew), and hands out no job until it has. A real 3-node
+// cluster whose servers do not advertise each other (no_advertise), so the cut-off collector,
+// given one server, can only come back to that one; it is killed and restarted.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -57,7 +60,7 @@ void Append(JetStreamJobStore& store, std::vector<AppendItem> items) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
-TEST(JetStreamCutOffTest, SettlementsOfACollectorCutOffDuringADeletionAreSwept) {
+TEST(JetStreamCutOffTest, NothingACollectorSettlesWhileCutOffBringsADeletedUserBack) {
   test::NatsClusterOptions cluster_options;
   cluster_options.nodes = 3;
   cluster_options.no_advertise = true;
@@ -96,37 +99,72 @@ TEST(JetStreamCutOffTest, SettlementsOfACollectorCutOffDuringADeletionAreSwept) 
   }
   ASSERT_TRUE(deleted.ok()) << deleted.status();
   EXPECT_EQ(deleted->record.purged_jobs(), 2u);
-  // Meanwhile the cut-off collector settles what it leased: a retry due now and a dead letter,
-  // accepted by its client (buffered until the reconnect).
+  // Meanwhile the cut-off collector settles what it leased: a retry due now and a dead letter.
+  // Neither is stored (nor buffered for the reconnect): the job's message stays on the server,
+  // where the deletion purged it.
   hookrelay::v1::Attempt attempt;
   attempt.set_at_unix_ms(absl::ToUnixMillis(absl::Now()));
   attempt.add_urls()->set_status(503);
-  ASSERT_TRUE(cut->Retry(leased[0].job.id(), leased[0].lease, absl::Now(), attempt).ok());
+  absl::Status retried = cut->Retry(leased[0].job.id(), leased[0].lease, absl::Now(), attempt);
+  EXPECT_TRUE(absl::IsUnavailable(retried)) << retried;
   attempt.mutable_urls(0)->set_status(400);
-  ASSERT_TRUE(cut->Bury(leased[1].job.id(), leased[1].lease, "400", attempt).ok());
+  absl::Status buried = cut->Bury(leased[1].job.id(), leased[1].lease, "400", attempt);
+  EXPECT_TRUE(absl::IsUnavailable(buried)) << buried;
 
+  // A collector started after the deletion has no purge mark of it: it would hand out a retry
+  // of a purged job as soon as one reached the stream.
+  std::unique_ptr<JetStreamJobStore> late = Open(absl::StrCat(nats.url(1), ",", nats.url(2)));
+  ASSERT_NE(late, nullptr);
+  // It hands out jobs of the destination already (its consumers found).
+  Append(*other, {Track("u4", "u4-warm-up")});
+  bool warm = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); !warm && absl::Now() < deadline;) {
+    absl::StatusOr<std::vector<LeasedJob>> got = late->Lease(10);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (const LeasedJob& j : *got) {
+      EXPECT_TRUE(late->Complete(j.job.id(), j.lease).ok());
+      warm = warm || j.job.message_id() == "u4-warm-up";
+    }
+    if (!warm) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(warm) << "the collector started late handed out nothing within 60 s";
   ASSERT_TRUE(nats.Restart(0).ok());
-  // A job stored after everything else: once the cut-off collector hands it out, it has read
-  // the deletion back (it hands out nothing before), and whatever it leased before it is here.
-  Append(*other, {Track("u2", "u2-barrier")});
+  // A job stored by the cut-off collector after the settlements: its client sends what it
+  // buffered in order, so once the barrier is handed out, whatever the settlements had stored
+  // was there before it, in the same destination's order.
+  // (Refused until its client is back: tried again.)
+  absl::Status appended = absl::UnavailableError("not tried");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+       !appended.ok() && absl::Now() < deadline;) {
+    absl::Notification done;
+    cut->Append({Track("u2", "u2-barrier")}, [&](absl::StatusOr<AppendResult> r) {
+      appended = r.status();
+      done.Notify();
+    });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    if (!appended.ok()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(appended.ok()) << appended;
   std::vector<std::string> handed_out;
   bool barrier = false;
   for (absl::Time deadline = absl::Now() + absl::Seconds(60); !barrier && absl::Now() < deadline;) {
-    absl::StatusOr<std::vector<LeasedJob>> got = cut->Lease(10);
-    ASSERT_TRUE(got.ok()) << got.status();
-    for (const LeasedJob& j : *got) {
-      EXPECT_TRUE(cut->Complete(j.job.id(), j.lease).ok());
-      if (j.job.message_id() == "u2-barrier") {
-        barrier = true;
-      } else {
-        handed_out.push_back(j.job.message_id());
+    for (JetStreamJobStore* store : {late.get(), cut.get()}) {
+      absl::StatusOr<std::vector<LeasedJob>> got = store->Lease(10);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (const LeasedJob& j : *got) {
+        EXPECT_TRUE(store->Complete(j.job.id(), j.lease).ok());
+        if (j.job.message_id() == "u2-barrier") {
+          barrier = true;
+        } else {
+          handed_out.push_back(j.job.message_id());
+        }
       }
     }
-    if (!barrier) absl::SleepFor(absl::Milliseconds(50));  // Polls the store's Lease.
+    if (!barrier) absl::SleepFor(absl::Milliseconds(50));  // Polls the stores' Lease.
   }
-  ASSERT_TRUE(barrier) << "the cut-off collector handed out nothing within 60 s";
+  ASSERT_TRUE(barrier) << "the barrier job was not handed out within 60 s";
   EXPECT_TRUE(handed_out.empty()) << "delivered after the deletion: " << handed_out[0];
-  EXPECT_EQ(other->Counts().dead, 0) << "the dead letter of a purged job was kept";
+  EXPECT_EQ(other->Counts().dead, 0) << "a dead letter of a purged job was stored";
 }
 
 }  // namespace

@@ -602,6 +602,17 @@ void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>
                                 {"error", st.message()}});
         continue;
       }
+      if (absl::IsUnavailable(st)) {
+        // The store could not take it now (JetStream: cut off from the cluster): the job comes
+        // back when its lease ends, unless it was deleted meanwhile.
+        static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+        common::LogRateLimited(*limiter, common::LogLevel::kWarning,
+                               "outcome not stored: the job is handed out again",
+                               {{"deliverer", deliverer},
+                                {"job_id", sent[i].job_id},
+                                {"error", st.message()}});
+        continue;
+      }
       common::LogError("applying an outcome failed", {{"deliverer", deliverer},
                                                       {"job_id", sent[i].job_id},
                                                       {"error", st.ToString()}});

@@ -422,11 +422,30 @@ absl::Status JetStreamJobStore::PublishSettle(
   return NatsError(absl::StrCat("publishing to ", subject), s);
 }
 
+absl::Status JetStreamJobStore::SettleableHere(uint64_t job_id, natsMsg* leased) {
+  // A retry or a dead letter stores a new message carrying the job. Cut off from the cluster
+  // (or not yet caught up with the deletions made meanwhile), the client would buffer it and
+  // send it at the reconnect, when a deletion may have purged the job: another collector
+  // without that deletion's purge mark (started since, or its mark expired) would hand it out
+  // before this one's catch-up sweeps it. So nothing is stored: the job's message stays on the
+  // server and comes back after its ack wait, unless a deletion purged it (the nak below is
+  // buffered like the rest, and is harmless either way).
+  if (natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED && user_data_->CaughtUp()) {
+    return absl::OkStatus();
+  }
+  JsNak(nc_, leased);
+  natsMsg_Destroy(leased);
+  return absl::UnavailableError(absl::StrFormat(
+      "job %d: not settled while cut off from the NATS cluster (it is handed out again)",
+      job_id));
+}
+
 absl::Status JetStreamJobStore::RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
                                          const hookrelay::v1::Attempt& attempt) {
   Leased taken;
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
+  if (absl::Status st = SettleableHere(job_id, *msg); !st.ok()) return st;
   Job job = SettlingJob(taken.recorded_job, *msg);
   job.set_id(job_id);
   if (user_data_->PurgedByDeletion(job, job_id)) {  // Deleted while leased: dropped.
@@ -493,6 +512,7 @@ absl::Status JetStreamJobStore::BuryJob(uint64_t job_id, uint64_t lease, std::st
   Leased taken;
   absl::StatusOr<natsMsg*> msg = TakeLeased(job_id, lease, &taken);
   if (!msg.ok()) return msg.status();
+  if (absl::Status st = SettleableHere(job_id, *msg); !st.ok()) return st;
   Job job = SettlingJob(taken.recorded_job, *msg);
   job.set_hold_until_unix_ms(0);
   if (!taken.order_record.empty()) DropOrderRecord(taken.order_record);

@@ -171,6 +171,9 @@ class JetStreamJobStore final : public Store {
   std::optional<int64_t> NextPendingDue(const std::string& filter, uint64_t from_seq);
   // One settlement each (Settle).
   absl::Status CompleteJob(uint64_t job_id, uint64_t lease);
+  // OK when a new message carrying the job may be stored now; else the leased message is
+  // released (nak'ed and freed) and the error says why.
+  absl::Status SettleableHere(uint64_t job_id, natsMsg* leased);
   absl::Status RetryJob(uint64_t job_id, uint64_t lease, absl::Time not_before,
                         const hookrelay::v1::Attempt& attempt);
   absl::Status BuryJob(uint64_t job_id, uint64_t lease, std::string_view reason,
