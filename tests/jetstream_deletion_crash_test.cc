@@ -157,7 +157,7 @@ TEST_P(JetStreamDeletionCrashTest, FinishedByTheNextCollector) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, JetStreamDeletionCrashTest,
-                         ::testing::Values("planned", "recorded", "counted", "purging",
+                         ::testing::Values("planned", "fenced", "recorded", "counted", "purging",
                                            "purged", "memberships", "notifying", "notified",
                                            "swept", "completed"),
                          [](const ::testing::TestParamInfo<std::string>& info) {

@@ -144,9 +144,10 @@ class JetStreamUserDataTest : public ::testing::Test {
   // The jobs leased before a barrier job appended now (the consumer hands jobs out in stream
   // order, so every job stored before the barrier comes first): "nothing more" is shown by the
   // barrier arriving with nothing ahead of it, never by a wait. Settles what it leased.
-  std::vector<LeasedJob> LeasedBeforeBarrier() {
+  // Each destination has its own consumer: the barrier goes to `destination`.
+  std::vector<LeasedJob> LeasedBeforeBarrier(const std::string& destination = "d1") {
     const std::string barrier = absl::StrCat("barrier-", ++messages_);
-    AppendItem item = Item("s1", "barrier-user", hookrelay::v1::TRACK, "e", "", "d1");
+    AppendItem item = Item("s1", "barrier-user", hookrelay::v1::TRACK, "e", "", destination);
     item.dedup_key = DedupKey("s1", barrier);
     Job job = item.jobs[0].ToJob(0, 0);
     job.set_message_id(barrier);
@@ -308,7 +309,7 @@ TEST_F(JetStreamUserDataTest, InterruptedDeletionIsFinishedByItsRetry) {
 // message ids alone would not cover.
 TEST_F(JetStreamUserDataTest, DeletionStoppedAfterAnyStepIsFinishedOnceByAnother) {
   using hookrelay::v1::TRACK;
-  const std::vector<std::string> steps = {"planned",    "recorded",    "counted",
+  const std::vector<std::string> steps = {"planned",    "fenced",      "recorded",    "counted",
                                           "purging",    "purged",      "membership",
                                           "memberships", "notifying",  "notified",
                                           "swept",      "completed"};
@@ -512,6 +513,67 @@ TEST_F(JetStreamUserDataTest, WhatOthersStoredAfterThePurgesIsSweptBeforeComplet
   std::vector<std::string> left;
   for (const LeasedJob& j : LeasedBeforeBarrier()) left.push_back(j.job.message_id());
   EXPECT_THAT(left, ::testing::UnorderedElementsAre(next_id, "del_swept/web"));
+}
+
+// An audience sync on another collector that checked a user's profile just before a deletion
+// purged it stores no identify job for that user after the deletion began: the deletion
+// publishes on the audience's fence once the profiles are gone, and the sync's jobs go in
+// atomic batches that expect the fence as it was before the sync checked its users. The sync
+// is refused whole (it stores nothing, releases its lock) and the next one computes the
+// audience without the deleted user.
+TEST_F(JetStreamUserDataTest, IdentifyOfASyncThatCheckedTheProfileBeforeADeletionIsNotStored) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Identify("web", "u2", R"({"plan":"pro"})");
+  absl::StatusOr<DeletionOutcome> deleted = absl::UnknownError("not run");
+  std::atomic<bool> ran{false};
+  // The deletion runs on this collector while the other one's sync sits between checking its
+  // users' profiles (both present) and storing its jobs.
+  std::unique_ptr<JetStreamJobStore> syncing =
+      Open(absl::Seconds(30), [&](std::string_view at) {
+        if (at == "sync-checked" && !ran.exchange(true)) {
+          DeletionPlan plan = MakeDeletion("del_fence", "u1", {"web", "ios"});
+          plan.audience_ids = {"aud_power"};
+          deleted = store_->ApplyDeletion(std::move(plan));
+        }
+        return false;
+      });
+  ASSERT_NE(syncing, nullptr);
+  AudienceSyncer::Options syncer_options;
+  syncer_options.clock = &clock_;
+  AudienceSyncer racing(syncer_options, *syncing);
+  racing.SetConfig(config_);
+  absl::StatusOr<hookrelay::v1::AudienceState> raced = racing.SyncNow("aud_power");
+  ASSERT_TRUE(ran.load()) << "the sync never reached the point between its check and its jobs";
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_TRUE(deleted->record.purged_profile());
+  EXPECT_TRUE(absl::IsAborted(raced.status())) << raced.status();
+
+  // Nothing of the refused sync was stored: no identify job (u2's neither; the audience's
+  // destinations: hook for web, hook-ios for ios), no state. Lease takes jobs of every
+  // destination, so a barrier on each: what is left is the deletion's two notifications.
+  std::vector<std::string> left;
+  for (const std::string destination : {"hook", "hook-ios", "d1"}) {
+    for (const LeasedJob& j : LeasedBeforeBarrier(destination)) {
+      left.push_back(j.job.message_id());
+    }
+  }
+  EXPECT_THAT(left, ::testing::UnorderedElementsAre("del_fence/web", "del_fence/ios"));
+  absl::StatusOr<std::optional<hookrelay::v1::AudienceState>> state =
+      store_->GetAudienceState("aud_power");
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FALSE(state->has_value() && (*state)->computed());
+
+  // The next sync (its lock released, no wait) has u2 only.
+  absl::StatusOr<hookrelay::v1::AudienceState> synced = syncer_->SyncNow("aud_power");
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_EQ(synced->members(), 1u);
+  std::vector<std::string> identified;
+  for (const std::string destination : {"hook", "hook-ios"}) {
+    for (const LeasedJob& j : LeasedBeforeBarrier(destination)) {
+      identified.push_back(absl::StrCat(j.job.destination_id(), " ", j.job.user_id()));
+    }
+  }
+  EXPECT_THAT(identified, ::testing::UnorderedElementsAre("hook u2", "hook-ios u2"));
 }
 
 // An event of the user accepted by another collector while the deletion runs — after its

@@ -72,6 +72,9 @@ std::string ClaimSubject(std::string_view request_id) {
 std::string StateSubject(std::string_view audience) {
   return absl::StrCat("hr.aud.state.", Tok(audience));
 }
+std::string FenceSubject(std::string_view audience) {
+  return absl::StrCat("hr.jobs.sched.~.f.", Tok(audience));
+}
 std::string LockSubject(std::string_view audience) {
   return absl::StrCat("hr.aud.lock.", Tok(audience));
 }

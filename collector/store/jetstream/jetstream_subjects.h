@@ -51,6 +51,11 @@ std::string ClaimSubject(std::string_view request_id);
 // removed once the deletion is COMPLETED).
 inline constexpr char kNotificationMarkerPrefix[] = "hr.jobs.sched.~.~.";
 inline std::string NotificationMarkerPrefix() { return kNotificationMarkerPrefix; }
+// "hr.jobs.sched.~.f.<audience token>" (HR_JOBS, nothing consumes it): an audience's fence. A
+// deletion publishes on it, after purging the user's profiles and before reading the sequence
+// its job purges reach; an audience sync stores its identify jobs in atomic batches whose first
+// message expects the fence's sequence read before the sync checked its users' profiles.
+std::string FenceSubject(std::string_view audience);
 // Audiences (HR_AUDIENCES): state, sync lock, membership, recheck.
 std::string StateSubject(std::string_view audience);
 std::string LockSubject(std::string_view audience);

@@ -301,6 +301,37 @@ absl::StatusOr<std::vector<AudienceUser>> JetStreamUserData::ReadAudienceUsers(
   return out;
 }
 
+absl::Status JetStreamUserData::PublishFenced(const std::string& audience, uint64_t lock_seq,
+                                              uint64_t fence, const std::vector<Request>& jobs) {
+  // Atomic batches, each led by a message on the fence that expects its last sequence: the
+  // first expects what was read before the profiles were checked, each next one the previous
+  // batch's. A deletion's fence in between refuses the rest; what was stored before it is below
+  // that deletion's L, purged with the user's other jobs.
+  const std::string subject = FenceSubject(audience);
+  constexpr size_t kPerBatch = kMaxAtomicBatch - 1;
+  for (size_t from = 0, chunk = 0; from < jobs.size(); from += kPerBatch, ++chunk) {
+    const std::string tag = absl::StrCat("sync ", lock_seq, " ", chunk);
+    std::vector<Request> batch;
+    batch.reserve(std::min(jobs.size() - from, kPerBatch) + 1);
+    batch.push_back({subject, tag, {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(fence)}}});
+    for (size_t n = from; n < jobs.size() && n < from + kPerBatch; ++n) batch.push_back(jobs[n]);
+    const absl::Status sent = PublishAtomic(batch);
+    if (!sent.ok() && !absl::IsFailedPrecondition(sent)) return sent;
+    // Stored (or refused: stored by an earlier attempt of this batch whose answer was lost, or
+    // fenced by a deletion): the fence's last message says which.
+    ASSIGN_OR_RETURN(std::optional<Stored> last, GetLast(kJobsStream, subject));
+    if (!last.has_value() || last->data != tag) {
+      return absl::AbortedError(absl::StrCat(
+          "audience ", audience,
+          ": a deletion of one of its users began during the sync; it is synced again next time"));
+    }
+    fence = last->seq;
+  }
+  // The fence's earlier messages are not needed any more.
+  if (fence > 0) RETURN_IF_ERROR(Purge(kJobsStream, subject, fence).status());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSyncPlan plan) {
   const std::string& audience = plan.audience_id;
   SyncSeen seen;
@@ -318,6 +349,15 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
   if (!lock.has_value() || lock->seq != seen.lock_seq) {
     return absl::AbortedError(
         absl::StrCat("audience ", audience, ": another collector took over its sync"));
+  }
+
+  // The audience's fence, read before the profiles: a deletion that purges one of the profiles
+  // read below publishes on it afterwards, and the identify jobs are stored only if it has not
+  // moved (PublishFenced).
+  uint64_t fence = 0;
+  if (!plan.jobs.empty()) {
+    ASSIGN_OR_RETURN(std::optional<Stored> last, GetLast(kJobsStream, FenceSubject(audience)));
+    if (last.has_value()) fence = last->seq;
   }
 
   // A user deleted since the evaluation gets no identify: an entry needs a profile still, an
@@ -363,6 +403,12 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     }
   }
 
+  // A test's stop: the users checked, nothing stored yet (tests/jetstream_user_data_test.cc runs
+  // a deletion here).
+  if (StopAfter("sync-checked")) {
+    return absl::UnavailableError("audience sync stopped after checking its users (test)");
+  }
+
   // 1. The identify jobs. A re-run of this commit (the same state read by its sync) gives each
   // the same message id, so the stream stores it once within its duplicate window.
   absl::flat_hash_map<std::string, bool> direction(plan.changes.begin(), plan.changes.end());
@@ -380,7 +426,18 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     jobs.push_back({ReadySubject(job), job.SerializeAsString(),
                     {{"Nats-Msg-Id", absl::StrCat("aud-", id.substr(sizeof("hr.dedup.") - 1))}}});
   }
-  RETURN_IF_ERROR(PublishAll(jobs));
+  if (absl::Status fenced = PublishFenced(audience, seen.lock_seq, fence, jobs); !fenced.ok()) {
+    if (absl::IsAborted(fenced)) {
+      // Nothing committed: the lock goes now (the next sync need not wait for it to expire).
+      absl::StatusOr<std::optional<Stored>> held = GetLast(kAudiencesStream, LockSubject(audience));
+      if (held.ok() && held->has_value() && (*held)->seq == seen.lock_seq) {
+        (void)Purge(kAudiencesStream, LockSubject(audience), seen.lock_seq + 1);
+      }
+      absl::MutexLock l(&mu_);
+      syncs_.erase(audience);
+    }
+    return fenced;
+  }
 
   // 2. Memberships.
   int64_t delta = 0;

@@ -63,7 +63,7 @@ std::string NotificationMarkers(std::string_view deletion_id) {
 
 // The fault tests' stops (tests/jetstream_deletion_crash_test.cc kills the process,
 // tests/jetstream_user_data_test.cc stops the call), right after a step of a deletion: planned,
-// recorded, counted (a source's subjects counted), purging (its purges done, its counts not yet
+// fenced (profiles purged, fences published, L read), recorded, counted (a source's subjects counted), purging (its purges done, its counts not yet
 // noted), purged, membership (one removed, its count not yet changed), memberships, notifying
 // (published, not yet noted), notified, swept, completed.
 bool JetStreamUserData::StopAfter(std::string_view step) {
@@ -378,15 +378,13 @@ absl::Status JetStreamUserData::PublishNotifications(const DeletionProgress& p) 
 }
 
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Apply(DeletionPlan& plan) {
-  // Jobs stored up to L are purged; L travels with the record so that every collector drops the
-  // outcome of a purged job it has leased (PurgedByDeletion).
+  // Appends of the user from here on are its new events (their index entries are kept).
   const int64_t planned_ms = absl::ToUnixMillis(absl::Now());
-  ASSIGN_OR_RETURN(const uint64_t jobs_upto, LastSeq(kJobsStream));
   // The plan first, notifications made once (ids, due times): from here on a crash leaves a
   // deletion any collector finishes (ResumeLoop), whether or not the caller gave a request id.
+  // L (jobs_upto) is read by its first step (Fence).
   DeletionProgress p;
   *p.mutable_record() = plan.record;
-  p.set_jobs_upto(jobs_upto);
   p.set_planned_unix_ms(planned_ms);
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());
   for (Job& job : plan.notifications) {
@@ -433,12 +431,56 @@ absl::StatusOr<uint64_t> JetStreamUserData::SaveProgress(const DeletionProgress&
   return saved;
 }
 
+absl::Status JetStreamUserData::Fence(DeletionProgress& p, uint64_t& seq, size_t* touched) {
+  Deletion& record = *p.mutable_record();
+  const std::string user = Tok(record.user_id());
+  // The profiles counted before they go (a resumed deletion counts what is left: nothing).
+  if (!p.profiles_counted()) {
+    bool had = false;
+    for (const std::string& source : record.source_ids()) {
+      ASSIGN_OR_RETURN(uint64_t n, CountMessages(kProfilesStream,
+                                                 absl::StrCat("hr.prof.", Tok(source), ".", user)));
+      had = had || n > 0;
+      ++*touched;
+    }
+    p.set_had_profile(had);
+    p.set_profiles_counted(true);
+    ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+    ++*touched;
+  }
+  for (const std::string& source : record.source_ids()) {
+    RETURN_IF_ERROR(
+        Purge(kProfilesStream, absl::StrCat("hr.prof.", Tok(source), ".", user)).status());
+    ++*touched;
+  }
+  // Each audience's fence, after the profiles are gone: a sync that read one of them before
+  // stores its identify jobs before the fence (below L, read next: purged) or not at all.
+  for (const std::string& audience : p.audience_ids()) {
+    const std::string subject = FenceSubject(audience);
+    ASSIGN_OR_RETURN(uint64_t fence,
+                     Publish({subject, absl::StrCat("deletion ", record.id()), {}}));
+    RETURN_IF_ERROR(Purge(kJobsStream, subject, fence).status());  // The earlier ones.
+    *touched += 2;
+  }
+  // A progress of an earlier release read L when it was planned (its profiles purged with each
+  // source's jobs); it keeps it.
+  if (p.jobs_upto() == 0) {
+    ASSIGN_OR_RETURN(const uint64_t jobs_upto, LastSeq(kJobsStream));
+    p.set_jobs_upto(jobs_upto);
+  }
+  record.set_purged_profile(record.purged_profile() || p.had_profile());
+  p.set_fenced(true);
+  ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
+  ++*touched;
+  HR_STOP_AFTER("fenced");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, uint64_t seq) {
   DeletionOutcome outcome;
   size_t& touched = outcome.keys_touched;
   Deletion& record = *p.mutable_record();
   const std::string user = Tok(record.user_id());
-  const std::string upto = absl::StrCat(p.jobs_upto());
   ASSIGN_OR_RETURN(std::optional<Stored> stored, GetLast(kDeletionsStream, RecordSubject(record.id())));
   ++touched;
   Deletion done;
@@ -450,6 +492,8 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
     outcome.record = std::move(done);
     return outcome;
   }
+  if (!p.fenced()) RETURN_IF_ERROR(Fence(p, seq, &touched));
+  const std::string upto = absl::StrCat(p.jobs_upto());
   // "Applying", with L: every collector drops the outcomes of purged jobs it has leased.
   record.clear_state();
   const std::string planned = absl::StrCat(p.planned_unix_ms());
@@ -473,7 +517,6 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
     const std::string ready_before_filter = absl::StrCat("hr.jobs.ready.", tail);
     const std::string scheduled_filter = absl::StrCat("hr.jobs.sched.", tail, ".*");
     const std::string dead_filter = absl::StrCat("hr.dead.*.", tail);
-    const std::string profile_subject = absl::StrCat("hr.prof.", tail);
     const bool resumed = p.has_purging();
     if (!resumed) {
       hookrelay::v1::SourceCounts& noted = *p.mutable_purging();
@@ -485,10 +528,8 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
       noted.set_jobs(jobs);
       ASSIGN_OR_RETURN(uint64_t dead, CountMessages(kDeadStream, dead_filter));
       noted.set_dead_letters(dead);
-      ASSIGN_OR_RETURN(uint64_t profile, CountMessages(kProfilesStream, profile_subject));
-      noted.set_profile(profile > 0);
       ASSIGN_OR_RETURN(seq, SaveProgress(p, seq));
-      touched += 6;
+      touched += 5;
       HR_STOP_AFTER("counted");
     }
     ASSIGN_OR_RETURN(uint64_t ready, Purge(kJobsStream, ready_filter, p.jobs_upto() + 1));
@@ -499,17 +540,16 @@ absl::StatusOr<DeletionOutcome> JetStreamUserData::Finish(DeletionProgress& p, u
                      Purge(kJobsStream, scheduled_filter, p.jobs_upto() + 1));
     ASSIGN_OR_RETURN(uint64_t dead, Purge(kDeadStream, dead_filter));
     RETURN_IF_ERROR(Purge(kUsersStream, absl::StrCat("hr.users.", user, ".", source)).status());
-    ASSIGN_OR_RETURN(uint64_t profile, Purge(kProfilesStream, profile_subject));
-    touched += 5;
+    touched += 4;
     HR_STOP_AFTER("purging");
     if (resumed) {
       record.set_purged_jobs(record.purged_jobs() + p.purging().jobs());
       record.set_purged_dead_letters(record.purged_dead_letters() + p.purging().dead_letters());
+      // A progress of an earlier release, which purged the profile here.
       record.set_purged_profile(record.purged_profile() || p.purging().profile());
     } else {
       record.set_purged_jobs(record.purged_jobs() + ready + scheduled);
       record.set_purged_dead_letters(record.purged_dead_letters() + dead);
-      record.set_purged_profile(record.purged_profile() || profile > 0);
     }
     p.clear_purging();
     p.set_sources_done(static_cast<uint32_t>(i + 1));
