@@ -88,7 +88,7 @@ void Batcher::Add(const std::string& key, const hookrelay::v1::BatchOptions& opt
       }
       if (p.items.empty()) {
         p.due = clock_.Now() + absl::Milliseconds(options.max_wait_ms());
-        ++generation_;
+        if (p.due < loop_wakes_at_) ++generation_;
       }
       p.bytes += item.body.size();
       p.items.push_back(std::move(item));
@@ -130,7 +130,11 @@ void Batcher::Loop() {
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || generation_ != seen;
     };
-    if (clock_.AwaitWithDeadline(mu_, absl::Condition(&changed), next)) continue;
+    loop_wakes_at_ = next;
+    const bool woken = clock_.AwaitWithDeadline(mu_, absl::Condition(&changed), next);
+    // Not waiting (below, or sending): every new batch is seen when the loop looks again.
+    loop_wakes_at_ = absl::InfinitePast();
+    if (woken) continue;
     // Due batches go, without the lock (sending may take a connection slot's wait).
     const absl::Time now = clock_.Now();
     std::vector<std::vector<BatchItem>> ready;

@@ -90,8 +90,11 @@ class Batcher {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
   int64_t members_ ABSL_GUARDED_BY(mu_) = 0;
-  // Bumped when a batch starts (a new, maybe earlier, due time): wakes the loop.
+  // Bumped when a batch starts due before the loop's next wake-up: wakes the loop. Batches due
+  // later wake nobody (the loop finds them when it wakes): with one destination's batches filling
+  // one after another, the loop sleeps through them instead of waking once per batch.
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time loop_wakes_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

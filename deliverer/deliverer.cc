@@ -157,6 +157,17 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
     }
     Pump();
   }
+  // The outcomes in [first, last), all of this stream's jobs.
+  template <typename It>
+  void AddOutcomes(It first, It last) {
+    {
+      absl::MutexLock lock(&mu_);
+      held_ -= static_cast<int64_t>(last - first);
+      if (broken_) return;
+      for (It it = first; it != last; ++it) *pending_.add_outcomes() = std::move(it->second);
+    }
+    Pump();
+  }
 
   // Shutdown, step 1: ask the collector to stop sending.
   void RequestDrain() {
@@ -590,6 +601,17 @@ int64_t Deliverer::jobs_in_flight() const {
 }
 
 void Deliverer::PostOutcome(Call& call, Outcome outcome) { call.AddOutcome(std::move(outcome)); }
+
+void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes) {
+  for (size_t from = 0; from < outcomes.size();) {
+    Call* call = outcomes[from].first;
+    size_t end = from + 1;
+    while (end < outcomes.size() && outcomes[end].first == call) ++end;
+    call->AddOutcomes(outcomes.begin() + static_cast<ptrdiff_t>(from),
+                      outcomes.begin() + static_cast<ptrdiff_t>(end));
+    from = end;
+  }
+}
 
 void Deliverer::Handle(Delivery delivery,
                        std::shared_ptr<const hookrelay::v1::Destination> shared_destination,

@@ -127,11 +127,16 @@ class Deliverer {
                              const std::vector<absl::Duration>& durations,
                              const std::vector<std::string>& details,
                              google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out);
-  void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr);
+  // Decides the job's outcome and sends it back; with `collect`, appends it there instead (a
+  // batch's members' outcomes go back together: PostOutcomes).
+  void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr,
+                 std::vector<std::pair<Call*, hookrelay::v1::Outcome>>* collect = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
   // Sends `outcome` back on the job's stream (dropped when the stream has ended).
   static void PostOutcome(Call& call, hookrelay::v1::Outcome outcome);
+  // Each run of outcomes of one stream in one step (one lock, at most one write started).
+  static void PostOutcomes(std::vector<std::pair<Call*, hookrelay::v1::Outcome>> outcomes);
   // X-Signature and, with standard_webhooks, the Standard Webhooks headers of `body` (both
   // signatures during a secret rotation's overlap); nothing without a shared secret.
   void AddSignatureHeaders(const hookrelay::v1::Destination& destination,

@@ -71,7 +71,12 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
         DecideOutcome(batch->results, member->delivery.job(), member->options, now, ThreadBitGen());
     if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
   }
-  for (const std::shared_ptr<JobState>& member : batch->members) FinishJob(member, &attempt);
+  std::vector<std::pair<Call*, Outcome>> outcomes;
+  outcomes.reserve(batch->members.size());
+  for (const std::shared_ptr<JobState>& member : batch->members) {
+    FinishJob(member, &attempt, &outcomes);
+  }
+  PostOutcomes(std::move(outcomes));  // The members (and their streams) are held by `batch`.
 }
 
 void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
@@ -109,7 +114,8 @@ void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
   }
 }
 
-void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch) {
+void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch,
+                          std::vector<std::pair<Call*, Outcome>>* collect) {
   const absl::Time now = clock_.Now();
   const hookrelay::v1::Job& j = job->delivery.job();
   const hookrelay::v1::Destination& destination = job->destination();
@@ -165,7 +171,11 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
          {"next_attempt", next}});
   }
   if (metrics_) metrics_->JobFinished();
-  PostOutcome(*job->call, std::move(outcome));
+  if (collect != nullptr) {
+    collect->emplace_back(job->call.get(), std::move(outcome));
+  } else {
+    PostOutcome(*job->call, std::move(outcome));
+  }
 }
 
 void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
