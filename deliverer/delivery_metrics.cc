@@ -119,16 +119,14 @@ std::string_view DeliveryMetrics::ResultLabel(const UrlResult& r) {
 prometheus::Counter& DeliveryMetrics::Child(prometheus::Family<prometheus::Counter>& family,
                                             std::string_view label, std::string_view destination,
                                             std::string_view value) {
-  const std::string key = absl::StrCat(reinterpret_cast<uintptr_t>(&family), "\t",
-                                       ToAbsl(destination), "\t", ToAbsl(value));
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = children_.try_emplace(key, nullptr);
-  if (inserted) {
-    std::map<std::string, std::string> labels{{"destination", std::string(destination)}};
-    if (!label.empty()) labels.emplace(std::string(label), std::string(value));
-    it->second = &family.Add(labels);
-  }
-  return *it->second;
+  auto it = children_.find(ChildKeyView{&family, destination, value});
+  if (it != children_.end()) return *it->second;
+  std::map<std::string, std::string> labels{{"destination", std::string(destination)}};
+  if (!label.empty()) labels.emplace(std::string(label), std::string(value));
+  prometheus::Counter* child = &family.Add(labels);
+  children_.emplace(ChildKey{&family, std::string(destination), std::string(value)}, child);
+  return *child;
 }
 
 void DeliveryMetrics::DeclareDestinations(const std::vector<std::string>& ids) {
@@ -140,9 +138,13 @@ void DeliveryMetrics::DeclareDestinations(const std::vector<std::string>& ids) {
   }
 }
 
-void DeliveryMetrics::CountAttempt(std::string_view destination, DecisionKind outcome) {
-  Child(attempts_, "outcome", destination, OutcomeLabel(outcome)).Increment();
-  if (outcome == DecisionKind::kRetry) Child(retries_, "", destination, "").Increment();
+void DeliveryMetrics::CountAttempt(std::string_view destination, DecisionKind outcome,
+                                   int64_t n) {
+  Child(attempts_, "outcome", destination, OutcomeLabel(outcome))
+      .Increment(static_cast<double>(n));
+  if (outcome == DecisionKind::kRetry) {
+    Child(retries_, "", destination, "").Increment(static_cast<double>(n));
+  }
 }
 
 void DeliveryMetrics::CountRequest(std::string_view destination, const UrlResult& result,

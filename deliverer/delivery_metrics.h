@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/synchronization/mutex.h"
 #include "deliverer/outcome_policy.h"
 #include "prometheus/counter.h"
@@ -44,7 +45,8 @@ class DeliveryMetrics {
   // hookrelay_delivery_retries_total{destination}, at 0 for destinations not seen yet (the
   // collectors announce their destinations on Subscribe), so rate() sees the first increment.
   void DeclareDestinations(const std::vector<std::string>& ids);
-  void CountAttempt(std::string_view destination, DecisionKind outcome);
+  // `n` attempts of one destination with the same outcome (a batch's members: n at once).
+  void CountAttempt(std::string_view destination, DecisionKind outcome, int64_t n = 1);
   void CountRequest(std::string_view destination, const UrlResult& result, double seconds);
   void ObserveEndToEnd(double seconds) { end_to_end_.Observe(seconds); }
   void ObservePickup(double seconds) { pickup_.Observe(seconds); }
@@ -54,7 +56,7 @@ class DeliveryMetrics {
   void RequestStarted() { in_flight_requests_.Increment(); }
   void RequestFinished() { in_flight_requests_.Decrement(); }
   void JobStarted() { jobs_in_flight_.Increment(); }
-  void JobFinished() { jobs_in_flight_.Decrement(); }
+  void JobFinished(int64_t n = 1) { jobs_in_flight_.Decrement(static_cast<double>(n)); }
 
   // The `result` label of a POST.
   static std::string_view ResultLabel(const UrlResult& result);
@@ -75,9 +77,41 @@ class DeliveryMetrics {
   prometheus::Gauge& in_flight_requests_;
   prometheus::Gauge& jobs_in_flight_;
 
+  // Children by (family address, destination, label value), looked up without building a key.
+  struct ChildKey {
+    const void* family;
+    std::string destination;
+    std::string value;
+  };
+  struct ChildKeyView {
+    const void* family;
+    std::string_view destination;
+    std::string_view value;
+  };
+  struct ChildHash {
+    using is_transparent = void;
+    size_t operator()(const ChildKey& k) const {
+      return (*this)(ChildKeyView{k.family, k.destination, k.value});
+    }
+    size_t operator()(const ChildKeyView& k) const {
+      return absl::HashOf(k.family, absl::string_view(k.destination.data(), k.destination.size()),
+                          absl::string_view(k.value.data(), k.value.size()));
+    }
+  };
+  struct ChildEq {
+    using is_transparent = void;
+    static ChildKeyView View(const ChildKey& k) { return {k.family, k.destination, k.value}; }
+    static ChildKeyView View(const ChildKeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const ChildKeyView x = View(a);
+      const ChildKeyView y = View(b);
+      return x.family == y.family && x.destination == y.destination && x.value == y.value;
+    }
+  };
   absl::Mutex mu_;
-  // Key: family address, destination, value (tab separated).
-  absl::flat_hash_map<std::string, prometheus::Counter*> children_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ChildKey, prometheus::Counter*, ChildHash, ChildEq> children_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hookrelay::deliverer

@@ -76,6 +76,18 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   for (const std::shared_ptr<JobState>& member : batch->members) {
     FinishJob(member, &attempt, &outcomes);
   }
+  if (metrics_) {
+    // Per outcome kind, in one step each (batch members are never test jobs).
+    int64_t counts[3] = {0, 0, 0};
+    for (const auto& [call, outcome] : outcomes) {
+      counts[outcome.kind() == Outcome::DELIVERED ? 0 : outcome.kind() == Outcome::RETRY ? 1 : 2]++;
+    }
+    const std::string& id = batch->members.front()->destination().id();
+    if (counts[0] > 0) metrics_->CountAttempt(id, DecisionKind::kDelivered, counts[0]);
+    if (counts[1] > 0) metrics_->CountAttempt(id, DecisionKind::kRetry, counts[1]);
+    if (counts[2] > 0) metrics_->CountAttempt(id, DecisionKind::kDead, counts[2]);
+    metrics_->JobFinished(static_cast<int64_t>(outcomes.size()));
+  }
   PostOutcomes(std::move(outcomes));  // The members (and their streams) are held by `batch`.
 }
 
@@ -148,7 +160,8 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
   }
 
   if (metrics_ && !j.test()) {
-    metrics_->CountAttempt(destination.id(), decision.kind);
+    // A batch's members are counted together by OnBatchUrlDone.
+    if (collect == nullptr) metrics_->CountAttempt(destination.id(), decision.kind);
     if (decision.kind == DecisionKind::kDelivered && j.received_at_unix_ms() > 0) {
       metrics_->ObserveEndToEnd(
           absl::ToDoubleSeconds(now - absl::FromUnixMillis(j.received_at_unix_ms())));
@@ -170,7 +183,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
          {"outcome", decision.kind == DecisionKind::kRetry ? "retry" : "dead"},
          {"next_attempt", next}});
   }
-  if (metrics_) metrics_->JobFinished();
+  if (metrics_ && collect == nullptr) metrics_->JobFinished();
   if (collect != nullptr) {
     collect->emplace_back(job->call.get(), std::move(outcome));
   } else {
