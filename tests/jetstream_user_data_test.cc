@@ -574,6 +574,8 @@ TEST_F(JetStreamUserDataTest, IdentifyOfASyncThatCheckedTheProfileBeforeADeletio
     }
   }
   EXPECT_THAT(identified, ::testing::UnorderedElementsAre("hook u2", "hook-ios u2"));
+  // The audience's fence stays in the jobs' stream; it is not a job.
+  EXPECT_EQ(store_->Counts().scheduled, 0);
 }
 
 // An event of the user accepted by another collector while the deletion runs — after its

@@ -356,10 +356,21 @@ JobCounts JetStreamJobStore::Counts() {
   }
   // Two readings, not one: a schedule firing or a job settled in between makes them disagree
   // by that job for one reading (the total stays right; `scheduled` never goes below 0).
+  // The stream's messages that are not jobs (under "hr.jobs.sched.~."): the markers of a
+  // deletion's notifications and the audiences' fences, listed with the stream's state.
   jsStreamInfo* si = nullptr;
-  if (js_GetStreamInfo(&si, js_, kJobsStream, nullptr, &code) == NATS_OK) {
-    counts.scheduled =
-        std::max<int64_t>(0, static_cast<int64_t>(si->State.Msgs) - counts.ready - counts.leased);
+  jsOptions info_options;
+  jsOptions_Init(&info_options);
+  info_options.Stream.Info.SubjectsFilter = "hr.jobs.sched.~.>";
+  if (js_GetStreamInfo(&si, js_, kJobsStream, &info_options, &code) == NATS_OK) {
+    int64_t not_jobs = 0;
+    if (si->State.Subjects != nullptr) {
+      for (int i = 0; i < si->State.Subjects->Count; ++i) {
+        not_jobs += static_cast<int64_t>(si->State.Subjects->List[i].Msgs);
+      }
+    }
+    counts.scheduled = std::max<int64_t>(
+        0, static_cast<int64_t>(si->State.Msgs) - not_jobs - counts.ready - counts.leased);
     jsStreamInfo_Destroy(si);
   }
   if (js_GetStreamInfo(&si, js_, kDeadStream, nullptr, &code) == NATS_OK) {
