@@ -28,6 +28,7 @@
 #include "deliverer/batcher.h"
 #include "deliverer/deliverer_state.h"
 #include "deliverer/renderer.h"
+#include "deliverer/round_end.h"
 #include "deliverer/signer.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 
@@ -154,6 +155,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
       --held_;
       if (broken_) return;
       *pending_.add_outcomes() = std::move(outcome);
+      if (!DeferPumpLocked()) return;
     }
     Pump();
   }
@@ -165,6 +167,7 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
       held_ -= static_cast<int64_t>(last - first);
       if (broken_) return;
       for (It it = first; it != last; ++it) *pending_.add_outcomes() = std::move(it->second);
+      if (!DeferPumpLocked()) return;
     }
     Pump();
   }
@@ -207,6 +210,23 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
       broken_ = true;
     }
     Pump();
+  }
+
+  // Whether the caller pumps now: not inside a sender worker's round, where one pump per stream
+  // goes at the round's end for every outcome added during it.
+  bool DeferPumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!InRound()) return true;
+    if (!pump_deferred_) {
+      pump_deferred_ = true;
+      DeferToRoundEnd([self = shared_from_this()] {
+        {
+          absl::MutexLock lock(&self->mu_);
+          self->pump_deferred_ = false;
+        }
+        self->Pump();
+      });
+    }
+    return false;
   }
 
   // Starts the next write if none is in flight; removes the hold once nothing more will be
@@ -275,6 +295,8 @@ class Deliverer::Call final : public grpc::ClientBidiReactor<SubscribeRequest, S
   mutable absl::Mutex mu_;
   hookrelay::v1::OutcomeBatch pending_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  // A pump is deferred to the end of the current round of the thread that set it.
+  bool pump_deferred_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;  // Start() ran: operations may be started
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;

@@ -30,6 +30,7 @@
 #include "deliverer/http/request_head.h"
 #include "deliverer/http/tls.h"
 #include "deliverer/http/url.h"
+#include "deliverer/round_end.h"
 
 namespace hookrelay::deliverer {
 namespace {
@@ -128,7 +129,13 @@ class HttpSender::Worker final : public http::H1ConnectionOwner {
 
   void Start() {
     thread_ = std::thread([this] {
-      io_.run();
+      // In rounds: the handlers ready after a wait, then what they deferred (the outcomes of the
+      // jobs they finished go back in one write per stream).
+      for (;;) {
+        RoundScope round;
+        if (io_.run_one() == 0) break;
+        io_.poll();
+      }
       while (FailQueued()) {
       }
     });
