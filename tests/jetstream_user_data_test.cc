@@ -578,6 +578,38 @@ TEST_F(JetStreamUserDataTest, IdentifyOfASyncThatCheckedTheProfileBeforeADeletio
   EXPECT_EQ(store_->Counts().scheduled, 0);
 }
 
+// A sync that stored its identify jobs and stopped before committing (a crash, a lost
+// connection) leaves them in the stream; the next sync, computed from the same state, makes the
+// same jobs with the same message ids. Its atomic batch is refused for holding ids the stream
+// has seen; it then stores them one at a time behind the fence, skipping those stored before:
+// every identify call is sent once, and the sync commits.
+TEST_F(JetStreamUserDataTest, SyncAfterOneThatStoppedAfterItsJobsSendsEachIdentifyOnce) {
+  Identify("web", "u1", R"({"plan":"pro"})");
+  Identify("web", "u2", R"({"plan":"pro"})");
+  {
+    std::unique_ptr<JetStreamJobStore> stopping =
+        Open(absl::Seconds(30), [](std::string_view at) { return at == "sync-jobs-stored"; });
+    ASSERT_NE(stopping, nullptr);
+    AudienceSyncer::Options syncer_options;
+    syncer_options.clock = &clock_;
+    AudienceSyncer stopped(syncer_options, *stopping);
+    stopped.SetConfig(config_);
+    EXPECT_EQ(stopped.SyncNow("aud_power").status().code(), absl::StatusCode::kUnavailable);
+  }
+  clock_.Advance(absl::Seconds(61));  // Its lock runs out.
+  absl::StatusOr<hookrelay::v1::AudienceState> synced = syncer_->SyncNow("aud_power");
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_EQ(synced->members(), 2u);
+  std::vector<std::string> identified;
+  for (const std::string destination : {"hook", "hook-ios"}) {
+    for (const LeasedJob& j : LeasedBeforeBarrier(destination)) {
+      identified.push_back(absl::StrCat(j.job.destination_id(), " ", j.job.user_id()));
+    }
+  }
+  EXPECT_THAT(identified, ::testing::UnorderedElementsAre("hook u1", "hook u2", "hook-ios u1",
+                                                          "hook-ios u2"));
+}
+
 // An event of the user accepted by another collector while the deletion runs — after its
 // "applying" record, before its purge of the index entry; or, with the pair cached (no entry
 // written), in the milliseconds between that purge and the record's arrival — keeps its index

@@ -308,24 +308,44 @@ absl::Status JetStreamUserData::PublishFenced(const std::string& audience, uint6
   // batch's. A deletion's fence in between refuses the rest; what was stored before it is below
   // that deletion's L, purged with the user's other jobs.
   const std::string subject = FenceSubject(audience);
+  const absl::Status fenced_off = absl::AbortedError(absl::StrCat(
+      "audience ", audience,
+      ": a deletion of one of its users began during the sync; it is synced again next time"));
+  // One batch: the fence message tagged `tag`, then `members`. Stored → true, the fence moved
+  // to it; refused because one of its jobs' message ids was stored already (an earlier sync
+  // from the same state stored it, within the stream's duplicate window) → false, nothing
+  // stored; the fence moved by a deletion → Aborted.
+  auto send = [&](const std::string& tag, const Request* members,
+                  size_t count) -> absl::StatusOr<bool> {
+    std::vector<Request> batch;
+    batch.reserve(count + 1);
+    batch.push_back({subject, tag, {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(fence)}}});
+    batch.insert(batch.end(), members, members + count);
+    const absl::Status sent = PublishAtomic(batch);
+    if (!sent.ok() && !absl::IsFailedPrecondition(sent) && !absl::IsAlreadyExists(sent)) {
+      return sent;
+    }
+    // Which it was (a batch sent again after a lost answer is refused either way, though stored):
+    // the fence's last message says.
+    ASSIGN_OR_RETURN(std::optional<Stored> last, GetLast(kJobsStream, subject));
+    if (last.has_value() && last->data == tag) {
+      fence = last->seq;
+      return true;
+    }
+    if (absl::IsAlreadyExists(sent) && (last.has_value() ? last->seq : 0) == fence) return false;
+    return fenced_off;
+  };
   constexpr size_t kPerBatch = kMaxAtomicBatch - 1;
   for (size_t from = 0, chunk = 0; from < jobs.size(); from += kPerBatch, ++chunk) {
+    const size_t count = std::min(jobs.size() - from, kPerBatch);
     const std::string tag = absl::StrCat("sync ", lock_seq, " ", chunk);
-    std::vector<Request> batch;
-    batch.reserve(std::min(jobs.size() - from, kPerBatch) + 1);
-    batch.push_back({subject, tag, {{"Nats-Expected-Last-Subject-Sequence", absl::StrCat(fence)}}});
-    for (size_t n = from; n < jobs.size() && n < from + kPerBatch; ++n) batch.push_back(jobs[n]);
-    const absl::Status sent = PublishAtomic(batch);
-    if (!sent.ok() && !absl::IsFailedPrecondition(sent)) return sent;
-    // Stored (or refused: stored by an earlier attempt of this batch whose answer was lost, or
-    // fenced by a deletion): the fence's last message says which.
-    ASSIGN_OR_RETURN(std::optional<Stored> last, GetLast(kJobsStream, subject));
-    if (!last.has_value() || last->data != tag) {
-      return absl::AbortedError(absl::StrCat(
-          "audience ", audience,
-          ": a deletion of one of its users began during the sync; it is synced again next time"));
+    ASSIGN_OR_RETURN(bool stored, send(tag, &jobs[from], count));
+    if (stored) continue;
+    // Some of these jobs were stored before (a sync that failed after storing them): one at a
+    // time, each behind the fence; those stored already are refused and skipped.
+    for (size_t n = 0; n < count; ++n) {
+      ASSIGN_OR_RETURN(stored, send(absl::StrCat(tag, ".", n), &jobs[from + n], 1));
     }
-    fence = last->seq;
   }
   // The fence's earlier messages are not needed any more.
   if (fence > 0) RETURN_IF_ERROR(Purge(kJobsStream, subject, fence).status());
@@ -437,6 +457,9 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
       syncs_.erase(audience);
     }
     return fenced;
+  }
+  if (StopAfter("sync-jobs-stored")) {
+    return absl::UnavailableError("audience sync stopped after storing its jobs (test)");
   }
 
   // 2. Memberships.

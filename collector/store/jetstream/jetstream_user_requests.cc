@@ -27,6 +27,8 @@ constexpr int64_t kTemporarilyUnavailable = 10008;
 // "wrong last sequence: N" and, for an expected last subject sequence, "wrong last sequence".
 constexpr int64_t kWrongLastSequence = 10071;
 constexpr int64_t kWrongLastSequenceConstant = 10164;
+// An atomic batch holding a message id the stream has seen within its duplicate window.
+constexpr int64_t kAtomicBatchDuplicateMsgId = 10201;
 
 // Requests in flight at once in one exchange.
 constexpr size_t kWindow = 2048;
@@ -426,6 +428,10 @@ absl::Status JetStreamUserData::PublishAtomic(const std::vector<Request>& reques
           absl::StartsWith(ack.error, "wrong last sequence")) {
         return absl::FailedPreconditionError(absl::StrCat(
             "an atomic batch to ", requests[0].subject, ": a subject changed meanwhile"));
+      }
+      if (ack.error_code == kAtomicBatchDuplicateMsgId) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "an atomic batch to ", requests[0].subject, ": ", ack.error));
       }
       problem = ack.error;
       if (ack.error_code != kTemporarilyUnavailable && ack.error_code != -1) {
