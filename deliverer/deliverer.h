@@ -133,7 +133,8 @@ class Deliverer {
                  std::vector<std::pair<Call*, hookrelay::v1::Outcome>>* collect = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
-  // Sends `outcome` back on the job's stream (dropped when the stream has ended).
+  // Sends `outcome` back on the job's stream (dropped when the stream has ended); inside a sender
+  // thread's round the write starts at the round's end (deliverer/round_end.h).
   static void PostOutcome(Call& call, hookrelay::v1::Outcome outcome);
   // Each run of outcomes of one stream in one step (one lock, at most one write started).
   static void PostOutcomes(std::vector<std::pair<Call*, hookrelay::v1::Outcome>> outcomes);

@@ -429,8 +429,9 @@ absl::StatusOr<AudienceState> JetStreamUserData::CommitAudienceSync(AudienceSync
     return absl::UnavailableError("audience sync stopped after checking its users (test)");
   }
 
-  // 1. The identify jobs. A re-run of this commit (the same state read by its sync) gives each
-  // the same message id, so the stream stores it once within its duplicate window.
+  // 1. The identify jobs, behind the audience's fence (PublishFenced). A sync computed from the
+  // same state as one that stored its jobs and stopped gives each the same message id: stored
+  // once within the stream's duplicate window.
   absl::flat_hash_map<std::string, bool> direction(plan.changes.begin(), plan.changes.end());
   const absl::string_view kNul("\0", 1);
   const int64_t now_ms = absl::ToUnixMillis(clock_.Now());

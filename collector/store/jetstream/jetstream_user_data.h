@@ -246,7 +246,6 @@ class JetStreamUserData {
   std::atomic<uint64_t> records_seen_upto_{0};
   bool catch_up_wanted_ ABSL_GUARDED_BY(compact_mu_) = false;
   std::function<void()> caught_up_hook_;
-  // The jobs and dead letters of `record`'s user carrying a job id <= upto, deleted (counted).
   // A deletion's first step (DeletionProgress.fenced): the user's profiles counted and purged,
   // each audience's fence published, L read and saved with the progress (seq: its sequence).
   absl::Status Fence(hookrelay::v1::DeletionProgress& p, uint64_t& seq, size_t* touched);
@@ -254,6 +253,7 @@ class JetStreamUserData {
   // (a deletion began): then Aborted, and nothing of the batch refused is stored.
   absl::Status PublishFenced(const std::string& audience, uint64_t lock_seq, uint64_t fence,
                              const std::vector<Request>& jobs);
+  // The jobs and dead letters of `record`'s user carrying a job id <= upto, deleted (counted).
   absl::Status SweepPurgedJobs(const hookrelay::v1::Deletion& record, uint64_t upto,
                                uint64_t* jobs, uint64_t* dead, size_t* touched);
   // Progress records seen by ResumeStale: subject → (sequence, since when). Resumer thread only.

@@ -63,9 +63,11 @@ std::string NotificationMarkers(std::string_view deletion_id) {
 
 // The fault tests' stops (tests/jetstream_deletion_crash_test.cc kills the process,
 // tests/jetstream_user_data_test.cc stops the call), right after a step of a deletion: planned,
-// fenced (profiles purged, fences published, L read), recorded, counted (a source's subjects counted), purging (its purges done, its counts not yet
-// noted), purged, membership (one removed, its count not yet changed), memberships, notifying
-// (published, not yet noted), notified, swept, completed.
+// fenced (profiles purged, fences published, L read), recorded, counted (a source's subjects
+// counted), purging (its purges done, its counts not yet noted), purged, membership (one
+// removed, its count not yet changed), memberships, notifying (published, not yet noted),
+// notified, swept, completed. And of an audience sync's commit: sync-checked (its users'
+// profiles checked, nothing stored), sync-jobs-stored (its identify jobs stored, nothing else).
 bool JetStreamUserData::StopAfter(std::string_view step) {
   static const char* const at = std::getenv("HOOKRELAY_CRASH_IN_DELETION");
   if (at != nullptr && step == at) raise(SIGKILL);
