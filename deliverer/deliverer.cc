@@ -365,19 +365,6 @@ int64_t Deliverer::jobs_in_flight() const {
   return n;
 }
 
-void Deliverer::PostOutcome(Call& call, Outcome outcome) { call.AddOutcome(std::move(outcome)); }
-
-void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes) {
-  for (size_t from = 0; from < outcomes.size();) {
-    Call* call = outcomes[from].first;
-    size_t end = from + 1;
-    while (end < outcomes.size() && outcomes[end].first == call) ++end;
-    call->AddOutcomes(outcomes.begin() + static_cast<ptrdiff_t>(from),
-                      outcomes.begin() + static_cast<ptrdiff_t>(end));
-    from = end;
-  }
-}
-
 void Deliverer::Handle(Delivery delivery,
                        std::shared_ptr<const hookrelay::v1::Destination> shared_destination,
                        std::shared_ptr<Call> call) {

@@ -14,6 +14,7 @@
 #include "common/time_format.h"
 #include "common/trace_context.h"
 #include "deliverer/deliverer.h"
+#include "deliverer/deliverer_call.h"
 #include "deliverer/deliverer_state.h"
 
 namespace hookrelay::deliverer {
@@ -188,6 +189,19 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
     collect->emplace_back(job->call.get(), std::move(outcome));
   } else {
     PostOutcome(*job->call, std::move(outcome));
+  }
+}
+
+void Deliverer::PostOutcome(Call& call, Outcome outcome) { call.AddOutcome(std::move(outcome)); }
+
+void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes) {
+  for (size_t from = 0; from < outcomes.size();) {
+    Call* call = outcomes[from].first;
+    size_t end = from + 1;
+    while (end < outcomes.size() && outcomes[end].first == call) ++end;
+    call->AddOutcomes(outcomes.begin() + static_cast<ptrdiff_t>(from),
+                      outcomes.begin() + static_cast<ptrdiff_t>(end));
+    from = end;
   }
 }
 
