@@ -435,13 +435,12 @@ absl::StatusOr<uint64_t> JetStreamUserData::SaveProgress(const DeletionProgress&
 
 absl::Status JetStreamUserData::Fence(DeletionProgress& p, uint64_t& seq, size_t* touched) {
   Deletion& record = *p.mutable_record();
-  const std::string user = Tok(record.user_id());
   // The profiles counted before they go (a resumed deletion counts what is left: nothing).
   if (!p.profiles_counted()) {
     bool had = false;
     for (const std::string& source : record.source_ids()) {
-      ASSIGN_OR_RETURN(uint64_t n, CountMessages(kProfilesStream,
-                                                 absl::StrCat("hr.prof.", Tok(source), ".", user)));
+      ASSIGN_OR_RETURN(uint64_t n,
+                       CountMessages(kProfilesStream, ProfileSubject(source, record.user_id())));
       had = had || n > 0;
       ++*touched;
     }
@@ -451,8 +450,7 @@ absl::Status JetStreamUserData::Fence(DeletionProgress& p, uint64_t& seq, size_t
     ++*touched;
   }
   for (const std::string& source : record.source_ids()) {
-    RETURN_IF_ERROR(
-        Purge(kProfilesStream, absl::StrCat("hr.prof.", Tok(source), ".", user)).status());
+    RETURN_IF_ERROR(Purge(kProfilesStream, ProfileSubject(source, record.user_id())).status());
     ++*touched;
   }
   // Each audience's fence, after the profiles are gone: a sync that read one of them before
