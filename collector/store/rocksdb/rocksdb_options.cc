@@ -4,13 +4,16 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "rocksdb/compaction_filter.h"
 #include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/memtablerep.h"
+#include "rocksdb/perf_level.h"
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/table_properties_collectors.h"
@@ -24,6 +27,25 @@ namespace {
 // RocksDB's info log, through the project's logger (so nothing is written to the data volume,
 // which may be the very thing that is full). Warnings and errors only, unless debug logging is
 // on; at most a few lines per second, since a failing disk makes RocksDB repeat itself.
+// RocksDB counts every key comparison, and more, in a thread-local PerfContext unless the thread
+// says otherwise; nothing here reads those counts. Flushes (the vector memtables' sort) and
+// compactions compare keys the most, on RocksDB's own threads: each turns the counting off for
+// its thread when it starts its first job (the store's threads do so themselves).
+class PerfCountsOff : public rocksdb::EventListener {
+ public:
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override { Off(); }
+  void OnCompactionBegin(rocksdb::DB*, const rocksdb::CompactionJobInfo&) override { Off(); }
+  void OnSubcompactionBegin(const rocksdb::SubcompactionJobInfo&) override { Off(); }
+  const char* Name() const override { return "hookrelay.PerfCountsOff"; }
+
+ private:
+  static void Off() {
+    if (rocksdb::GetPerfLevel() != rocksdb::PerfLevel::kDisable) {
+      rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
+    }
+  }
+};
+
 class RocksDbLogBridge : public rocksdb::Logger {
  public:
   RocksDbLogBridge()
@@ -132,6 +154,7 @@ rocksdb::DBOptions MakeDbOptions() {
   // The profiles family's memtable is a vector (below), which takes no concurrent writes; the
   // store has one writer thread anyway.
   options.allow_concurrent_memtable_write = false;
+  options.listeners.push_back(std::make_shared<PerfCountsOff>());
   return options;
 }
 
