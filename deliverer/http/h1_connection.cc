@@ -335,10 +335,12 @@ void H1Connection::OnRead(const error_code& ec) {
   outcome_.retry_after.assign(retry_after_);
   reusable_ = parser_->keep_alive() && !write_error_ && buffer_.size() == 0;
   if (reusable_) {
-    // Wait for the next response at once, before the connection goes back to the pool: it costs
-    // no system call (the socket was just drained, so Asio waits for epoll rather than trying a
-    // recv), tells the pool as soon as the receiver closes the idle connection, and the next
-    // exchange on it needs no read of its own.
+    // Wait for the next response at once, before the connection goes back to the pool: it tells
+    // the pool as soon as the receiver closes the idle connection, and the next exchange on it
+    // needs no read of its own. It costs one recv that finds nothing (EAGAIN): Asio's epoll
+    // reactor tries a read at once unless the last one hit the end of the stream, and waiting for
+    // readiness instead (async_wait) costs an epoll_ctl, so either way one system call per
+    // exchange (docs/BENCHMARKS.md, "System calls per delivery").
     Read();
   } else {
     Close();
