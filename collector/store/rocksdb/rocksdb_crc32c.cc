@@ -79,7 +79,9 @@ uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t size) {
 
 }  // namespace hookrelay::collector
 
-// The interposed definition (see the header). Declared here as RocksDB's util/crc32c.h declares
+#if defined(__x86_64__)
+// The interposed definition (see the header), on x86-64 only: elsewhere librocksdb's own may use
+// the CPU's CRC instructions and is left alone. Declared here as RocksDB's util/crc32c.h declares
 // it; that header is not installed.
 namespace rocksdb::crc32c {
 uint32_t Extend(uint32_t init_crc, const char* data, size_t n);
@@ -88,3 +90,4 @@ uint32_t Extend(uint32_t init_crc, const char* data, size_t n);
 uint32_t rocksdb::crc32c::Extend(uint32_t init_crc, const char* data, size_t n) {
   return hookrelay::collector::Crc32cExtend(init_crc, data, n);
 }
+#endif

@@ -8,8 +8,8 @@
 // Same polynomial, same pre- and post-inversion, so the checksums are bit for bit those of
 // librocksdb's own function: files written by one are read by the other.
 //
-// On a CPU without SSE4.2, and on other architectures, a table loop of our own answers (the
-// result is the same, only slower).
+// On an x86-64 CPU without SSE4.2 a table loop of our own answers (the result is the same, only
+// slower). On other architectures nothing is interposed: librocksdb keeps its own.
 #ifndef HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_CRC32C_H_
 #define HOOKRELAY_COLLECTOR_STORE_ROCKSDB_ROCKSDB_CRC32C_H_
 
