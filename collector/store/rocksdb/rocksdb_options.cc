@@ -24,9 +24,6 @@
 namespace hookrelay::collector::rocksdb_internal {
 namespace {
 
-// RocksDB's info log, through the project's logger (so nothing is written to the data volume,
-// which may be the very thing that is full). Warnings and errors only, unless debug logging is
-// on; at most a few lines per second, since a failing disk makes RocksDB repeat itself.
 // RocksDB counts every key comparison, and more, in a thread-local PerfContext unless the thread
 // says otherwise; nothing here reads those counts. Flushes (the vector memtables' sort) and
 // compactions compare keys the most, on RocksDB's own threads: each turns the counting off for
@@ -46,6 +43,9 @@ class PerfCountsOff : public rocksdb::EventListener {
   }
 };
 
+// RocksDB's info log, through the project's logger (so nothing is written to the data volume,
+// which may be the very thing that is full). Warnings and errors only, unless debug logging is
+// on; at most a few lines per second, since a failing disk makes RocksDB repeat itself.
 class RocksDbLogBridge : public rocksdb::Logger {
  public:
   RocksDbLogBridge()
