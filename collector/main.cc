@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <openssl/crypto.h>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -81,6 +83,14 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "whitespace is ignored");
 
 int main(int argc, char** argv) {
+  // OpenSSL frees its global state from an atexit handler. The NATS client's threads end
+  // asynchronously after their connection is destroyed, and one still finishing a TLS connection
+  // then crashed a collector at exit (SIGSEGV in OPENSSL_cleanup, seen once in CI). The process is
+  // ending: its memory goes back to the system anyway. First, before anything initialises
+  // OpenSSL (only the first initialisation decides).
+#ifdef OPENSSL_INIT_NO_ATEXIT
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+#endif
   absl::SetProgramUsageMessage("hookrelay collector: durable event ingest and delivery jobs");
   absl::ParseCommandLine(argc, argv);
 
