@@ -36,11 +36,7 @@ class PerfCountsOff : public rocksdb::EventListener {
   const char* Name() const override { return "hookrelay.PerfCountsOff"; }
 
  private:
-  static void Off() {
-    if (rocksdb::GetPerfLevel() != rocksdb::PerfLevel::kDisable) {
-      rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
-    }
-  }
+  static void Off() { rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable); }  // a TLS store
 };
 
 // RocksDB's info log, through the project's logger (so nothing is written to the data volume,
