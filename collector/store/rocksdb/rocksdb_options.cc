@@ -127,6 +127,12 @@ rocksdb::DBOptions MakeDbOptions() {
   // on these threads (the store's writer thread does), they compete for CPU only while flushing
   // and compacting.
   options.IncreaseParallelism(2);
+  // ...and both compaction threads used: IncreaseParallelism(2) leaves max_background_jobs at 2,
+  // which RocksDB splits into one flush and ONE compaction at a time. Then a compaction of the
+  // user index (seconds, under a backlog) held back the moves of `jobs`' flushed files, `jobs`
+  // reached 20 L0 files, and RocksDB delayed every write to 16 MB/s: acknowledgements waited
+  // 0.2-0.8 s (docs/BENCHMARKS.md, "Write stalls").
+  options.max_background_jobs = 3;
   // `dead` and the meta family get few writes; without a cap their small memtables would keep
   // every WAL file alive until they filled up. Past this size, RocksDB flushes the families
   // holding the oldest WAL so it can be deleted. Also bounds what a restart replays (issue 14:
@@ -156,10 +162,17 @@ rocksdb::DBOptions MakeDbOptions() {
 
 rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
-  // Level-style compaction sized for a 256 MB budget: L0 compacted early, no compression on
-  // L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4 below, where a
-  // long-lived backlog ends up.
+  // Level-style compaction sized for a 256 MB budget, L0 compacted early.
   options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
+  // LZ4 at every level, L0 included, so that a record is written to an SST file once. Jobs are
+  // appended in key order, so a flushed file overlaps no other file and compactions move it down
+  // a level without reading or rewriting it (a "trivial move") — but only between levels of the
+  // same compression. With none on L0/L1 and LZ4 below, every backlogged job was written three
+  // times (flush, L0 -> base, base -> LZ4 level) and read twice, most of the flush and
+  // compaction threads' CPU at ingest saturation. Jobs delivered within their memtable's life
+  // (the normal case) leave only tombstones, which LZ4 costs next to nothing.
+  options.compression_per_level.assign(static_cast<size_t>(options.num_levels),
+                                       rocksdb::kLZ4Compression);
   // Small memtables, each flushed alone (~16k jobs; a job appended and completed within one
   // leaves only a small tombstone in the SST file, not its ~0.5 KB record). Not the 2 x 64 MB
   // flushes that OptimizeLevelStyleCompaction picks: while a flush writes and syncs a large
@@ -242,6 +255,12 @@ rocksdb::ColumnFamilyOptions MakeUsersOptions(const std::shared_ptr<rocksdb::Cac
   // A key per job: with two 8 MB memtables, ingest stopped while one was flushed.
   options.write_buffer_size = 16 << 20;
   options.max_write_buffer_number = 4;
+  // Universal compaction: the pending index's keys arrive in random order (user hash first), so
+  // under a backlog every level-style L0 -> L1 compaction rewrote the whole of L1 (557 MB
+  // rewritten for ~150 MB of keys in one ingest benchmark, seconds per compaction). Universal
+  // merges runs of similar size: 141 MB. Only deletions read this family, by prefix scans, so
+  // the extra sorted runs cost nothing at ingest.
+  options.compaction_style = rocksdb::kCompactionStyleUniversal;
   return options;
 }
 
