@@ -162,17 +162,13 @@ rocksdb::DBOptions MakeDbOptions() {
 
 rocksdb::ColumnFamilyOptions MakeJobsOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions options;
-  // Level-style compaction sized for a 256 MB budget, L0 compacted early.
+  // Level-style compaction sized for a 256 MB budget: L0 compacted early, no compression on
+  // L0/L1 (short-lived data, and CPU is the scarce resource on 2 cores), LZ4 below, where a
+  // long-lived backlog ends up. (LZ4 on every level would let flushed files move down without a
+  // rewrite, since keys are appended in order; with two compactions at once it made another
+  // destination's deliveries beside a 10M-job held backlog 15-25 % slower: docs/BENCHMARKS.md,
+  // "Write stalls".)
   options.OptimizeLevelStyleCompaction(uint64_t{256} << 20);
-  // LZ4 at every level, L0 included, so that a record is written to an SST file once. Jobs are
-  // appended in key order, so a flushed file overlaps no other file and compactions move it down
-  // a level without reading or rewriting it (a "trivial move") — but only between levels of the
-  // same compression. With none on L0/L1 and LZ4 below, every backlogged job was written three
-  // times (flush, L0 -> base, base -> LZ4 level) and read twice, most of the flush and
-  // compaction threads' CPU at ingest saturation. Jobs delivered within their memtable's life
-  // (the normal case) leave only tombstones, which LZ4 costs next to nothing.
-  options.compression_per_level.assign(static_cast<size_t>(options.num_levels),
-                                       rocksdb::kLZ4Compression);
   // Small memtables, each flushed alone (~16k jobs; a job appended and completed within one
   // leaves only a small tombstone in the SST file, not its ~0.5 KB record). Not the 2 x 64 MB
   // flushes that OptimizeLevelStyleCompaction picks: while a flush writes and syncs a large

@@ -20,7 +20,6 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/listener.h"
-#include "rocksdb/statistics.h"
 #include "collector/store/rocksdb/rocksdb_layout.h"
 
 namespace hookrelay::collector::rocksdb_internal {
@@ -96,60 +95,6 @@ class TwoFamilies {
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::Status status_;
 };
-
-// Jobs are appended in key order, so a flushed file overlaps nothing and compactions move it
-// down the levels without rewriting it: each record is written to an SST file once, compressed.
-TEST(JobsOptionsTest, AppendedRecordsAreWrittenToSstFilesOnce) {
-  const std::string path = TempDir();
-  rocksdb::DBOptions db_options = MakeDbOptions();
-  db_options.statistics = rocksdb::CreateDBStatistics();
-  auto cache = rocksdb::NewLRUCache(8 << 20);
-  {
-    TwoFamilies db(path, db_options, kJobsCf, MakeJobsOptions(cache));
-    ASSERT_TRUE(db.status().ok()) << db.status().ToString();
-    constexpr int kFlushes = 8;
-    constexpr uint64_t kPerFlush = 2000;
-    uint64_t id = 1;
-    for (int flush = 0; flush < kFlushes; ++flush) {
-      rocksdb::WriteBatch batch;
-      for (uint64_t i = 0; i < kPerFlush; ++i, ++id) {
-        ASSERT_TRUE(batch.Put(db.family(), Key(id), Value(id)).ok());
-      }
-      ASSERT_TRUE(db.db().Write(rocksdb::WriteOptions(), &batch).ok());
-      ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
-    }
-    ASSERT_TRUE(db.WaitForCompactions());
-
-    // Compactions ran (the flushed files left L0), and wrote nothing.
-    uint64_t below_l0 = 0;
-    for (int level = 1; level < 7; ++level) below_l0 += db.FilesAtLevel(level);
-    EXPECT_GT(below_l0, 0u);
-    EXPECT_LT(db.FilesAtLevel(0), static_cast<uint64_t>(kFlushes));
-    rocksdb::Statistics& stats = *db_options.statistics;
-    EXPECT_GT(stats.getTickerCount(rocksdb::FLUSH_WRITE_BYTES), 0u);
-    EXPECT_EQ(stats.getTickerCount(rocksdb::COMPACT_WRITE_BYTES), 0u);
-    EXPECT_EQ(stats.getTickerCount(rocksdb::COMPACT_READ_BYTES), 0u);
-
-    // Every file LZ4-compressed, smaller than its records, and every record reads back.
-    rocksdb::TablePropertiesCollection tables;
-    ASSERT_TRUE(db.db().GetPropertiesOfAllTables(db.family(), &tables).ok());
-    ASSERT_FALSE(tables.empty());
-    for (const auto& [file, properties] : tables) {
-      EXPECT_EQ(properties->compression_name, "LZ4") << file;
-      EXPECT_LT(properties->data_size, properties->raw_key_size + properties->raw_value_size)
-          << file;
-    }
-    std::unique_ptr<rocksdb::Iterator> it(db.db().NewIterator(rocksdb::ReadOptions(), db.family()));
-    uint64_t expected = 1;
-    for (it->SeekToFirst(); it->Valid(); it->Next(), ++expected) {
-      ASSERT_EQ(it->key().ToString(), Key(expected));
-      ASSERT_EQ(it->value().ToString(), Value(expected));
-    }
-    ASSERT_TRUE(it->status().ok());
-    EXPECT_EQ(expected, id);
-  }
-  std::filesystem::remove_all(path);
-}
 
 // Holds every compaction of one family on its thread until released.
 class HoldCompactions : public rocksdb::EventListener {
