@@ -127,11 +127,11 @@ rocksdb::DBOptions MakeDbOptions() {
   // on these threads (the store's writer thread does), they compete for CPU only while flushing
   // and compacting.
   options.IncreaseParallelism(2);
-  // ...and both compaction threads used: IncreaseParallelism(2) leaves max_background_jobs at 2,
-  // which RocksDB splits into one flush and ONE compaction at a time. Then a compaction of the
-  // user index (seconds, under a backlog) held back the moves of `jobs`' flushed files, `jobs`
-  // reached 20 L0 files, and RocksDB delayed every write to 16 MB/s: acknowledgements waited
-  // 0.2-0.8 s (docs/BENCHMARKS.md, "Write stalls").
+  // ...and both compaction threads used when a family falls behind: IncreaseParallelism(2)
+  // leaves max_background_jobs at 2, which RocksDB splits into one flush and ONE compaction at a
+  // time. Then a compaction of the user index (seconds, under a backlog) held back the
+  // compactions of `jobs`' flushed files, `jobs` reached 20 L0 files, and RocksDB delayed every
+  // write to 16 MB/s: acknowledgements waited 0.2-0.8 s (docs/BENCHMARKS.md, "Write stalls").
   options.max_background_jobs = 3;
   // `dead` and the meta family get few writes; without a cap their small memtables would keep
   // every WAL file alive until they filled up. Past this size, RocksDB flushes the families

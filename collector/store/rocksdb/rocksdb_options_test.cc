@@ -38,6 +38,9 @@ std::string Key(uint64_t id) {
   return std::string(bytes, sizeof(bytes));
 }
 
+// A pending-index key; the user hashes make the keys' order random, as at ingest.
+PendingKeyBytes PendingKey(uint64_t id) { return PendingKeyBytes(id * 0x9E3779B97F4A7C15u, id); }
+
 // A job-like value: ~500 bytes, partly repetitive, partly varying with the id.
 std::string Value(uint64_t id) {
   std::string value = absl::StrCat(R"({"type":"track","event":"Order Completed","messageId":")",
@@ -151,16 +154,14 @@ TEST(DbOptionsTest, OneFamilysCompactionDoesNotHoldBackAnothers) {
     uint64_t id = 1;
     for (int flush = 0; flush < 6; ++flush) {
       for (int i = 0; i < 100; ++i, ++id) {
-        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), users,
-                            PendingKeyBytes(id * 0x9E3779B97F4A7C15u, id).slice(), "")
-                        .ok());
+        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), users, PendingKey(id).slice(), "").ok());
       }
       ASSERT_TRUE(db->Flush(rocksdb::FlushOptions(), users).ok());
     }
     ASSERT_TRUE(hold->WaitHeld());
     absl::Cleanup release = [&hold] { hold->Release(); };  // on every way out, or Close waits
 
-    // `jobs`' flushed files still move down while it is held. RocksDB runs a second compaction
+    // `jobs`' flushed files are still compacted out of L0 while it is held. RocksDB runs a second compaction
     // only once a family needs one urgently: `jobs` with 4 files in L0 (twice its trigger).
     for (int flush = 0; flush < 6; ++flush) {
       for (int i = 0; i < 100; ++i, ++id) {
@@ -193,12 +194,11 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
   before.compaction_style = rocksdb::kCompactionStyleLevel;
   before.disable_auto_compactions = true;
   constexpr uint64_t kKeys = 6000;
-  auto key = [](uint64_t i) { return PendingKeyBytes(i * 0x9E3779B97F4A7C15u, i); };
   {
     TwoFamilies db(path, MakeDbOptions(), kUsersCf, before);
     ASSERT_TRUE(db.status().ok()) << db.status().ToString();
     for (uint64_t i = 0; i < kKeys; ++i) {
-      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), key(i).slice(), "").ok());
+      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
       if (i % 1000 == 999) {
         ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
       }
@@ -207,7 +207,7 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
     ASSERT_TRUE(db.db().CompactRange(to_bottom, db.family(), nullptr, nullptr).ok());
     // Newer files in L0 on top, with deletions of every third key.
     for (uint64_t i = 0; i < kKeys; i += 3) {
-      ASSERT_TRUE(db.db().Delete(rocksdb::WriteOptions(), db.family(), key(i).slice()).ok());
+      ASSERT_TRUE(db.db().Delete(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice()).ok());
       if (i % 1500 == 0) {
         ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
       }
@@ -219,7 +219,7 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
     TwoFamilies db(path, MakeDbOptions(), kUsersCf, MakeUsersOptions(cache));
     ASSERT_TRUE(db.status().ok()) << db.status().ToString();
     for (uint64_t i = kKeys; i < 2 * kKeys; ++i) {
-      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), key(i).slice(), "").ok());
+      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
       if (i % 1000 == 999) {
         ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
       }
@@ -231,7 +231,7 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
     for (uint64_t i = 0; i < 2 * kKeys; ++i) {
       std::string value;
       const rocksdb::Status status =
-          db.db().Get(rocksdb::ReadOptions(), db.family(), key(i).slice(), &value);
+          db.db().Get(rocksdb::ReadOptions(), db.family(), PendingKey(i).slice(), &value);
       const bool deleted = i < kKeys && i % 3 == 0;
       ASSERT_EQ(status.IsNotFound(), deleted) << i << " " << status.ToString();
       if (status.ok()) ++found;
