@@ -15,6 +15,7 @@
 #include "collector/server.h"
 #include "collector/store/jetstream/nats_connect.h"
 #include "common/log.h"
+#include "common/process_setup.h"
 #include "common/secret_file.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
 #endif
   absl::SetProgramUsageMessage("hookrelay collector: durable event ingest and delivery jobs");
   absl::ParseCommandLine(argc, argv);
+  hookrelay::common::DisableMutexDeadlockDetection();
 
   // Signals are taken synchronously by this thread; every thread started later inherits the mask.
   sigset_t signals;

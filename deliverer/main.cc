@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/log.h"
+#include "common/process_setup.h"
 #include "common/secret_file.h"
 #include "deliverer/sender_sizing.h"
 #include "deliverer/server.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "hookrelay deliverer: takes jobs from collectors and delivers signed webhooks");
   absl::ParseCommandLine(argc, argv);
+  hookrelay::common::DisableMutexDeadlockDetection();
   if (absl::Status st = hookrelay::common::SetMinLogLevelFromEnv(); !st.ok()) {
     LogError("bad HOOKRELAY_LOG_LEVEL", {{"error", st.message()}});
     return 2;
