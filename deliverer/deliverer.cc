@@ -365,7 +365,7 @@ int64_t Deliverer::jobs_in_flight() const {
   return n;
 }
 
-void Deliverer::Handle(Delivery delivery,
+void Deliverer::Handle(std::shared_ptr<const Delivery> delivery,
                        std::shared_ptr<const hookrelay::v1::Destination> shared_destination,
                        std::shared_ptr<Call> call) {
   auto job = std::make_shared<JobState>();
@@ -378,20 +378,20 @@ void Deliverer::Handle(Delivery delivery,
     metrics_->JobStarted();
     // Pickup: the collector's receipt of the event to this deliverer's receipt of its job.
     if (std::optional<absl::Duration> l =
-            common::PickupLatency(job->delivery.job(), job->started)) {
+            common::PickupLatency(job->delivery->job(), job->started)) {
       metrics_->ObservePickup(absl::ToDoubleSeconds(*l));
     }
   }
 
   thread_local WebhookRenderer renderer;
   auto body = std::make_shared<std::string>();
-  if (absl::Status st = renderer.Render(job->delivery.job().event_json(), body.get()); !st.ok()) {
+  if (absl::Status st = renderer.Render(job->delivery->job().event_json(), body.get()); !st.ok()) {
     FailWithoutAttempt(job, absl::StrCat("the event cannot be rendered: ", st.message()));
     return;
   }
   const hookrelay::v1::Destination& destination = job->destination();
-  if (!job->delivery.has_destination() && job->shared_destination == nullptr) {
-    FailWithoutAttempt(job, absl::StrCat("destination ", job->delivery.job().destination_id(),
+  if (!job->delivery->has_destination() && job->shared_destination == nullptr) {
+    FailWithoutAttempt(job, absl::StrCat("destination ", job->delivery->job().destination_id(),
                                          " was not sent on this stream"));
     return;
   }
@@ -401,10 +401,10 @@ void Deliverer::Handle(Delivery delivery,
     return;
   }
   // A batched destination's job waits for its batch (test jobs go alone, as usual).
-  if (job->options.has_batch() && !job->delivery.job().test()) {
+  if (job->options.has_batch() && !job->delivery->job().test()) {
     // A job whose last attempt was in a batch that is to be retried goes with the same members
     // again (they are due at the same time), never with jobs that were not in it.
-    const hookrelay::v1::Job& j = job->delivery.job();
+    const hookrelay::v1::Job& j = job->delivery->job();
     const hookrelay::v1::Attempt* last = j.history_size() > 0 ? &j.history(j.history_size() - 1)
                                                               : nullptr;
     std::string key = BatchKey(destination, job->options);
@@ -420,20 +420,20 @@ void Deliverer::Handle(Delivery delivery,
   Headers headers;
   // Ours (at most 7), and the URL's own when there is one URL (see SendToUrls).
   headers.reserve(7 + (url_count == 1 ? destination.urls(0).headers_size() : 0));
-  headers.emplace_back(kIdempotencyHeader, job->delivery.job().message_id());
+  headers.emplace_back(kIdempotencyHeader, job->delivery->job().message_id());
   // The ingest request's trace context (W3C): this attempt is a new span of the same trace, so
   // a receiver's tracing links it to the client's request. Never invented when none came.
   bool traced = false;
-  if (std::string traceparent = common::ChildTraceparent(job->delivery.job().traceparent(),
+  if (std::string traceparent = common::ChildTraceparent(job->delivery->job().traceparent(),
                                                          ThreadBitGen());
       !traceparent.empty()) {
     traced = true;
     headers.emplace_back(common::kTraceparentHeader, std::move(traceparent));
-    if (!job->delivery.job().tracestate().empty()) {
-      headers.emplace_back(common::kTracestateHeader, job->delivery.job().tracestate());
+    if (!job->delivery->job().tracestate().empty()) {
+      headers.emplace_back(common::kTracestateHeader, job->delivery->job().tracestate());
     }
   }
-  AddSignatureHeaders(destination, job->options, job->delivery.job().message_id(), *body,
+  AddSignatureHeaders(destination, job->options, job->delivery->job().message_id(), *body,
                       headers);
 
   job->results.resize(url_count);
@@ -512,8 +512,8 @@ void Deliverer::SendToUrls(const hookrelay::v1::Destination& destination,
 void Deliverer::SendBatch(std::vector<BatchItem> items) {
   // In job id order (acceptance order on one collector): a retried batch has the same body.
   std::sort(items.begin(), items.end(), [](const BatchItem& a, const BatchItem& b) {
-    return static_cast<const JobState*>(a.job.get())->delivery.job().id() <
-           static_cast<const JobState*>(b.job.get())->delivery.job().id();
+    return static_cast<const JobState*>(a.job.get())->delivery->job().id() <
+           static_cast<const JobState*>(b.job.get())->delivery->job().id();
   });
   auto batch = std::make_shared<BatchState>();
   batch->members.reserve(items.size());
@@ -528,7 +528,7 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
   // The same members give the same key, on every deliverer: a retried batch is recognisable.
   std::vector<std::string_view> message_ids;
   message_ids.reserve(batch->members.size());
-  for (const auto& m : batch->members) message_ids.push_back(m->delivery.job().message_id());
+  for (const auto& m : batch->members) message_ids.push_back(m->delivery->job().message_id());
   batch->key = BatchIdempotencyKey(std::move(message_ids));
   const std::string& key = batch->key;
   // A batch carries no traceparent: its members may belong to different traces.

@@ -38,8 +38,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "deliverer/batcher.h"
@@ -106,11 +108,16 @@ class Deliverer {
   class Link;
   struct JobState;
   struct BatchState;
+  struct Read;
   using Headers = std::vector<std::pair<std::string, std::string>>;
+  // One entry per URL of a destination: inline for the usual single URL (no allocation).
+  template <typename T>
+  using PerUrl = absl::InlinedVector<T, 1>;
 
-  // A job arrived on `call` (on a gRPC thread): render, sign, send.
-  // `destination`: the one the stream sent for it when the delivery carries none.
-  void Handle(hookrelay::v1::Delivery delivery,
+  // A job arrived on `call` (on a gRPC thread): render, sign, send. `delivery` points into its
+  // stream read (Read), which it keeps alive. `destination`: the one the stream sent for it when
+  // the delivery carries none.
+  void Handle(std::shared_ptr<const hookrelay::v1::Delivery> delivery,
               std::shared_ptr<const hookrelay::v1::Destination> destination,
               std::shared_ptr<Call> call);
   void OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result);
@@ -119,13 +126,13 @@ class Deliverer {
     std::string key;
     int members = 0;
     absl::Time retry_at;  // every member that retries waits until then
-    const std::vector<UrlResult>* results = nullptr;  // per URL
-    const std::vector<std::string>* details = nullptr;
+    absl::Span<const UrlResult> results;  // per URL
+    absl::Span<const std::string> details;
     google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt> urls;  // the attempt's, made once
   };
-  static void AddUrlAttempts(const std::vector<UrlResult>& results,
-                             const std::vector<absl::Duration>& durations,
-                             const std::vector<std::string>& details,
+  static void AddUrlAttempts(absl::Span<const UrlResult> results,
+                             absl::Span<const absl::Duration> durations,
+                             absl::Span<const std::string> details,
                              google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out);
   // Decides the job's outcome and sends it back; with `collect`, appends it there instead (a
   // batch's members' outcomes go back together: PostOutcomes).

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "deliverer/deliverer.h"
+#include "deliverer/deliverer_state.h"
 #include "deliverer/round_end.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 
@@ -54,7 +55,8 @@ class Deliverer::Call final
     write_.mutable_hello()->set_collectors(static_cast<uint32_t>(std::max(1, collectors)));
     write_.mutable_hello()->set_destinations_by_reference(true);
     StartWrite(&write_);
-    StartRead(&read_);
+    reading_ = std::make_shared<Read>();
+    StartRead(reading_->response);
     StartCall();
   }
 
@@ -64,33 +66,37 @@ class Deliverer::Call final
       return;
     }
     received_any_.store(true, std::memory_order_relaxed);
-    if (read_.has_destinations() && deliverer_.metrics_ != nullptr) {
+    std::shared_ptr<Read> read = std::move(reading_);
+    const hookrelay::v1::SubscribeResponse& response = *read->response;
+    if (response.has_destinations() && deliverer_.metrics_ != nullptr) {
       deliverer_.metrics_->DeclareDestinations(
-          {read_.destinations().ids().begin(), read_.destinations().ids().end()});
+          {response.destinations().ids().begin(), response.destinations().ids().end()});
     }
-    const int n = read_.deliveries_size();
+    const int n = response.deliveries_size();
     {
       absl::MutexLock lock(&mu_);
       held_ += n;
     }
-    if (read_.destination_configs_size() > 0) {
+    if (response.destination_configs_size() > 0) {
       // The collector's whole set, sent when its configuration changed: replaces ours.
       destinations_.clear();
-      for (hookrelay::v1::Destination& d : *read_.mutable_destination_configs()) {
-        auto shared = std::make_shared<const hookrelay::v1::Destination>(std::move(d));
+      for (const hookrelay::v1::Destination& d : response.destination_configs()) {
+        // A copy off the read's arena: a destination outlives the read.
+        auto shared = std::make_shared<const hookrelay::v1::Destination>(d);
         destinations_[shared->id()] = std::move(shared);
       }
     }
-    for (hookrelay::v1::Delivery& d : *read_.mutable_deliveries()) {
+    for (const hookrelay::v1::Delivery& d : response.deliveries()) {
       std::shared_ptr<const hookrelay::v1::Destination> destination;
       if (!d.has_destination()) {
         auto it = destinations_.find(d.job().destination_id());
         if (it != destinations_.end()) destination = it->second;
       }
-      deliverer_.Handle(std::move(d), std::move(destination), shared_from_this());
+      deliverer_.Handle(std::shared_ptr<const hookrelay::v1::Delivery>(read, &d),
+                        std::move(destination), shared_from_this());
     }
-    read_.Clear();
-    StartRead(&read_);
+    reading_ = std::make_shared<Read>();
+    StartRead(reading_->response);
   }
 
   void OnWriteDone(bool ok) override {
@@ -257,7 +263,7 @@ class Deliverer::Call final
   Deliverer& deliverer_;
   const std::string collector_;
   grpc::ClientContext context_;
-  hookrelay::v1::SubscribeResponse read_;  // read path only
+  std::shared_ptr<Read> reading_;  // the read in progress (read path only)
   // The destinations the collector sent on this stream, by id (read path only).
   absl::flat_hash_map<std::string, std::shared_ptr<const hookrelay::v1::Destination>>
       destinations_;

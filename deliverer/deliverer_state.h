@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "google/protobuf/arena.h"
 #include "absl/time/time.h"
 #include "deliverer/deliverer.h"
 #include "hookrelay/v1/collector.pb.h"
@@ -20,22 +21,44 @@ inline absl::BitGen& ThreadBitGen() {
   return gen;
 }
 
+// One read of a Subscribe stream, parsed into its own arena: the jobs of a read share a few
+// blocks of memory instead of a heap allocation per message and string each, allocated on the
+// gRPC thread and freed on a sender thread. Kept alive by its jobs (JobState::delivery points
+// into it); the blocks are freed when the last of them ends.
+struct Deliverer::Read {
+  static google::protobuf::ArenaOptions Options() {
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = 16 * 1024;
+    options.max_block_size = 256 * 1024;
+    return options;
+  }
+
+  Read() : arena(Options()) {}
+  Read(const Read&) = delete;
+  Read& operator=(const Read&) = delete;
+
+  google::protobuf::Arena arena;
+  hookrelay::v1::SubscribeResponse* const response =
+      google::protobuf::Arena::CreateMessage<hookrelay::v1::SubscribeResponse>(&arena);
+};
+
 // One job between its arrival and its outcome.
 struct Deliverer::JobState {
-  hookrelay::v1::Delivery delivery;
+  // Into its Read (an aliasing pointer that keeps the read's arena alive).
+  std::shared_ptr<const hookrelay::v1::Delivery> delivery;
   // The destination the stream sent once for many jobs (Hello.destinations_by_reference); null
   // when the delivery carries its own.
   std::shared_ptr<const hookrelay::v1::Destination> shared_destination;
   std::shared_ptr<Call> call;
   hookrelay::v1::DeliveryOptions options;  // effective
   absl::Time started;
-  std::vector<UrlResult> results;
-  std::vector<std::string> details;  // error_detail per URL
-  std::vector<absl::Duration> durations;  // per URL
+  PerUrl<UrlResult> results;
+  PerUrl<std::string> details;  // error_detail per URL
+  PerUrl<absl::Duration> durations;  // per URL
   std::atomic<size_t> remaining{0};
 
   const hookrelay::v1::Destination& destination() const {
-    return shared_destination != nullptr ? *shared_destination : delivery.destination();
+    return shared_destination != nullptr ? *shared_destination : delivery->destination();
   }
 };
 
@@ -44,9 +67,9 @@ struct Deliverer::JobState {
 struct Deliverer::BatchState {
   std::vector<std::shared_ptr<JobState>> members;
   std::string key;  // Idempotency-Key
-  std::vector<UrlResult> results;
-  std::vector<std::string> details;
-  std::vector<absl::Duration> durations;
+  PerUrl<UrlResult> results;
+  PerUrl<std::string> details;
+  PerUrl<absl::Duration> durations;
   std::atomic<size_t> remaining{0};
 };
 

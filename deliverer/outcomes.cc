@@ -54,8 +54,8 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   // that retry share one retry time, so that they come back together and go as the same batch.
   BatchAttempt attempt;
   attempt.key = batch->key;
-  attempt.results = &batch->results;
-  attempt.details = &batch->details;
+  attempt.results = batch->results;
+  attempt.details = batch->details;
   AddUrlAttempts(batch->results, batch->durations, batch->details, &attempt.urls);
   attempt.members = static_cast<int>(batch->members.size());
   // The latest of the members' own retry times: none goes back sooner than its backoff says.
@@ -69,7 +69,7 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   for (const std::shared_ptr<JobState>& member : batch->members) {
     if (delivered) break;
     const Decision d =
-        DecideOutcome(batch->results, member->delivery.job(), member->options, now, ThreadBitGen());
+        DecideOutcome(batch->results, member->delivery->job(), member->options, now, ThreadBitGen());
     if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
   }
   std::vector<std::pair<Call*, Outcome>> outcomes;
@@ -95,7 +95,7 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
 void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
   if (metrics_) {
     metrics_->RequestFinished();
-    if (!job->delivery.job().test()) {
+    if (!job->delivery->job().test()) {
       metrics_->ObserveQueue(absl::ToDoubleSeconds(result.queued));
       metrics_->CountRequest(job->destination().id(), result.result,
                              absl::ToDoubleSeconds(result.duration));
@@ -107,9 +107,9 @@ void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, Ht
   if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishJob(job);
 }
 
-void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
-                               const std::vector<absl::Duration>& durations,
-                               const std::vector<std::string>& details,
+void Deliverer::AddUrlAttempts(absl::Span<const UrlResult> results,
+                               absl::Span<const absl::Duration> durations,
+                               absl::Span<const std::string> details,
                                google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out) {
   for (size_t i = 0; i < results.size(); ++i) {
     const UrlResult& r = results[i];
@@ -130,11 +130,13 @@ void Deliverer::AddUrlAttempts(const std::vector<UrlResult>& results,
 void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch,
                           std::vector<std::pair<Call*, Outcome>>* collect) {
   const absl::Time now = clock_.Now();
-  const hookrelay::v1::Job& j = job->delivery.job();
+  const hookrelay::v1::Job& j = job->delivery->job();
   const hookrelay::v1::Destination& destination = job->destination();
   // A batch member's answers are the batch's, kept once in the batch.
-  const std::vector<UrlResult>& results = batch != nullptr ? *batch->results : job->results;
-  const std::vector<std::string>& details = batch != nullptr ? *batch->details : job->details;
+  const absl::Span<const UrlResult> results =
+      batch != nullptr ? batch->results : absl::MakeConstSpan(job->results);
+  const absl::Span<const std::string> details =
+      batch != nullptr ? batch->details : absl::MakeConstSpan(job->details);
   Decision decision = DecideOutcome(results, j, job->options, now, ThreadBitGen());
   if (batch != nullptr && decision.kind == DecisionKind::kRetry &&
       batch->retry_at != absl::InfinitePast()) {
@@ -143,7 +145,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
 
   Outcome outcome;
   outcome.set_job_id(j.id());
-  outcome.set_lease(job->delivery.lease());
+  outcome.set_lease(job->delivery->lease());
   outcome.set_kind(ToOutcomeKind(decision.kind));
   hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
   attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
@@ -206,7 +208,7 @@ void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes) {
 }
 
 void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason) {
-  const hookrelay::v1::Job& j = job->delivery.job();
+  const hookrelay::v1::Job& j = job->delivery->job();
   common::LogError("job cannot be delivered",
                    {{"destination", j.destination_id()},
                     {"job_id", j.id()},
@@ -215,7 +217,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
                     {"reason", reason}});
   Outcome outcome;
   outcome.set_job_id(j.id());
-  outcome.set_lease(job->delivery.lease());
+  outcome.set_lease(job->delivery->lease());
   outcome.set_kind(Outcome::DEAD);
   outcome.set_reason(std::move(reason));
   outcome.mutable_attempt()->set_at_unix_ms(absl::ToUnixMillis(job->started));
