@@ -14,8 +14,12 @@
 namespace hookrelay::deliverer::http {
 namespace {
 
+// CR, LF or NUL anywhere. A plain loop: string_view::find_first_of calls memchr over the set once
+// per byte of `s`, which made this check 3 % of the deliverer's CPU.
 bool HasControlBytes(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+  bool found = false;
+  for (const char c : s) found |= (c == '\r') | (c == '\n') | (c == '\0');
+  return found;
 }
 
 bool Is(std::string_view name, std::string_view expected) {
