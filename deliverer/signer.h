@@ -1,9 +1,9 @@
 // Request signatures (SPEC §5.2): the seed's X-Signature and, per destination, Standard Webhooks.
 //
-// Both are computed over the exact body bytes sent. Uses only the HMAC API that OpenSSL and
-// BoringSSL share (`HMAC()`, `HMAC_CTX_new`, `HMAC_Init_ex`, `HMAC_Update`, `HMAC_Final`). The free
-// functions are pure and thread-safe; `Signer` is their fast form for one thread's hot path, with
-// byte-identical output. Nothing throws; a failure of the crypto library itself (a broken
+// Both are computed over the exact body bytes sent. Uses only what OpenSSL and BoringSSL share: the
+// free functions the one-shot `HMAC()`, `Signer` the block hash functions (`SHA1_*`, `SHA256_*`)
+// under its own HMAC. The free functions are pure and thread-safe; `Signer` is their fast form for
+// one thread's hot path, with byte-identical output. Nothing throws; a failure of the crypto library itself (a broken
 // invariant, not bad input) crashes with a message.
 #ifndef HOOKRELAY_DELIVERER_SIGNER_H_
 #define HOOKRELAY_DELIVERER_SIGNER_H_
@@ -45,10 +45,10 @@ StandardWebhookHeaderValues StandardWebhookHeaders(std::string_view secret,
                                                    std::string_view msg_id,
                                                    int64_t unix_seconds, std::string_view body);
 
-// XSignature and StandardWebhookHeaders with HMAC contexts kept per key: a key's inner and outer
-// pads are hashed once (HMAC_Init_ex with the key), and every later message under that key
-// restarts from them (HMAC_Init_ex with a null key), with no allocation of a context per message
-// and, for Standard Webhooks, no copy of the body into the signed content. Up to kMaxKeys secrets
+// XSignature and StandardWebhookHeaders with the HMAC state kept per key: a key's inner and outer
+// pads are hashed once, and every later message under that key starts from copies of those two
+// hash states (on the stack: no allocation per message) and, for Standard Webhooks, with no copy
+// of the body into the signed content. Up to kMaxKeys secrets
 // are remembered per algorithm (beyond that the cache starts over). Holds the secrets it has seen
 // in memory. Not thread-safe: one per thread (the deliverer keeps one thread_local).
 class Signer {
@@ -68,9 +68,10 @@ class Signer {
                                                      int64_t unix_seconds, std::string_view body);
 
  private:
-  class KeyedContexts;
-  std::unique_ptr<KeyedContexts> sha1_;    // keyed by the secret
-  std::unique_ptr<KeyedContexts> sha256_;  // keyed by the secret, holding StandardWebhookKey's key
+  class Sha1Keys;
+  class Sha256Keys;
+  std::unique_ptr<Sha1Keys> sha1_;      // keyed by the secret
+  std::unique_ptr<Sha256Keys> sha256_;  // keyed by the secret, holding StandardWebhookKey's key
 };
 
 }  // namespace hookrelay::deliverer

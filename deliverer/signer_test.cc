@@ -72,10 +72,12 @@ TEST(SignerTest, StandardWebhooksRawSecret) {
 
 // Signer (contexts reused per key) gives exactly the one-shot HMAC's bytes, for many messages of
 // every length around the hash block size, under keys that alternate between messages: empty,
-// short, longer than the block size (hashed first), whsec_ and raw Standard Webhooks secrets.
+// short, exactly the block size (64 bytes), one byte longer and longer still (hashed first),
+// whsec_ and raw Standard Webhooks secrets.
 TEST(SignerTest, ReusedContextsMatchOneShotHmac) {
   const std::vector<std::string> secrets = {
-      "", "key", std::string(80, '\xaa'), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+      "", "key", std::string(64, 'k'), std::string(65, 'k'), std::string(80, '\xaa'),
+      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
       "whsec_not base64!", std::string("nul\0inside", 10)};
   Signer signer;
   int checked = 0;
