@@ -29,11 +29,11 @@ ABSL_FLAG(int32_t, credits, 0,
           "jobs held per collector stream at most; 0 = derived: 2 x sender_threads x "
           "max_host_connections (at most 20000)");
 ABSL_FLAG(int32_t, sender_threads, 0,
-          "HTTP sender threads, each with its own connection pool; 0 = derived: the number of "
-          "cores (at most 256)");
+          "HTTP sender threads, each with its own connection pool; 0 = derived: half the "
+          "number of cores, at least 1 (at most 256)");
 ABSL_FLAG(int32_t, max_host_connections, 0,
           "connection slots per receiver host per sender thread (requests beyond them wait in "
-          "the deliverer, their timeout not yet started); 0 = derived: 64 (at most 10000)");
+          "the deliverer, their timeout not yet started); 0 = derived: 128 (at most 10000)");
 ABSL_FLAG(std::string, ca_file, "",
           "extra PEM CA certificates to trust besides the system store (private PKI)");
 ABSL_FLAG(std::string, admin_token_file, "",

@@ -35,7 +35,7 @@ absl::StatusOr<Sizing> DeriveSizing(const SizingFlags& flags, unsigned hardware_
   sizing.sender_threads =
       flags.sender_threads > 0
           ? flags.sender_threads
-          : static_cast<int>(std::clamp<unsigned>(hardware_threads, 1, kMaxSenderThreads));
+          : static_cast<int>(std::clamp<unsigned>(hardware_threads / 2, 1, kMaxSenderThreads));
   sizing.max_host_connections =
       flags.max_host_connections > 0 ? flags.max_host_connections : kDefaultConnectionsPerThread;
   if (flags.credits > 0) {

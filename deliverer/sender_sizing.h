@@ -1,14 +1,19 @@
 // The deliverer's concurrency settings, derived from the machine unless given:
 //
-//   sender_threads       = the number of cores (std::thread::hardware_concurrency(), at least 1)
-//   max_host_connections = 64 (per receiver host per sender thread; the host's connection slots
+//   sender_threads       = half the cores (std::thread::hardware_concurrency() / 2, at least 1)
+//   max_host_connections = 128 (per receiver host per sender thread; the host's connection slots
 //                          in all are sender_threads x max_host_connections)
 //   credits              = 2 x sender_threads x max_host_connections, at most 20000 (every
 //                          connection slot busy with one job and one more waiting for it)
 //
-// On a 2-core machine: 2 threads, 64 connections per host per thread, 256 credits. Each value
-// given (non-zero) replaces its derived one, and credits are derived from the values in effect
-// (so --max_host_connections=128 alone gives 2 x 2 x 128 = 512 credits).
+// On a 2-core machine: 1 thread, 128 connections per host, 256 credits. Half the cores, because
+// the stream's gRPC thread does about 40 % of each delivery's work (reading, rendering, signing)
+// besides the sender threads' 60 %: with a sender thread per core the threads outnumbered the
+// cores, woke each other up and batched less. Measured on 2 cores (docs/BENCHMARKS.md, "Sender
+// threads: half the cores"): 1 thread x 128 connections gave 12-13 us of deliverer CPU per
+// delivery and 15 % more deliveries/s than 2 x 64, the same slots per host and credits in all.
+// Each value given (non-zero) replaces its derived one, and credits are derived from the values
+// in effect (so --sender_threads=2 alone gives 2 x 2 x 128 = 512 credits).
 //
 // Thread-safe (pure functions).
 #ifndef HOOKRELAY_DELIVERER_SENDER_SIZING_H_
@@ -20,7 +25,7 @@
 
 namespace hookrelay::deliverer {
 
-inline constexpr int32_t kDefaultConnectionsPerThread = 64;
+inline constexpr int32_t kDefaultConnectionsPerThread = 128;
 inline constexpr int32_t kMaxSenderThreads = 256;
 inline constexpr int32_t kMaxHostConnections = 10000;
 inline constexpr int32_t kMaxCredits = 20000;

@@ -9,33 +9,45 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// No flags: one sender thread per core, 64 connections per host per thread, credits twice the
-// connection slots (2 cores: 2 / 64 / 256).
+// No flags: a sender thread per two cores, 128 connections per host per thread, credits twice
+// the connection slots (2 cores: 1 / 128 / 256; 8 cores: 4 / 128 / 1024).
 TEST(SenderSizingTest, DerivesEverythingFromTheCores) {
   absl::StatusOr<Sizing> s = DeriveSizing({}, 2);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->sender_threads, 2);
-  EXPECT_EQ(s->max_host_connections, 64);
+  EXPECT_EQ(s->sender_threads, 1);
+  EXPECT_EQ(s->max_host_connections, 128);
   EXPECT_EQ(s->credits, 256u);
 
   s = DeriveSizing({}, 8);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->sender_threads, 8);
-  EXPECT_EQ(s->max_host_connections, 64);
+  EXPECT_EQ(s->sender_threads, 4);
+  EXPECT_EQ(s->max_host_connections, 128);
   EXPECT_EQ(s->credits, 1024u);
-}
 
-// hardware_concurrency() may answer 0 (unknown): one thread.
-TEST(SenderSizingTest, UnknownCoreCountMeansOneThread) {
-  absl::StatusOr<Sizing> s = DeriveSizing({}, 0);
+  s = DeriveSizing({}, 3);  // an odd count rounds down
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 1);
-  EXPECT_EQ(s->credits, 128u);
+}
+
+// hardware_concurrency() may answer 0 (unknown), and a single core gives no half: one thread.
+TEST(SenderSizingTest, UnknownOrSingleCoreMeansOneThread) {
+  for (unsigned cores : {0u, 1u}) {
+    absl::StatusOr<Sizing> s = DeriveSizing({}, cores);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->sender_threads, 1) << cores;
+    EXPECT_EQ(s->credits, 256u) << cores;
+  }
 }
 
 // A flag given replaces its derived value; credits follow the values in effect, capped at 20000.
 TEST(SenderSizingTest, FlagsOverrideAndCreditsFollow) {
-  absl::StatusOr<Sizing> s = DeriveSizing({.max_host_connections = 128}, 2);
+  absl::StatusOr<Sizing> s = DeriveSizing({.max_host_connections = 64}, 2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->sender_threads, 1);
+  EXPECT_EQ(s->max_host_connections, 64);
+  EXPECT_EQ(s->credits, 128u);
+
+  s = DeriveSizing({.sender_threads = 2}, 2);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 2);
   EXPECT_EQ(s->max_host_connections, 128);
