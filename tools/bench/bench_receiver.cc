@@ -20,6 +20,10 @@
 //
 // --capture=FILE writes the first request's body to FILE and its headers ("Name: value" lines) to
 // FILE.headers, so a load generator (wrk) can replay exactly what the deliverer sends.
+//
+// --tls_cert_out=FILE serves HTTPS instead, with a fresh self-signed certificate for 127.0.0.1
+// (and localhost) whose PEM is written to FILE, for the deliverer's --ca_file; the url is then
+// https://.
 #include <signal.h>
 #include <time.h>
 
@@ -50,6 +54,8 @@
 #include "tools/receiver/webhook_receiver.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:0", "host:port to listen on; port 0 picks a free port");
+ABSL_FLAG(std::string, tls_cert_out, "",
+          "serve HTTPS with a fresh self-signed certificate, written (PEM) to this file");
 ABSL_FLAG(int, threads, 1, "receiver I/O threads");
 ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
           "exit after this long (0 = run until SIGTERM/SIGINT)");
@@ -206,6 +212,21 @@ int Main() {
   options.address = absl::GetFlag(FLAGS_address);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.record = false;
+  if (const std::string cert_out = absl::GetFlag(FLAGS_tls_cert_out); !cert_out.empty()) {
+    absl::StatusOr<receiver::SelfSignedCert> cert = receiver::GenerateSelfSignedCert();
+    if (!cert.ok()) {
+      std::fprintf(stderr, "bench_receiver: %s\n", std::string(cert.status().message()).c_str());
+      return 1;
+    }
+    std::ofstream out(cert_out, std::ios::binary | std::ios::trunc);
+    out << cert->cert_pem;
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "bench_receiver: cannot write %s\n", cert_out.c_str());
+      return 1;
+    }
+    options.tls = *std::move(cert);
+  }
   const absl::Duration delay = absl::GetFlag(FLAGS_delay);
   auto server = receiver::WebhookReceiver::Start(
       options, [stats, captured, capture, delay](const receiver::ReceivedRequest& request) {
