@@ -174,6 +174,26 @@ if [ -z "${config[*]}" ]; then
   fi
 fi
 
+# The deliverer-alone benchmark, smoke version (2,000 jobs over HTTP, then over HTTPS): the job
+# source, the deliverer and the receiver work together and every job gets its outcome.
+if [ -z "${config[*]}" ]; then
+  section "Deliverer benchmark smoke run (tools/bench/run_deliverer_bench.sh, JOBS=2000)"
+  bin_dir=$(bazel info bazel-bin 2>/dev/null)
+  smoke_ok=1
+  for tls in "" 1; do
+    if ! SKIP_BUILD=1 TLS="$tls" JOBS=2000 ROUNDS=1 DELIVERERS="smoke=$bin_dir/deliverer/deliverer" \
+        JOB_SOURCE="$bin_dir/tools/bench/job_source" BENCH_RECEIVER="$bin_dir/tools/bench/bench_receiver" \
+        timeout 120 tools/bench/run_deliverer_bench.sh | tee /dev/stderr | grep -q '"delivered":2000,'; then
+      smoke_ok=0
+    fi
+  done
+  if [ "$smoke_ok" = 1 ]; then
+    go_passed=$((go_passed + 1))
+  else
+    go_failed=$((go_failed + 1)); failed_names+=("deliverer bench smoke")
+  fi
+fi
+
 # The ingest benchmark, smoke version (2 s per load run): the script and the load tool work
 # together on the binaries `bazel test` just built (fastbuild: the figures mean nothing).
 if [ -z "${config[*]}" ]; then
