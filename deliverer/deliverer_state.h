@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/random/random.h"
-#include "google/protobuf/arena.h"
 #include "absl/time/time.h"
 #include "deliverer/deliverer.h"
+#include "google/protobuf/arena.h"
 #include "hookrelay/v1/collector.pb.h"
 
 namespace hookrelay::deliverer {

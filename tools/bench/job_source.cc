@@ -7,6 +7,7 @@
 // made in memory, so nearly all of the machine's work is the deliverer's and the receiver's.
 //
 //   job_source --url=http://127.0.0.1:PORT/hook --jobs=300000 [--secret=s] [--max_per_response=64]
+//              [--batch=100:500000:1000]   (the destination batches its webhooks; jobs = events)
 //
 // Prints {"port":P} first (the port the OS chose, or --port).
 #include <grpcpp/grpcpp.h>
@@ -18,12 +19,16 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "hookrelay/v1/collector.grpc.pb.h"
 
@@ -33,6 +38,8 @@ ABSL_FLAG(int64_t, jobs, 300000, "jobs to hand out, at least 1");
 ABSL_FLAG(std::string, secret, "bench-secret", "the destination's shared secret (empty = unsigned)");
 ABSL_FLAG(int32_t, max_per_response, 64, "deliveries per stream message, at most");
 ABSL_FLAG(int32_t, pad, 90, "bytes of padding in each event's properties");
+ABSL_FLAG(std::string, batch, "",
+          "max_events:max_bytes:max_wait_ms: the destination batches its webhooks (SPEC 5.4)");
 
 namespace {
 
@@ -51,9 +58,10 @@ int64_t NowMs() {
 
 class Source final : public hookrelay::v1::Collector::Service {
  public:
-  Source(int64_t jobs, std::string url, std::string secret, int max_per_response, int pad)
+  Source(int64_t jobs, std::string url, std::string secret, int max_per_response, int pad,
+         std::optional<hookrelay::v1::BatchOptions> batch)
       : jobs_(jobs), url_(std::move(url)), secret_(std::move(secret)),
-        max_per_response_(max_per_response), pad_(pad, 'x') {}
+        max_per_response_(max_per_response), pad_(pad, 'x'), batch_(std::move(batch)) {}
 
   grpc::Status Subscribe(grpc::ServerContext* context,
                          grpc::ServerReaderWriter<SubscribeResponse, SubscribeRequest>* stream)
@@ -126,6 +134,7 @@ class Source final : public hookrelay::v1::Collector::Service {
     hookrelay::v1::Header* header = url->add_headers();
     header->set_name("X-Api-Key");
     header->set_value("bench");
+    if (batch_.has_value()) *d.mutable_options()->mutable_batch() = *batch_;
     return d;
   }
 
@@ -182,6 +191,7 @@ class Source final : public hookrelay::v1::Collector::Service {
   const std::string secret_;
   const int max_per_response_;
   const std::string pad_;
+  const std::optional<hookrelay::v1::BatchOptions> batch_;
 
   absl::Mutex mu_;
   int64_t credits_ ABSL_GUARDED_BY(mu_) = 0;
@@ -210,7 +220,22 @@ int main(int argc, char** argv) {
                  "least 1; --pad between 0 and 1048576\n");
     return 2;
   }
-  Source source(jobs, url, absl::GetFlag(FLAGS_secret), max_per_response, pad);
+  std::optional<hookrelay::v1::BatchOptions> batch;
+  if (const std::string spec = absl::GetFlag(FLAGS_batch); !spec.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(spec, ':');
+    uint32_t events = 0, bytes = 0, wait_ms = 0;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &events) ||
+        !absl::SimpleAtoi(parts[1], &bytes) || !absl::SimpleAtoi(parts[2], &wait_ms)) {
+      std::fprintf(stderr, "job_source: --batch wants max_events:max_bytes:max_wait_ms, got %s\n",
+                   spec.c_str());
+      return 2;
+    }
+    batch.emplace();
+    batch->set_max_events(events);
+    batch->set_max_bytes(bytes);
+    batch->set_max_wait_ms(wait_ms);
+  }
+  Source source(jobs, url, absl::GetFlag(FLAGS_secret), max_per_response, pad, std::move(batch));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)),

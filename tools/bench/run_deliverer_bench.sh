@@ -14,6 +14,8 @@
 # PERF=DIR: also profiles the deliverer (perf record, call graphs, PERF_SECONDS = 4 s from 1 s
 # after it starts) in every round and folds the stacks (tools/bench/flamegraph.py) into
 # DIR/<variant>-<round>.folded, with the breakdown beside it.
+# BATCH=max_events:max_bytes:max_wait_ms: the destination batches its webhooks (deliveries are
+# then events, several per request).
 # TLS=1: the receiver serves HTTPS (a fresh self-signed certificate the deliverer trusts with
 # --ca_file), so each delivery's figure includes TLS on kept-alive connections.
 # JOBS (300000) per round; DELIVERER_FLAGS are added to the deliverer's command line. Bounded:
@@ -27,6 +29,7 @@ ROUND_TIMEOUT=${ROUND_TIMEOUT:-120}
 DELIVERER_FLAGS=${DELIVERER_FLAGS:-}
 PERF=${PERF:-}
 TLS=${TLS:-}
+BATCH=${BATCH:-}
 PERF_SECONDS=${PERF_SECONDS:-4}
 [[ -z "$PERF" ]] || mkdir -p "$PERF"
 
@@ -71,7 +74,9 @@ run_round() {
   rport=$(wait_for_line "$TMP/receiver.log" '"msg":"listening"' "$receiver" | jq -r .port)
   local ca_flags=()
   [[ -z "$TLS" ]] || ca_flags=(--ca_file="$TMP/receiver.pem")
-  "$JOB_SOURCE" --url="$scheme://127.0.0.1:$rport/hooks" --jobs="$JOBS" >"$TMP/source.out" 2>"$TMP/source.err" &
+  local batch_flags=()
+  [[ -z "$BATCH" ]] || batch_flags=(--batch="$BATCH")
+  "$JOB_SOURCE" --url="$scheme://127.0.0.1:$rport/hooks" --jobs="$JOBS" "${batch_flags[@]}" >"$TMP/source.out" 2>"$TMP/source.err" &
   local source=$!; PIDS+=("$source")
   local sport
   sport=$(wait_for_line "$TMP/source.out" '"port"' "$source" | jq -r .port)
