@@ -68,8 +68,8 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   }
   for (const std::shared_ptr<JobState>& member : batch->members) {
     if (delivered) break;
-    const Decision d =
-        DecideOutcome(batch->results, member->delivery->job(), member->options, now, ThreadBitGen());
+    const Decision d = DecideOutcome(batch->results, member->delivery->job(), member->options, now,
+                                     ThreadBitGen());
     if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
   }
   std::vector<std::pair<Call*, Outcome>> outcomes;

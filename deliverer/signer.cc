@@ -147,7 +147,9 @@ class PadState {
   class Message {
    public:
     explicit Message(const PadState& pads) : pads_(pads), ctx_(pads.inner_) {}
-    void Add(std::string_view data) { Check(Update(&ctx_, data.data(), data.size()), "hash update"); }
+    void Add(std::string_view data) {
+      Check(Update(&ctx_, data.data(), data.size()), "hash update");
+    }
     // Writes kSize bytes to `md`.
     void Finish(unsigned char* md) {
       unsigned char inner[kDigestSize];

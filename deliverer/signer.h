@@ -2,9 +2,9 @@
 //
 // Both are computed over the exact body bytes sent. Uses only what OpenSSL and BoringSSL share: the
 // free functions the one-shot `HMAC()`, `Signer` the block hash functions (`SHA1_*`, `SHA256_*`)
-// under its own HMAC. The free functions are pure and thread-safe; `Signer` is their fast form for
-// one thread's hot path, with byte-identical output. Nothing throws; a failure of the crypto library itself (a broken
-// invariant, not bad input) crashes with a message.
+// under its own HMAC. The free functions are pure and thread-safe; `Signer` is their fast form
+// for one thread's hot path, with byte-identical output. Nothing throws; a failure of the crypto
+// library itself (a broken invariant, not bad input) crashes with a message.
 #ifndef HOOKRELAY_DELIVERER_SIGNER_H_
 #define HOOKRELAY_DELIVERER_SIGNER_H_
 

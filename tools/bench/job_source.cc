@@ -3,8 +3,9 @@
 // jobs for one destination as fast as the deliverer's credits allow (each outcome returns one),
 // and exits once every job has an outcome, printing one JSON line:
 //   {"jobs":N,"delivered":N,"retry":0,"dead":0,"seconds":S,"per_s":R,"cpu_s":C}
-// (seconds: from the first job sent to the last outcome; cpu_s: this process's own CPU time). No storage and no leases: the jobs are
-// made in memory, so nearly all of the machine's work is the deliverer's and the receiver's.
+// (seconds: from the first job sent to the last outcome; cpu_s: this process's own CPU time).
+// No storage and no leases: the jobs are made in memory, so nearly all of the machine's work is
+// the deliverer's and the receiver's.
 //
 //   job_source --url=http://127.0.0.1:PORT/hook --jobs=300000 [--secret=s] [--max_per_response=64]
 //              [--batch=100:500000:1000]   (the destination batches its webhooks; jobs = events)
@@ -35,7 +36,8 @@
 ABSL_FLAG(int32_t, port, 0, "port on 127.0.0.1 (0 = chosen by the OS)");
 ABSL_FLAG(std::string, url, "", "the destination's webhook URL (required)");
 ABSL_FLAG(int64_t, jobs, 300000, "jobs to hand out, at least 1");
-ABSL_FLAG(std::string, secret, "bench-secret", "the destination's shared secret (empty = unsigned)");
+ABSL_FLAG(std::string, secret, "bench-secret",
+          "the destination's shared secret (empty = unsigned)");
 ABSL_FLAG(int32_t, max_per_response, 64, "deliveries per stream message, at most");
 ABSL_FLAG(int32_t, pad, 90, "bytes of padding in each event's properties");
 ABSL_FLAG(std::string, batch, "",
