@@ -9,9 +9,10 @@
 // On a 2-core machine: 1 thread, 128 connections per host, 256 credits. Half the cores, because
 // the stream's gRPC thread does about 40 % of each delivery's work (reading, rendering, signing)
 // besides the sender threads' 60 %: with a sender thread per core the threads outnumbered the
-// cores, woke each other up and batched less. Measured on 2 cores (docs/BENCHMARKS.md, "Sender
-// threads: half the cores"): 1 thread x 128 connections gave 12-13 us of deliverer CPU per
-// delivery and 15 % more deliveries/s than 2 x 64, the same slots per host and credits in all.
+// cores, woke each other up and batched less. Measured on 2 cores (docs/BENCHMARKS.md, "Deliverer
+// CPU per delivery: a sender thread per two cores"): 1 thread x 128 connections gave 13 us of
+// deliverer CPU per delivery against 17 us, and 11 % more deliveries/s, than 2 x 64 (the same
+// slots per host and credits in all).
 // Each value given (non-zero) replaces its derived one, and credits are derived from the values
 // in effect (so --sender_threads=2 alone gives 2 x 2 x 128 = 512 credits).
 //

@@ -6,8 +6,8 @@
 #define OPENSSL_SUPPRESS_DEPRECATED 1
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/sha.h>
 #include <openssl/crypto.h>
+#include <openssl/sha.h>
 
 #include <climits>
 #include <cstdio>

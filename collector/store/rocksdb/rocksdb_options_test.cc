@@ -161,8 +161,9 @@ TEST(DbOptionsTest, OneFamilysCompactionDoesNotHoldBackAnothers) {
     ASSERT_TRUE(hold->WaitHeld());
     absl::Cleanup release = [&hold] { hold->Release(); };  // on every way out, or Close waits
 
-    // `jobs`' flushed files are still compacted out of L0 while it is held. RocksDB runs a second compaction
-    // only once a family needs one urgently: `jobs` with 4 files in L0 (twice its trigger).
+    // `jobs`' flushed files are still compacted out of L0 while it is held. RocksDB runs a second
+    // compaction only once a family needs one urgently: `jobs` with 4 files in L0 (twice its
+    // trigger).
     for (int flush = 0; flush < 6; ++flush) {
       for (int i = 0; i < 100; ++i, ++id) {
         ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), jobs, Key(id), Value(id)).ok());
@@ -198,7 +199,8 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
     TwoFamilies db(path, MakeDbOptions(), kUsersCf, before);
     ASSERT_TRUE(db.status().ok()) << db.status().ToString();
     for (uint64_t i = 0; i < kKeys; ++i) {
-      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
+      ASSERT_TRUE(
+          db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
       if (i % 1000 == 999) {
         ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
       }
@@ -219,7 +221,8 @@ TEST(UsersOptionsTest, LevelStyleDataDirOpensAndCompacts) {
     TwoFamilies db(path, MakeDbOptions(), kUsersCf, MakeUsersOptions(cache));
     ASSERT_TRUE(db.status().ok()) << db.status().ToString();
     for (uint64_t i = kKeys; i < 2 * kKeys; ++i) {
-      ASSERT_TRUE(db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
+      ASSERT_TRUE(
+          db.db().Put(rocksdb::WriteOptions(), db.family(), PendingKey(i).slice(), "").ok());
       if (i % 1000 == 999) {
         ASSERT_TRUE(db.db().Flush(rocksdb::FlushOptions(), db.family()).ok());
       }
