@@ -100,7 +100,9 @@ void Dispatcher::HoldUntil(absl::Time at) {
     if (at >= hold_until_) return;
     hold_until_ = at;
   }
-  hold_signal_.Reschedule();
+  // Each pass holds anew (mostly at the time the last pass held for): the timer thread is woken
+  // only when that is before the time it already waits for.
+  hold_signal_.Reschedule(at);
 }
 
 absl::Time Dispatcher::HoldWake() {
@@ -203,6 +205,11 @@ void Dispatcher::Run() {
       // configuration; stream credits, outcomes and connections).
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &Dispatcher::WakeOrStopping));
+      // Paced: what else wakes the loop until the interval is over joins this pass.
+      if (const absl::Time due = last_pass_ + options_.min_pass_interval; absl::Now() < due) {
+        mu_.AwaitWithDeadline(absl::Condition(&stopping_), due);
+      }
+      last_pass_ = absl::Now();
       wake_ = false;
       {
         // This pass looks at every held destination again, and holds them anew.

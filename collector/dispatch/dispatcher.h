@@ -101,6 +101,11 @@ class Dispatcher {
   struct Options {
     // Jobs per SubscribeResponse at most.
     size_t max_batch = 256;
+    // A pass starts at most this soon after the previous one (real time): the wakes that come
+    // meanwhile (each commit of new jobs, each batch of outcomes) are served by one pass. At
+    // 10,000 events/s there were ~2,600 passes a second, each a lease, a gRPC write, a wake of
+    // the deliverer's stream thread. A first job after a quiet spell goes at once. 0: no pacing.
+    absl::Duration min_pass_interval = absl::Milliseconds(1);
     // Credits one stream may hold at most, whatever it asks for.
     uint32_t max_credits = 20000;
     // Shutdown waits this long for outcomes of jobs already sent.
@@ -236,6 +241,7 @@ class Dispatcher {
   mutable absl::Mutex mu_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_pass_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // real time
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<DeliveryStream*, std::shared_ptr<DeliveryStream>> streams_

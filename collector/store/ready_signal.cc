@@ -44,6 +44,18 @@ void ReadySignal::Reschedule() {
   kicked_ = true;
 }
 
+void ReadySignal::Reschedule(absl::Time next_wake) {
+  absl::MutexLock lock(&mu_);
+  // Otherwise the timer wakes by then anyway (it raises the signal, maybe for nothing, and
+  // reads next_wake again).
+  if (!waiting_ || next_wake < waiting_until_) kicked_ = true;
+}
+
+absl::Time ReadySignal::WaitingUntil() {
+  absl::MutexLock lock(&mu_);
+  return waiting_ ? waiting_until_ : absl::InfinitePast();
+}
+
 void ReadySignal::RaiseSoon() {
   absl::MutexLock lock(&mu_);
   kicked_ = true;
@@ -60,11 +72,14 @@ void ReadySignal::TimerLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return kicked_ || stopping_; };
+      waiting_ = true;
+      waiting_until_ = deadline;
       if (deadline == absl::InfiniteFuture()) {
         mu_.Await(absl::Condition(&woken));
       } else {
         clock_.AwaitWithDeadline(mu_, absl::Condition(&woken), deadline);
       }
+      waiting_ = false;
       if (stopping_) return;
       if (kicked_) {
         kicked_ = false;

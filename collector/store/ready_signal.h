@@ -7,6 +7,7 @@
 //   ready.Set([&] { dispatcher.Notify(); });
 //   ready.Raise();       // jobs were stored
 //   ready.Reschedule();  // next_wake may have moved (a retry scheduled, jobs leased)
+//   ready.Reschedule(t); // next_wake is now t: wakes the timer only when t is before its deadline
 //
 // After the timer raises the signal for a time T, it waits for a Reschedule before raising it
 // again for a time at or before T (the caller leases, which reschedules): a due job nobody
@@ -44,6 +45,16 @@ class ReadySignal {
   void Raise();
   // The next wake time may have changed: the timer looks again.
   void Reschedule();
+  // The next wake time changed and is now `next_wake` (what next_wake() returns after the
+  // caller's change). The timer thread is woken only when that is before the time it waits for;
+  // otherwise it raises the signal at its own deadline as before (perhaps for nothing) and reads
+  // next_wake again there. A dispatcher leasing thousands of times a second moves lease
+  // deadlines later each time: waking the timer for each was two futex calls and a context
+  // switch per lease, for nothing.
+  void Reschedule(absl::Time next_wake);
+  // The deadline the timer thread waits for now (InfiniteFuture: none), or InfinitePast while it
+  // is not waiting. For tests.
+  absl::Time WaitingUntil();
   // Raise, from the timer thread: for callers holding a lock the callback must not wait behind
   // (a job made ready inside the store's own critical section).
   void RaiseSoon();
@@ -63,6 +74,11 @@ class ReadySignal {
 
   absl::Mutex mu_;
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
+  // Whether the timer waits, and for what deadline (InfiniteFuture: only a wake ends the wait).
+  // While it is not waiting, every Reschedule sets kicked_: it may have read next_wake before
+  // the change.
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time waiting_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool raise_soon_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -537,6 +537,8 @@ class RocksDbJobStore final : public Store {
   // When jobs may become leasable without a write: the next due time or the earliest lease
   // expiry (InfiniteFuture when nothing is pending). The ready signal's timer waits for it.
   absl::Time NextWake();
+  absl::Time NextWakeLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Time NextDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after Open.
   const Options options_;

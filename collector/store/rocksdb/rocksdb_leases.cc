@@ -271,8 +271,9 @@ absl::StatusOr<std::vector<LeasedJob>> RocksDbJobStore::Lease(size_t max, LeaseB
       it->second.user_hash = user_hashes[j];
     }
   }
-  // New lease deadlines, jobs promoted, holds found: the ready signal's timer looks again.
-  if (!out.empty() || !held.empty()) ready_signal_->Reschedule();
+  // New lease deadlines, jobs promoted, holds found: the ready signal's timer looks again if
+  // that moved its wake earlier (new leases end after those already running).
+  if (!out.empty() || !held.empty()) ready_signal_->Reschedule(NextWakeLocked(ToMillis(now)));
   return out;
 }
 
@@ -283,6 +284,7 @@ std::vector<absl::StatusOr<absl::Time>> RocksDbJobStore::ExtendLeases(
   const absl::Time now = clock_.Now();
   const absl::Time deadline = now + options_.lease_duration;
   std::vector<std::pair<size_t, LeaseCheck>> refused;
+  absl::Time next_wake;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [job_id, lease] : leases) {
@@ -299,9 +301,11 @@ std::vector<absl::StatusOr<absl::Time>> RocksDbJobStore::ExtendLeases(
       lease_deadlines_.emplace(it->second.deadline, job_id);
       out.push_back(it->second.deadline);
     }
+    next_wake = NextWakeLocked(ToMillis(now));
   }
   for (const auto& [i, check] : refused) out[i] = RefusedLease(leases[i].first, leases[i].second, check);
-  if (!leases.empty()) ready_signal_->Reschedule();  // The earliest lease expiry moved.
+  // The earliest lease expiry moved, later: the timer is woken only if its wake moved earlier.
+  if (!leases.empty()) ready_signal_->Reschedule(next_wake);
   return out;
 }
 

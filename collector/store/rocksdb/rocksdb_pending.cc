@@ -637,8 +637,13 @@ RocksDbJobStore::MemoryStats RocksDbJobStore::MemoryStatsForTesting() {
 }
 
 absl::Time RocksDbJobStore::NextWake() {
-  const absl::Time due = NextDue();
+  const int64_t now_ms = ToMillis(clock_.Now());
   absl::MutexLock lock(&mu_);
+  return NextWakeLocked(now_ms);
+}
+
+absl::Time RocksDbJobStore::NextWakeLocked(int64_t now_ms) {
+  const absl::Time due = NextDueLocked(now_ms);
   if (lease_deadlines_.empty()) return due;
   return std::min(due, lease_deadlines_.begin()->first);
 }
@@ -646,6 +651,10 @@ absl::Time RocksDbJobStore::NextWake() {
 absl::Time RocksDbJobStore::NextDue() {
   const int64_t now_ms = ToMillis(clock_.Now());
   absl::MutexLock lock(&mu_);
+  return NextDueLocked(now_ms);
+}
+
+absl::Time RocksDbJobStore::NextDueLocked(int64_t now_ms) {
   // A retry holding its key (per-key order) ends like a scheduled job's due time.
   const int64_t hold = ready_.NextHoldEnd();
   // Everything beyond the window (parked or on disk) comes after every job in it.
