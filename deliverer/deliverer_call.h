@@ -4,10 +4,12 @@
 #ifndef HOOKRELAY_DELIVERER_DELIVERER_CALL_H_
 #define HOOKRELAY_DELIVERER_DELIVERER_CALL_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +24,13 @@
 #include "hookrelay/v1/collector.grpc.pb.h"
 
 namespace hookrelay::deliverer {
+
+// Outcomes wait up to kOutcomeLinger for company before they are written, unless
+// kOutcomesPerWrite are pending (or the stream drains or closes). At moderate rates each response
+// came alone and its outcome took a gRPC write of its own, and on the collector a read, a store
+// settlement and a flow-control update: ~2,500 writes a second at 10,000 deliveries/s.
+inline constexpr auto kOutcomeLinger = std::chrono::milliseconds(1);
+inline constexpr int kOutcomesPerWrite = 64;
 
 // One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
 // find it even after the stream ended; they are then dropped. A hold keeps the call open until
@@ -211,7 +220,7 @@ class Deliverer::Call final
   // Starts the next write if none is in flight; removes the hold once nothing more will be
   // written.
   void Pump() {
-    enum class Op { kNone, kWrite, kWritesDone, kRemoveHold } op = Op::kNone;
+    enum class Op { kNone, kWrite, kWritesDone, kRemoveHold, kLinger } op = Op::kNone;
     {
       absl::MutexLock lock(&mu_);
       if (!started_ || writing_ || hold_removed_) return;
@@ -220,7 +229,14 @@ class Deliverer::Call final
         op = Op::kRemoveHold;
       } else if (writes_done_sent_) {
         // Half-closed: the collector ends the stream, which fails the read (broken_).
+      } else if (pending_.outcomes_size() > 0 && pending_.outcomes_size() < kOutcomesPerWrite &&
+                 !linger_over_ && !drain_requested_ && !close_requested_) {
+        if (!linger_armed_) {
+          linger_armed_ = true;
+          op = Op::kLinger;
+        }
       } else if (pending_.outcomes_size() > 0) {
+        linger_over_ = false;
         write_.Clear();
         write_.mutable_outcomes()->Swap(&pending_);
         writing_ = true;
@@ -249,7 +265,33 @@ class Deliverer::Call final
       case Op::kRemoveHold:
         RemoveHold();
         break;
+      case Op::kLinger:
+        ArmLinger();
+        break;
     }
+  }
+
+  // The linger's end: pending outcomes are written then (or sooner). A new alarm each time: one
+  // must not be set again from its own callback. The callback holds no reference: a call
+  // destroyed meanwhile cancels its alarm.
+  void ArmLinger() {
+    auto alarm = std::make_unique<grpc::Alarm>();
+    grpc::Alarm* raw = alarm.get();
+    {
+      absl::MutexLock lock(&mu_);
+      linger_alarm_ = std::move(alarm);  // the previous one has fired
+    }
+    raw->Set(std::chrono::system_clock::now() + kOutcomeLinger,
+             [weak = weak_from_this()](bool) {
+               std::shared_ptr<Call> self = weak.lock();
+               if (self == nullptr) return;
+               {
+                 absl::MutexLock lock(&self->mu_);
+                 self->linger_armed_ = false;
+                 self->linger_over_ = true;
+               }
+               self->Pump();
+             });
   }
 
   // Declared first, so destroyed last: notifies after every other member (the ClientContext
@@ -286,6 +328,9 @@ class Deliverer::Call final
   bool close_now_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
+  bool linger_armed_ ABSL_GUARDED_BY(mu_) = false;  // an alarm is set
+  bool linger_over_ ABSL_GUARDED_BY(mu_) = false;   // it went off: write what is pending
+  std::unique_ptr<grpc::Alarm> linger_alarm_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
