@@ -1,6 +1,5 @@
 #include "collector/store/ready_signal.h"
 
-#include <atomic>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
