@@ -1,6 +1,5 @@
 #include "collector/store/ready_signal.h"
 
-
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
