@@ -365,14 +365,22 @@ int64_t Deliverer::jobs_in_flight() const {
   return n;
 }
 
+Deliverer::StreamDestination::StreamDestination(const hookrelay::v1::Destination& d)
+    : destination(d), options(common::EffectiveOptions(destination)) {
+  if (options.has_batch()) batch_key = BatchKey(destination, options);
+}
+
 void Deliverer::Handle(std::shared_ptr<const Delivery> delivery,
-                       std::shared_ptr<const hookrelay::v1::Destination> shared_destination,
+                       std::shared_ptr<const StreamDestination> shared_destination,
                        std::shared_ptr<Call> call) {
   auto job = std::make_shared<JobState>();
   job->delivery = std::move(delivery);
   job->shared_destination = std::move(shared_destination);
   job->call = std::move(call);
-  job->options = common::EffectiveOptions(job->destination());
+  if (job->shared_destination == nullptr) {
+    job->own_options = common::EffectiveOptions(job->destination());
+  }
+  const hookrelay::v1::DeliveryOptions& options = job->options();
   job->started = clock_.Now();
   if (metrics_) {
     metrics_->JobStarted();
@@ -401,19 +409,26 @@ void Deliverer::Handle(std::shared_ptr<const Delivery> delivery,
     return;
   }
   // A batched destination's job waits for its batch (test jobs go alone, as usual).
-  if (job->options.has_batch() && !job->delivery->job().test()) {
+  if (options.has_batch() && !job->delivery->job().test()) {
     // A job whose last attempt was in a batch that is to be retried goes with the same members
     // again (they are due at the same time), never with jobs that were not in it.
     const hookrelay::v1::Job& j = job->delivery->job();
     const hookrelay::v1::Attempt* last = j.history_size() > 0 ? &j.history(j.history_size() - 1)
                                                               : nullptr;
-    std::string key = BatchKey(destination, job->options);
-    size_t expected = 0;
     if (last != nullptr && !last->batch_key().empty() && last->batch_members() > 0) {
-      absl::StrAppend(&key, "#", last->batch_key());
-      expected = static_cast<size_t>(last->batch_members());
+      const std::string key = absl::StrCat(
+          job->shared_destination != nullptr ? job->shared_destination->batch_key
+                                             : BatchKey(destination, options),
+          "#", last->batch_key());
+      batcher_->Add(key, options.batch(), BatchItem{job, std::move(*body)},
+                    static_cast<size_t>(last->batch_members()));
+    } else if (job->shared_destination != nullptr) {
+      batcher_->Add(job->shared_destination->batch_key, options.batch(),
+                    BatchItem{job, std::move(*body)});
+    } else {
+      batcher_->Add(BatchKey(destination, options), options.batch(),
+                    BatchItem{job, std::move(*body)});
     }
-    batcher_->Add(key, job->options.batch(), BatchItem{job, std::move(*body)}, expected);
     return;
   }
 
@@ -433,14 +448,14 @@ void Deliverer::Handle(std::shared_ptr<const Delivery> delivery,
       headers.emplace_back(common::kTracestateHeader, job->delivery->job().tracestate());
     }
   }
-  AddSignatureHeaders(destination, job->options, job->delivery->job().message_id(), *body,
+  AddSignatureHeaders(destination, options, job->delivery->job().message_id(), *body,
                       headers);
 
   job->results.resize(url_count);
   job->details.resize(url_count);
   job->durations.resize(url_count);
   job->remaining.store(url_count, std::memory_order_relaxed);
-  SendToUrls(destination, job->options, std::move(headers), traced, std::move(body),
+  SendToUrls(destination, options, std::move(headers), traced, std::move(body),
              [this, job](size_t i) {
                return [this, job, i](HttpResult result) { OnUrlDone(job, i, std::move(result)); };
              });
@@ -535,13 +550,13 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
   Headers headers;
   headers.reserve(5 + (destination.urls_size() == 1 ? destination.urls(0).headers_size() : 0));
   headers.emplace_back(kIdempotencyHeader, key);
-  AddSignatureHeaders(destination, first.options, key, *body, headers);
+  AddSignatureHeaders(destination, first.options(), key, *body, headers);
   const size_t url_count = static_cast<size_t>(destination.urls_size());
   batch->results.resize(url_count);
   batch->details.resize(url_count);
   batch->durations.resize(url_count);
   batch->remaining.store(url_count, std::memory_order_relaxed);
-  SendToUrls(destination, first.options, std::move(headers), /*traced=*/false, std::move(body),
+  SendToUrls(destination, first.options(), std::move(headers), /*traced=*/false, std::move(body),
              [this, batch](size_t i) {
                return [this, batch, i](HttpResult result) {
                  OnBatchUrlDone(batch, i, std::move(result));

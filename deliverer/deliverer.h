@@ -109,6 +109,7 @@ class Deliverer {
   struct JobState;
   struct BatchState;
   struct Read;
+  struct StreamDestination;
   using Headers = std::vector<std::pair<std::string, std::string>>;
   // One entry per URL of a destination: inline for the usual single URL (no allocation).
   template <typename T>
@@ -118,7 +119,7 @@ class Deliverer {
   // stream read (Read), which it keeps alive. `destination`: the one the stream sent for it when
   // the delivery carries none.
   void Handle(std::shared_ptr<const hookrelay::v1::Delivery> delivery,
-              std::shared_ptr<const hookrelay::v1::Destination> destination,
+              std::shared_ptr<const StreamDestination> destination,
               std::shared_ptr<Call> call);
   void OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result);
   // The batch request a job's attempt was part of (nullptr: sent alone).

@@ -91,12 +91,12 @@ class Deliverer::Call final
       destinations_.clear();
       for (const hookrelay::v1::Destination& d : response.destination_configs()) {
         // A copy off the read's arena: a destination outlives the read.
-        auto shared = std::make_shared<const hookrelay::v1::Destination>(d);
-        destinations_[shared->id()] = std::move(shared);
+        auto shared = std::make_shared<const StreamDestination>(d);
+        destinations_[shared->destination.id()] = std::move(shared);
       }
     }
     for (const hookrelay::v1::Delivery& d : response.deliveries()) {
-      std::shared_ptr<const hookrelay::v1::Destination> destination;
+      std::shared_ptr<const StreamDestination> destination;
       if (!d.has_destination()) {
         auto it = destinations_.find(d.job().destination_id());
         if (it != destinations_.end()) destination = it->second;
@@ -307,7 +307,7 @@ class Deliverer::Call final
   grpc::ClientContext context_;
   std::shared_ptr<Read> reading_;  // the read in progress (read path only)
   // The destinations the collector sent on this stream, by id (read path only).
-  absl::flat_hash_map<std::string, std::shared_ptr<const hookrelay::v1::Destination>>
+  absl::flat_hash_map<std::string, std::shared_ptr<const StreamDestination>>
       destinations_;
   hookrelay::v1::SubscribeRequest write_;  // owned by the write in flight
   std::shared_ptr<Call> self_;

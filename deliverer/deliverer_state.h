@@ -42,15 +42,26 @@ struct Deliverer::Read {
       google::protobuf::Arena::CreateMessage<hookrelay::v1::SubscribeResponse>(&arena);
 };
 
+// A destination the stream sent once for many jobs (Hello.destinations_by_reference), with what
+// each of its jobs needs worked out once: its effective options and, when batched, its batch
+// key (a DeliveryOptions copy and a hash over secrets, URLs and headers per job before).
+struct Deliverer::StreamDestination {
+  explicit StreamDestination(const hookrelay::v1::Destination& d);
+
+  hookrelay::v1::Destination destination;
+  hookrelay::v1::DeliveryOptions options;  // effective
+  std::string batch_key;                   // BatchKey(destination, options) when batched
+};
+
 // One job between its arrival and its outcome.
 struct Deliverer::JobState {
   // Into its Read (an aliasing pointer that keeps the read's arena alive).
   std::shared_ptr<const hookrelay::v1::Delivery> delivery;
   // The destination the stream sent once for many jobs (Hello.destinations_by_reference); null
   // when the delivery carries its own.
-  std::shared_ptr<const hookrelay::v1::Destination> shared_destination;
+  std::shared_ptr<const StreamDestination> shared_destination;
   std::shared_ptr<Call> call;
-  hookrelay::v1::DeliveryOptions options;  // effective
+  hookrelay::v1::DeliveryOptions own_options;  // effective, when the delivery carries its own
   absl::Time started;
   PerUrl<UrlResult> results;
   PerUrl<std::string> details;  // error_detail per URL
@@ -58,7 +69,11 @@ struct Deliverer::JobState {
   std::atomic<size_t> remaining{0};
 
   const hookrelay::v1::Destination& destination() const {
-    return shared_destination != nullptr ? *shared_destination : delivery->destination();
+    return shared_destination != nullptr ? shared_destination->destination
+                                         : delivery->destination();
+  }
+  const hookrelay::v1::DeliveryOptions& options() const {
+    return shared_destination != nullptr ? shared_destination->options : own_options;
   }
 };
 

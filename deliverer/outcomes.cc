@@ -68,8 +68,8 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   }
   for (const std::shared_ptr<JobState>& member : batch->members) {
     if (delivered) break;
-    const Decision d = DecideOutcome(batch->results, member->delivery->job(), member->options, now,
-                                     ThreadBitGen());
+    const Decision d = DecideOutcome(batch->results, member->delivery->job(), member->options(),
+                                     now, ThreadBitGen());
     if (d.kind == DecisionKind::kRetry) attempt.retry_at = std::max(attempt.retry_at, d.not_before);
   }
   std::vector<std::pair<Call*, Outcome>> outcomes;
@@ -137,7 +137,7 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
       batch != nullptr ? batch->results : absl::MakeConstSpan(job->results);
   const absl::Span<const std::string> details =
       batch != nullptr ? batch->details : absl::MakeConstSpan(job->details);
-  Decision decision = DecideOutcome(results, j, job->options, now, ThreadBitGen());
+  Decision decision = DecideOutcome(results, j, job->options(), now, ThreadBitGen());
   if (batch != nullptr && decision.kind == DecisionKind::kRetry &&
       batch->retry_at != absl::InfinitePast()) {
     decision.not_before = batch->retry_at;  // the batch's members come back together
