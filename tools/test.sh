@@ -31,6 +31,20 @@ while read -r target _; do failed_names+=("bazel $target"); done \
 if [ "$bazel_rc" -ne 0 ] && [ "$cc_failed" -eq 1 ] && [ ${#failed_names[@]} -eq 0 ]; then
   failed_names+=("bazel build (exit $bazel_rc)")
 fi
+# A failed test's own log, here: later runs below (the JetStream suites again) overwrite it.
+if [ ${#failed_names[@]} -gt 0 ]; then
+  testlogs=$(bazel info "${config[@]}" bazel-testlogs 2>/dev/null || true)
+  for name in "${failed_names[@]}"; do
+    target=${name#bazel //}
+    for file in "$testlogs/${target/://}/test.log" "$testlogs/${target/://}"/shard_*/test.log; do
+      [ -f "$file" ] || continue
+      echo "== ${file#"$testlogs"/}: what failed, then its last 80 lines"
+      grep -a -E -A12 '^\[  FAILED  \]|Failure$|WARNING: (Address|ThreadSanitizer)' "$file" |
+        head -60 || true
+      tail -n 80 "$file"
+    done
+  done
+fi
 
 go_passed=0
 go_failed=0
