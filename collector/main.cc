@@ -71,6 +71,9 @@ ABSL_FLAG(int, http_threads, 2, "HTTP I/O threads");
 ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(90),
           "how long a deliverer holds a job before it is handed out again; every destination's "
           "timeout must leave a quarter of it (at least 1s) to spare");
+ABSL_FLAG(absl::Duration, commit_linger, absl::Milliseconds(1),
+          "embedded store: how long a small group commit waits for more writes to share its "
+          "fsync while the disk is idle (0s: off; at most 100ms)");
 ABSL_FLAG(absl::Duration, lame_duck, absl::ZeroDuration(),
           "on SIGTERM, report not ready (readiness probes, gRPC health) for this long while still "
           "serving, then drain and stop; lets load balancers stop sending first (Kubernetes: a few "
@@ -156,6 +159,7 @@ int main(int argc, char** argv) {
   options.admin_http_address = absl::GetFlag(FLAGS_admin_http_address);
   options.http_threads = absl::GetFlag(FLAGS_http_threads);
   options.lease_duration = absl::GetFlag(FLAGS_lease_duration);
+  options.commit_linger = absl::GetFlag(FLAGS_commit_linger);
   options.admin_token = absl::GetFlag(FLAGS_admin_token);
   if (const std::string file = absl::GetFlag(FLAGS_admin_token_file); !file.empty()) {
     if (!options.admin_token.empty()) {
@@ -178,6 +182,12 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_lame_duck) > absl::Minutes(5)) {
     hookrelay::common::LogError("--lame_duck must be between 0s and 5m",
                                 {{"lame_duck", absl::FormatDuration(absl::GetFlag(FLAGS_lame_duck))}});
+    return 2;
+  }
+  if (options.commit_linger < absl::ZeroDuration() ||
+      options.commit_linger > absl::Milliseconds(100)) {
+    hookrelay::common::LogError("--commit_linger must be between 0s and 100ms",
+                                {{"commit_linger", absl::FormatDuration(options.commit_linger)}});
     return 2;
   }
   if (options.lease_duration < absl::Seconds(1)) {

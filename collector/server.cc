@@ -205,6 +205,7 @@ absl::Status Server::Start() {
   store_options.nats_deletion_resume_after = s.options.nats_deletion_resume_after;
   store_options.nats_connect = s.options.nats_connect;
   store_options.lease_duration = s.options.lease_duration;
+  store_options.commit_linger = s.options.commit_linger;
   store_options.dedup_window = s.options.dedup_window;
   store_options.clock = s.options.clock;
   store_options.registry = s.registry.get();

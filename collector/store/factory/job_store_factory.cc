@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options)
     o.registry = options.registry;
     o.on_write_health = options.on_write_health;
     o.lease_duration = options.lease_duration;
+    o.commit_linger = options.commit_linger;
     absl::StatusOr<std::unique_ptr<RocksDbJobStore>> store = RocksDbJobStore::Open(std::move(o));
     if (!store.ok()) return store.status();
     return std::unique_ptr<Store>(*std::move(store));

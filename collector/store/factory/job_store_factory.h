@@ -38,6 +38,8 @@ struct JobStoreOptions {
   NatsConnectOptions nats_connect;
   // How long a dispatched job stays with a deliverer (jetstream: the consumer's ack wait).
   absl::Duration lease_duration = absl::Seconds(90);
+  // embedded: how long a small group commit waits for company (RocksDbJobStore::Options).
+  absl::Duration commit_linger = absl::ZeroDuration();
   // A (source, messageId) is de-duplicated for this long.
   absl::Duration dedup_window = absl::Hours(24);
   // Not owned; nullptr = real time.

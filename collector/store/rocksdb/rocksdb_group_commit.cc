@@ -111,6 +111,8 @@ void RocksDbJobStore::PrepareLoop() {
   using Kind = WriteOp::Kind;
   std::unique_ptr<Group> spare;
   const Group* last = nullptr;  // The group handed to the writer most recently.
+  int linger_skips = 0;
+  int linger_backoff = 0;
   for (;;) {
     // At most one group may be unwritten while the next is prepared: its dedup keys are the only
     // ones not yet visible to MultiGet. Written groups come back here for reuse; none of them is
@@ -140,6 +142,7 @@ void RocksDbJobStore::PrepareLoop() {
         return !queue_.empty() || stopping_;
       };
       queue_mu_.Await(absl::Condition(&has_work));
+      MaybeLingerLocked(linger_skips, linger_backoff);
       if (queue_.empty()) break;  // Stopping, and everything is handed to the writer.
       size_t jobs = 0;
       while (!queue_.empty()) {
@@ -191,6 +194,62 @@ void RocksDbJobStore::PrepareLoop() {
   }
   absl::MutexLock lock(&pipe_mu_);
   preparer_done_ = true;
+}
+
+bool RocksDbJobStore::WriterIdleForTesting() {
+  absl::MutexLock lock(&pipe_mu_);
+  return unwritten_ == 0;
+}
+
+bool RocksDbJobStore::LingerDoneLocked() const {
+  if (stopping_) return true;
+  using Kind = WriteOp::Kind;
+  size_t n = 0;
+  for (const WriteOp& op : queue_) {
+    switch (op.kind) {
+      case Kind::kAppend:
+        for (const AppendItem& item : op.items) n += item.jobs.size();
+        break;
+      case Kind::kDeleteJob:
+      case Kind::kBury:
+        if (op.order_key != 0) return true;  // The key's next job waits for this write.
+        ++n;
+        break;
+      case Kind::kPutJob:
+        ++n;
+        break;
+      case Kind::kBarrier:
+      case Kind::kPause:
+      case Kind::kExclusive:
+        return true;
+    }
+    if (n >= options_.linger_jobs) return true;
+  }
+  return false;
+}
+
+void RocksDbJobStore::MaybeLingerLocked(int& skips, int& backoff) {
+  if (options_.commit_linger <= absl::ZeroDuration() || LingerDoneLocked()) return;
+  {
+    // A group still being written gathers the next one's work by itself.
+    absl::MutexLock lock(&pipe_mu_);
+    if (unwritten_ > 0) return;
+  }
+  if (skips > 0) {
+    --skips;
+    return;
+  }
+  const size_t before = queue_.size();
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return LingerDoneLocked(); };
+  queue_mu_.AwaitWithTimeout(absl::Condition(&done), options_.commit_linger);
+  if (queue_.size() > before) {
+    backoff = 0;
+    if (metrics_.lingers_joined != nullptr) metrics_.lingers_joined->Increment();
+  } else {
+    backoff = std::min(std::max(1, backoff * 2), 64);
+    skips = backoff;
+    if (metrics_.lingers_alone != nullptr) metrics_.lingers_alone->Increment();
+  }
 }
 
 void RocksDbJobStore::PrepareGroup(Group& group, const Group* inflight) {

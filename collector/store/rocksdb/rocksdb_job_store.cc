@@ -92,7 +92,13 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(Options o
         absl::StrCat("job store: lease_duration must be positive, got ",
                      absl::FormatDuration(options.lease_duration)));
   }
+  if (options.commit_linger < absl::ZeroDuration() || options.commit_linger > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job store: commit_linger must be between 0s and 1s, got ",
+                     absl::FormatDuration(options.commit_linger)));
+  }
   options.max_commit_batch = std::max<size_t>(options.max_commit_batch, 1);
+  options.linger_jobs = std::max<size_t>(options.linger_jobs, 1);
   std::error_code error;
   std::filesystem::create_directories(options.path, error);
   if (error) {
@@ -175,6 +181,13 @@ absl::Status RocksDbJobStore::RegisterMetrics() {
                              .Register(registry)
                              .Add({});
     metrics_.writable->Set(1);
+    auto& lingers = prometheus::BuildCounter()
+                        .Name("hookrelay_store_commit_lingers_total")
+                        .Help("Group commits that waited for more work (--commit_linger), by "
+                              "result: joined (more came) or alone")
+                        .Register(registry);
+    metrics_.lingers_joined = &lingers.Add({{"result", "joined"}});
+    metrics_.lingers_alone = &lingers.Add({{"result", "alone"}});
     metrics_.duplicates = &prometheus::BuildCounter()
                                .Name("hookrelay_ingest_duplicates_total")
                                .Help("Events dropped because their (source, messageId) was seen "
