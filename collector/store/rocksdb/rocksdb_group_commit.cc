@@ -111,8 +111,7 @@ void RocksDbJobStore::PrepareLoop() {
   using Kind = WriteOp::Kind;
   std::unique_ptr<Group> spare;
   const Group* last = nullptr;  // The group handed to the writer most recently.
-  int linger_skips = 0;
-  int linger_backoff = 0;
+  LingerState linger;
   for (;;) {
     // At most one group may be unwritten while the next is prepared: its dedup keys are the only
     // ones not yet visible to MultiGet. Written groups come back here for reuse; none of them is
@@ -142,7 +141,7 @@ void RocksDbJobStore::PrepareLoop() {
         return !queue_.empty() || stopping_;
       };
       queue_mu_.Await(absl::Condition(&has_work));
-      MaybeLingerLocked(linger_skips, linger_backoff);
+      MaybeLingerLocked(linger);
       if (queue_.empty()) break;  // Stopping, and everything is handed to the writer.
       size_t jobs = 0;
       while (!queue_.empty()) {
@@ -166,6 +165,7 @@ void RocksDbJobStore::PrepareLoop() {
         group->ops.push_back(std::move(op));
         queue_.pop_front();
       }
+      acked_appends_.store(0, std::memory_order_relaxed);
     }
     if (pause.kind == Kind::kPause || pause.kind == Kind::kExclusive) {
       {
@@ -201,13 +201,15 @@ bool RocksDbJobStore::WriterIdleForTesting() {
   return unwritten_ == 0;
 }
 
-bool RocksDbJobStore::LingerDoneLocked() const {
+bool RocksDbJobStore::LingerDoneLocked(size_t appends_expected) const {
   if (stopping_) return true;
   using Kind = WriteOp::Kind;
   size_t n = 0;
+  size_t appends = 0;
   for (const WriteOp& op : queue_) {
     switch (op.kind) {
       case Kind::kAppend:
+        ++appends;
         for (const AppendItem& item : op.items) n += item.jobs.size();
         break;
       case Kind::kDeleteJob:
@@ -225,29 +227,34 @@ bool RocksDbJobStore::LingerDoneLocked() const {
     }
     if (n >= options_.linger_jobs) return true;
   }
-  return false;
+  return appends >= appends_expected;
 }
 
-void RocksDbJobStore::MaybeLingerLocked(int& skips, int& backoff) {
-  if (options_.commit_linger <= absl::ZeroDuration() || LingerDoneLocked()) return;
+void RocksDbJobStore::MaybeLingerLocked(LingerState& state) {
+  // The clients answered since the last group was taken may each send again (a closed loop sends
+  // exactly those): once that many appends are queued, no one else is likely to come soon.
+  const size_t expected = std::max<size_t>(2, acked_appends_.load(std::memory_order_relaxed));
+  if (options_.commit_linger <= absl::ZeroDuration() || LingerDoneLocked(expected)) return;
   {
     // A group still being written gathers the next one's work by itself.
     absl::MutexLock lock(&pipe_mu_);
     if (unwritten_ > 0) return;
   }
-  if (skips > 0) {
-    --skips;
+  if (state.skips > 0) {
+    --state.skips;
     return;
   }
   const size_t before = queue_.size();
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return LingerDoneLocked(); };
+  auto done = [this, expected]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return LingerDoneLocked(expected);
+  };
   queue_mu_.AwaitWithTimeout(absl::Condition(&done), options_.commit_linger);
   if (queue_.size() > before) {
-    backoff = 0;
+    state.backoff = 0;
     if (metrics_.lingers_joined != nullptr) metrics_.lingers_joined->Increment();
   } else {
-    backoff = std::min(std::max(1, backoff * 2), 64);
-    skips = backoff;
+    state.backoff = std::min(std::max(1, state.backoff * 2), 256);
+    state.skips = state.backoff;
     if (metrics_.lingers_alone != nullptr) metrics_.lingers_alone->Increment();
   }
 }
@@ -618,6 +625,7 @@ void RocksDbJobStore::WriteGroup(Group& group) {
   for (size_t o = 0; o < group.ops.size(); ++o) {
     WriteOp& op = group.ops[o];
     if (op.kind == Kind::kAppend) {
+      acked_appends_.fetch_add(1, std::memory_order_relaxed);
       if (group.status.ok()) {
         std::move(op.done)(std::move(group.results[o]));
       } else {

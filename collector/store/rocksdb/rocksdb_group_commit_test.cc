@@ -116,8 +116,9 @@ class GroupCommitTest : public ::testing::Test {
   std::unique_ptr<RocksDbJobStore> store_;
 };
 
-// Two appends 50 ms apart go in one commit: the first waits for company, and the second, which
-// brings the queue to linger_jobs, ends the wait (long before the one-second linger is over).
+// Two appends 50 ms apart go in one commit: the first waits for company, and the second (the
+// queue now holds two appends and linger_jobs jobs) ends the wait long before the one-second
+// linger is over.
 TEST_F(GroupCommitTest, AppendsArrivingWithinTheLingerShareOneCommit) {
   Open(absl::Seconds(1), /*linger_jobs=*/3);
   absl::Notification first_done, second_done;
@@ -136,6 +137,42 @@ TEST_F(GroupCommitTest, AppendsArrivingWithinTheLingerShareOneCommit) {
   EXPECT_EQ(stats.items, 3);
   EXPECT_EQ(stats.lingers.at("joined"), 1);
   EXPECT_EQ(stats.lingers.at("alone"), 0);
+}
+
+// Three clients answered by one commit: the next linger waits for all three to be back (not
+// just two), then ends at once.
+TEST_F(GroupCommitTest, ALingerWaitsForEveryClientJustAnswered) {
+  Open(absl::Seconds(1), /*linger_jobs=*/64);
+  {
+    // Three appends queued behind a pause go in one group (three queued: no linger).
+    std::shared_ptr<absl::Notification> resume = store_->PauseWritesForTesting();
+    absl::Notification done[3];
+    bool ok[3] = {false, false, false};
+    for (int i = 0; i < 3; ++i) Append(Jobs(i, 1), done[i], ok[i]);
+    resume->Notify();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(done[i].WaitForNotificationWithTimeout(absl::Seconds(10)));
+      EXPECT_TRUE(ok[i]);
+    }
+  }
+  EXPECT_EQ(Stats(registry_).commits, 1u);
+  AwaitIdleWriter();
+  absl::Notification done[3];
+  bool ok[3] = {false, false, false};
+  Append(Jobs(10, 1), done[0], ok[0]);
+  Append(Jobs(11, 1), done[1], ok[1]);
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time third_at = absl::Now();
+  Append(Jobs(12, 1), done[2], ok[2]);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(done[i].WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_TRUE(ok[i]);
+  }
+  EXPECT_LT(absl::Now() - third_at, absl::Milliseconds(900));
+  const CommitStats stats = Stats(registry_);
+  EXPECT_EQ(stats.commits, 2u);
+  EXPECT_EQ(stats.items, 6);
+  EXPECT_EQ(stats.lingers.at("joined"), 1);
 }
 
 // One client writing one append at a time: a linger that gathers nothing makes the next 1, then

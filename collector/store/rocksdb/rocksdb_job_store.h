@@ -129,11 +129,13 @@ class RocksDbJobStore final : public Store {
     // Group commit linger: when no group is being written and the queue holds fewer than
     // linger_jobs jobs and settlements, the preparer waits up to commit_linger for more before
     // it prepares a group, so that requests arriving a little apart share one write and fsync
-    // (each fsync here costs three waits on the disk). A linger that gathers nothing makes the
-    // next 1, 2, 4 … 64 such groups skip it, so a lone client writing one request at a time
-    // pays it rarely; one that gathers something resets that. Barriers, pauses, exclusive ops and
-    // the completion of a job with an ordering key (which frees its key) end a linger at once.
-    // Real time. Zero: off; at most one second.
+    // (each fsync here costs three waits on the disk). The wait ends early once as many appends
+    // are queued as were answered since the last group was taken (at least 2): clients that send
+    // their next request when answered, all of them back, send nothing more. A linger that
+    // gathers nothing makes the next 1, 2, 4 … 256 such groups skip it, so a lone client writing
+    // one request at a time pays it rarely; one that gathers something resets that. Barriers,
+    // pauses, exclusive ops and the completion of a job with an ordering key (which frees its
+    // key) end a linger at once. Real time. Zero: off; at most one second.
     absl::Duration commit_linger = absl::ZeroDuration();
     size_t linger_jobs = 64;
     // Called on a store thread each time the store loses (false) or regains (true) the ability
@@ -166,6 +168,8 @@ class RocksDbJobStore final : public Store {
   MemoryStats MemoryStatsForTesting();
   // Tests only: no group is waiting for the writer or being written.
   bool WriterIdleForTesting();
+  // Tests only: holds the preparer until the returned notification is notified (PauseWrites).
+  std::shared_ptr<absl::Notification> PauseWritesForTesting() { return PauseWrites(); }
 
   // Opens (or creates) the store at options.path and rebuilds the in-memory state from disk.
   static absl::StatusOr<std::unique_ptr<RocksDbJobStore>> Open(Options options);
@@ -417,12 +421,16 @@ class RocksDbJobStore final : public Store {
   // The two store threads.
   void PrepareLoop();
   void WriteLoop();
-  // The queue holds enough to write at once (Options::commit_linger): linger_jobs jobs and
-  // settlements, or an op that must not wait.
-  bool LingerDoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // The queue holds enough to write at once (Options::commit_linger): `appends_expected`
+  // appends, linger_jobs jobs and settlements, or an op that must not wait.
+  bool LingerDoneLocked(size_t appends_expected) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // The preparer's back-off: small groups still to skip the linger, and the next skip count.
+  struct LingerState {
+    int skips = 0;
+    int backoff = 0;
+  };
   // On the preparer thread, with work queued: waits for company when the linger applies.
-  // `skips`: the groups still to skip it (the back-off), kept by the caller.
-  void MaybeLingerLocked(int& skips, int& backoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  void MaybeLingerLocked(LingerState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Dedup check, ids, WriteBatch. `inflight` is the group still being written, if any.
   void PrepareGroup(Group& group, const Group* inflight);
   // The write, then the in-memory publication and the callbacks.
@@ -612,6 +620,9 @@ class RocksDbJobStore final : public Store {
   // The pipeline between preparer and writer. Groups are written in the order prepared; at most
   // one is being written while the next is prepared.
   absl::Mutex pipe_mu_ ABSL_ACQUIRED_AFTER(queue_mu_);
+  // Appends answered (callbacks run) since the preparer last took a group: the commit linger's
+  // guess at how many clients may send again (Options::commit_linger).
+  std::atomic<size_t> acked_appends_{0};
   std::deque<std::unique_ptr<Group>> to_write_ ABSL_GUARDED_BY(pipe_mu_);
   // Written groups, recycled by the preparer (which may still read the last one's dedup keys).
   std::vector<std::unique_ptr<Group>> written_ ABSL_GUARDED_BY(pipe_mu_);
