@@ -41,8 +41,9 @@ class Server {
     absl::Duration dedup_window = absl::Hours(24);
     // How long a deliverer holds a job before it is handed out again (Dispatcher::Options).
     absl::Duration lease_duration = absl::Seconds(90);
-    // embedded store: how long a small group commit waits for company (--commit_linger).
-    absl::Duration commit_linger = absl::Milliseconds(1);
+    // embedded store: how long a small group commit waits for company. Off here, as in the
+    // store's own options; the collector binary's --commit_linger turns it on (1 ms).
+    absl::Duration commit_linger = absl::ZeroDuration();
     // Tests with a manual clock on the JetStream engine (JobStoreOptions::max_schedule_delay).
     absl::Duration max_schedule_delay_for_testing = absl::InfiniteDuration();
     // When non-empty, Admin calls, the admin HTTP API and Subscribe must carry
