@@ -730,6 +730,34 @@ TEST_P(StoreConformanceTest, ReadySignalForStoredJobsAndRetriesFallingDue) {
   store_->SetReadyCallback(nullptr);
 }
 
+// A retry that fell due is announced even when a count (a gauge scrape) sees it first: the
+// count must not take the news from the store's timer, which reads the next due time after it.
+TEST_P(StoreConformanceTest, ReadySignalForARetryACountSawFallDue) {
+  Open();
+  auto raised = std::make_shared<std::atomic<int>>(0);
+  store_->SetReadyCallback([raised] { raised->fetch_add(1); });
+  AppendAll({Event("m1"), Event("m2")});
+  std::vector<LeasedJob> leased = LeaseN(2);
+  ASSERT_EQ(leased.size(), 2u);
+  for (size_t i = 0; i < leased.size(); ++i) {
+    // m2 falls due an hour after m1: the timer has a later time to wait for.
+    ASSERT_TRUE(store_->Retry(leased[i].job.id(), leased[i].lease,
+                              clock_.Now() + absl::Hours(static_cast<int64_t>(i + 1)),
+                              MakeAttempt(clock_.Now(), 503))
+                    .ok());
+  }
+  EXPECT_THAT(LeaseThroughBarrier(), IsEmpty());
+  const int before = raised->load();
+  clock_.Advance(absl::Hours(1));
+  // At once: the timer notices a moved manual clock within a millisecond. (JetStream counts
+  // held retries from the server's view, so no count is asserted here.)
+  (void)store_->Counts();
+  EXPECT_TRUE(Eventually([&] { return raised->load() > before; }))
+      << "no ready signal for the retry the count saw fall due";
+  EXPECT_THAT(MessageIds(LeaseThrough("m1")), Contains("m1"));
+  store_->SetReadyCallback(nullptr);
+}
+
 // DeadFilter's time range is [from, to): a job that died at `to` is not in it (the admin API's
 // filter.from/filter.to promise this).
 TEST_P(StoreConformanceTest, DeadFilterRangeExcludesItsEnd) {

@@ -362,8 +362,8 @@ class RocksDbJobStore final : public Store {
     void Release(uint64_t key, uint64_t id);
     // A retry holds the key until `until_ms`.
     void Hold(uint64_t key, int64_t until_ms);
-    // Ends the holds due by `now_ms`.
-    void EndHolds(int64_t now_ms);
+    // Ends the holds due by `now_ms`; whether any ended.
+    bool EndHolds(int64_t now_ms);
     // The earliest hold's end, INT64_MAX when none.
     int64_t NextHoldEnd() const;
     // Jobs waiting for their key (tests, metrics).
@@ -558,8 +558,9 @@ class RocksDbJobStore final : public Store {
   // Retry and Bury: ends the lease, marks the job settling and loads its current record.
   absl::StatusOr<hookrelay::v1::Job> BeginSettle(uint64_t job_id, uint64_t lease, LeaseInfo* info)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PromoteDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Both return whether jobs became ready (leases ran out; due times or key holds passed).
+  bool ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PromoteDueLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Into ready_ when due_ms <= now_ms, else scheduled_.
   void PushQueuedLocked(const QueuedJob& job, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NextLeaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

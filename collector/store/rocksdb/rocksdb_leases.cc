@@ -39,8 +39,10 @@ constexpr uint64_t kLeaseCounterLimit = uint64_t{1} << kLeaseEpochShift;
 
 }  // namespace
 
-void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
+bool RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
+  bool expired = false;
   while (!lease_deadlines_.empty() && lease_deadlines_.begin()->first <= now) {
+    expired = true;
     const uint64_t id = lease_deadlines_.begin()->second;
     lease_deadlines_.erase(lease_deadlines_.begin());
     auto it = leased_.find(id);
@@ -63,6 +65,7 @@ void RocksDbJobStore::ExpireLeasesLocked(absl::Time now) {
     back.key = key;
     ready_.Push(back);
   }
+  return expired;
 }
 
 uint64_t RocksDbJobStore::NextLeaseLocked() {

@@ -158,8 +158,10 @@ void RocksDbJobStore::ReadyQueues::Hold(uint64_t key, int64_t until_ms) {
   holds_.emplace(k.hold_until_ms, key);
 }
 
-void RocksDbJobStore::ReadyQueues::EndHolds(int64_t now_ms) {
+bool RocksDbJobStore::ReadyQueues::EndHolds(int64_t now_ms) {
+  bool ended = false;
   while (!holds_.empty() && holds_.begin()->first <= now_ms) {
+    ended = true;
     const uint64_t key = holds_.begin()->second;
     holds_.erase(holds_.begin());
     auto it = keys_.find(key);
@@ -167,6 +169,7 @@ void RocksDbJobStore::ReadyQueues::EndHolds(int64_t now_ms) {
     it->second.hold_until_ms = 0;
     MaybeFree(key);
   }
+  return ended;
 }
 
 int64_t RocksDbJobStore::ReadyQueues::NextHoldEnd() const {
@@ -567,22 +570,28 @@ void RocksDbJobStore::EraseFromWindowLocked(const absl::flat_hash_set<uint64_t>&
   std::make_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
 }
 
-void RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
+bool RocksDbJobStore::PromoteDueLocked(int64_t now_ms) {
+  bool moved = false;
   while (!scheduled_.empty() && scheduled_.front().due_ms <= now_ms) {
     std::pop_heap(scheduled_.begin(), scheduled_.end(), LaterFirst());
     const QueuedJob job = scheduled_.back();
     scheduled_.pop_back();
     ready_.Push(job);
+    moved = true;
   }
-  ready_.EndHolds(now_ms);
+  return ready_.EndHolds(now_ms) || moved;
 }
 
 JobCounts RocksDbJobStore::Counts() {
   const absl::Time now = clock_.Now();
   const int64_t now_ms = ToMillis(now);
   absl::MutexLock lock(&mu_);
-  ExpireLeasesLocked(now);
-  PromoteDueLocked(now_ms);
+  // What fell due is made ready here as by Lease, and announced: the timer reads the next due
+  // time after this and would otherwise never raise the signal for these jobs (a scrape of the
+  // gauges between a retry's due time and the timer's wake held that retry back until some
+  // later job woke the dispatcher).
+  const bool expired = ExpireLeasesLocked(now);
+  if (PromoteDueLocked(now_ms) || expired) ready_signal_->RaiseSoon();
   JobCounts counts;
   counts.leased = static_cast<int64_t>(leased_.size() + settling_.size());
   counts.dead = dead_count_;
