@@ -33,7 +33,7 @@ using tcp = net::ip::tcp;
 using boost::system::error_code;
 
 // A TLS body up to this size is copied behind the head: one TLS record and one send instead of two
-// (asio's TLS stream writes one buffer per record).
+// (TlsSocket writes one buffer per record).
 constexpr size_t kCoalesceLimit = 16 * 1024;
 // Read buffer: what one read may take in at most (larger bodies pass through it in pieces).
 constexpr size_t kReadBufferLimit = 128 * 1024;
@@ -205,14 +205,17 @@ void H1Connection::OnConnected(const error_code& ec, const tcp::endpoint& peer) 
     return;
   }
   phase_ = Phase::kHandshaking;
-  tls_.emplace(socket_, tls_context_);
+  tls_.emplace(socket_, tls_context_.native_handle());
   std::string error;
+  if (!tls_->ok()) {
+    Fail(TransportError::kOther, absl::StrCat("TLS setup for ", host_, " failed"));
+    return;
+  }
   if (!PrepareClient(tls_->native_handle(), host_, &error)) {
     Fail(TransportError::kOther, std::move(error));
     return;
   }
-  tls_->async_handshake(net::ssl::stream_base::client,
-                        Guarded([this](error_code ec) { OnHandshake(ec); }));
+  tls_->async_handshake(Guarded([this](error_code ec) { OnHandshake(ec); }));
 }
 
 void H1Connection::OnHandshake(const error_code& ec) {

@@ -1,12 +1,12 @@
 // One HTTP/1.1 keep-alive connection of the deliverer's sender to one receiver host, plain TCP or
-// TLS (boost::asio::ssl), on Boost.Beast's parser. Part of deliverer/http_sender.cc's worker: it
-// owns the pool and the slots, a connection runs one exchange at a time.
+// TLS (OpenSSL driven by tls_socket.h), on Boost.Beast's parser. Part of deliverer/http_sender.cc's
+// worker: it owns the pool and the slots, a connection runs one exchange at a time.
 //
 // An exchange: on a new connection, the host is resolved (asio's resolver: the worker's io_context
 // is never blocked), each address is checked against the address policy before it is connected to
 // (a refused address is skipped; when every address was refused, kForbiddenAddress and nothing is
 // sent), TCP_NODELAY is set, then for https the TLS handshake (SNI, certificate and host-name
-// verification, ALPN offering h2 and http/1.1). Then the request head (request_head.h) and the body
+// verification, ALPN offering h2 and http/1.1; OpenSSL on the socket itself: tls_socket.h). Then the request head (request_head.h) and the body
 // go out in one gather write (one buffer for TLS when the body is small), while the response is
 // read with a Beast parser that keeps the status, the HTTP version and Retry-After and discards
 // the body (Content-Length, chunked, or up to the close); 1xx interim responses are skipped. No
@@ -45,7 +45,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/intrusive/list_hook.hpp>
@@ -54,6 +53,7 @@
 
 #include "deliverer/http/http_message.h"
 #include "deliverer/http/response_parser.h"
+#include "deliverer/http/tls_socket.h"
 #include "deliverer/http/url.h"
 #include "deliverer/outcome_policy.h"
 
@@ -170,7 +170,7 @@ class H1Connection {
 
   boost::asio::ip::tcp::resolver resolver_;
   boost::asio::ip::tcp::socket socket_;
-  std::optional<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls_;
+  std::optional<TlsSocket> tls_;
   boost::asio::steady_timer timer_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
   std::string refused_;  // the first address the policy refused, as a detail
