@@ -168,10 +168,14 @@ class H1Connection {
   const std::string host_;
   const uint16_t port_;
 
-  boost::asio::ip::tcp::resolver resolver_;
-  boost::asio::ip::tcp::socket socket_;
+  // On the io_context's executor type (not any_io_executor): see tls_socket.h.
+  boost::asio::ip::basic_resolver<boost::asio::ip::tcp, TlsSocket::executor_type> resolver_;
+  TlsSocket::Socket socket_;
   std::optional<TlsSocket> tls_;
-  boost::asio::steady_timer timer_;
+  boost::asio::basic_waitable_timer<std::chrono::steady_clock,
+                                    boost::asio::wait_traits<std::chrono::steady_clock>,
+                                    TlsSocket::executor_type>
+      timer_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
   std::string refused_;  // the first address the policy refused, as a detail
 

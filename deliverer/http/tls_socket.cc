@@ -66,7 +66,7 @@ struct TlsSocketBio {
   }
 };
 
-TlsSocket::TlsSocket(net::ip::tcp::socket& socket, SSL_CTX* ctx)
+TlsSocket::TlsSocket(Socket& socket, SSL_CTX* ctx)
     : socket_(socket), in_(new char[kInSize]) {
   const BIO_METHOD* method = TlsSocketBio::Method();
   if (method == nullptr) return;
@@ -96,6 +96,14 @@ TlsSocket::TlsSocket(net::ip::tcp::socket& socket, SSL_CTX* ctx)
 
 TlsSocket::~TlsSocket() {
   if (ssl_ != nullptr) SSL_free(ssl_);
+}
+
+bool TlsSocket::MustReceive() {
+  // A pooled connection's read starts right after the last response was read whole: calling
+  // SSL_read then cost a pass through OpenSSL's record layer for a WANT_READ.
+  if (receiving_ || in_begin_ != in_end_ || SSL_has_pending(ssl_) != 0) return false;
+  receiving_ = true;
+  return true;
 }
 
 error_code TlsSocket::Received(const error_code& ec, size_t bytes) {

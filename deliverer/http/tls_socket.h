@@ -26,6 +26,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/compose.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
@@ -38,11 +39,15 @@ namespace hookrelay::deliverer::http {
 
 class TlsSocket {
  public:
-  using executor_type = boost::asio::ip::tcp::socket::executor_type;
+  // The io_context's own executor rather than the type-erased any_io_executor of
+  // boost::asio::ip::tcp::socket: every operation's work tracking copies the executor, and a
+  // type-erased one costs a call per copy and per destruction.
+  using executor_type = boost::asio::io_context::executor_type;
+  using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, executor_type>;
 
   // A client connection over `socket` (connected) with `ctx`'s settings. ok() is false when
   // OpenSSL could not make it.
-  TlsSocket(boost::asio::ip::tcp::socket& socket, SSL_CTX* ctx);
+  TlsSocket(Socket& socket, SSL_CTX* ctx);
   ~TlsSocket();
 
   TlsSocket(const TlsSocket&) = delete;
@@ -91,6 +96,9 @@ class TlsSocket {
 
   // One call of SSL_connect, SSL_read or SSL_write.
   Step Perform(Kind kind, void* data, size_t size);
+  // Whether a read must receive before OpenSSL has anything to give (then the receive is under
+  // way: it starts it).
+  bool MustReceive();
   // Received bytes for OpenSSL, or the receive's error.
   boost::system::error_code Received(const boost::system::error_code& ec, size_t bytes);
 
@@ -145,14 +153,16 @@ class TlsSocket {
         Finish(self, initiating, {}, 0);
         return;
       }
-      const Step step = tls->Perform(kKind, data, size);
+      // Nothing received and nothing in OpenSSL: SSL_read could only ask for more.
+      const Step step = kKind == Kind::kRead && tls->MustReceive() ? Step{Next::kReceive}
+                                                                   : tls->Perform(kKind, data, size);
       switch (step.next) {
         case Next::kReceive:
           tls->socket_.async_read_some(boost::asio::buffer(tls->in_.get(), kInSize),
                                        std::move(self));
           return;
         case Next::kWaitWrite:
-          tls->socket_.async_wait(boost::asio::ip::tcp::socket::wait_write, std::move(self));
+          tls->socket_.async_wait(Socket::wait_write, std::move(self));
           return;
         case Next::kDone:
           Finish(self, initiating, step.ec, step.bytes);
@@ -180,7 +190,7 @@ class TlsSocket {
     }
   };
 
-  boost::asio::ip::tcp::socket& socket_;
+  Socket& socket_;
   SSL* ssl_ = nullptr;
   // Received and not yet taken by OpenSSL: in_[in_begin_, in_end_).
   std::unique_ptr<char[]> in_;

@@ -140,11 +140,10 @@ class Client {
   }
 
   TlsSocket& tls() { return *tls_; }
-  tcp::socket& socket() { return socket_; }
 
  private:
   net::io_context io_;
-  tcp::socket socket_;
+  TlsSocket::Socket socket_;
   SSL_CTX* ctx_ = nullptr;
   std::optional<TlsSocket> tls_;
 };
