@@ -33,6 +33,8 @@
 #   BATCH=100:500000:1000 PHASES="throughput latency" THROUGHPUT_VARIANTS=0:0:0 \
 #     tools/bench/run_delivery_bench.sh                     # batched webhooks (deliveries = events)
 #   SMOKE=1 SKIP_BUILD=1 BIN_DIR=$(bazel info bazel-bin) tools/bench/run_delivery_bench.sh  # prebuilt
+#   TLS=1 PHASES="ceiling throughput" THROUGHPUT_VARIANTS=0:0:0 tools/bench/run_delivery_bench.sh
+#                                                           # HTTPS receivers (the ceiling stays HTTP)
 #
 # Bounded: the build has BUILD_TIMEOUT (default 600 s), every start-up 10 s, every load run its
 # duration + 30 s, each throughput drain THROUGHPUT_TIMEOUT (default 180 s), IDLE_WAIT at most its
@@ -249,8 +251,15 @@ wait_for_line() {
 }
 
 # start_receiver NAME ARGS...: sets RECEIVER_PID, RECEIVER_PORT; log $TMP/NAME.receiver.log.
+# TLS=1 (throughput and latency phases): the receiver serves HTTPS with a fresh self-signed
+# certificate that the deliverer trusts (--ca_file); RECEIVER_SCHEME and RECEIVER_CA say so.
 start_receiver() {
   local name=$1; shift
+  RECEIVER_SCHEME=http RECEIVER_CA=
+  local arg
+  for arg in "$@"; do
+    if [[ $arg == --tls_cert_out=* ]]; then RECEIVER_SCHEME=https RECEIVER_CA=${arg#--tls_cert_out=}; fi
+  done
   "$TMP/bench_receiver" --threads="$RECEIVER_THREADS" "$@" >"$TMP/$name.receiver.log" 2>&1 &
   RECEIVER_PID=$!; PIDS+=("$RECEIVER_PID")
   RECEIVER_PORT=$(wait_for_line "$TMP/$name.receiver.log" '"msg":"listening"' "$RECEIVER_PID" | jq -r .port)
@@ -293,7 +302,7 @@ destinations:
     enabled: true
     shared_secret: bench-s3cr3t
     urls:
-      - url: http://127.0.0.1:$RECEIVER_PORT/hooks
+      - url: $RECEIVER_SCHEME://127.0.0.1:$RECEIVER_PORT/hooks
         headers:
           X-Api-Key: bench
 $(batch_options)
@@ -314,7 +323,8 @@ EOF
 start_deliverer() {
   local name=$1 threads=$2 credits=$3; shift 3
   "$TMP/deliverer" --collector="127.0.0.1:$GRPC_PORT" --metrics_address=127.0.0.1:0 \
-    --allow_private_networks --sender_threads="$threads" --credits="$credits" "$@" \
+    --allow_private_networks --sender_threads="$threads" --credits="$credits" \
+    ${RECEIVER_CA:+--ca_file="$RECEIVER_CA"} "$@" \
     >"$TMP/$name.deliverer.log" 2>&1 &
   DELIVERER_PID=$!; PIDS+=("$DELIVERER_PID")
   DELIVERER_METRICS_PORT=$(wait_for_line "$TMP/$name.deliverer.log" '"msg":"deliverer running"' \
@@ -476,7 +486,7 @@ if has_phase throughput; then
     echo
     echo "== $name: preload $PRELOAD_EVENTS events (no deliverer), then deliverer" \
       "--sender_threads=$threads --credits=$credits --max_host_connections=$conns"
-    start_receiver "$name" --report_interval=200ms
+    start_receiver "$name" --report_interval=200ms ${TLS:+--tls_cert_out="$TMP/$name.receiver.pem"}
     start_collector "$name"
     PRELOAD_S=$(python3 -c "print($PRELOAD_EVENTS / $PRELOAD_RATE)")
     ingest "$name" "$PRELOAD_RATE" "$PRELOAD_S" 0 100 16
@@ -567,7 +577,7 @@ steady() {
   wait_idle
   echo "== $name: ingest_load --rate=$LATENCY_RATE --events_per_request=$LATENCY_EVENTS_PER_REQUEST" \
     "--omit_timestamp for ${duration} s after ${WARMUP_LATENCY} s; deliverer defaults"
-  start_receiver "$name"
+  start_receiver "$name" ${TLS:+--tls_cert_out="$TMP/$name.receiver.pem"}
   start_collector "$name"
   start_deliverer "$name" 0 0
   ingest_start "$name" "$LATENCY_RATE" "$duration" "$WARMUP_LATENCY" \
