@@ -91,11 +91,14 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
     }
     NormalizedEvent& ev = std::get<NormalizedEvent>(result);
     ++outcome->accepted;
-    outcome->message_ids[i] = ev.message_id;
     AppendItem& item = items.emplace_back();
     item.dedup_key = DedupKey(source_id, ev.message_id);
+    // The ids move out of `ev` once its jobs are written (they are read through `fields`).
+    auto keep_ids = [&] {
+      outcome->message_ids[i] = std::move(ev.message_id);
+      if (!ev.user_id.empty()) item.user_id = std::move(ev.user_id);
+    };
     if (!ev.user_id.empty()) {
-      item.user_id = ev.user_id;
       item.source_id = source_id;
       if (profiled) {
         delta.SerializeToString(&item.profile_delta);
@@ -103,7 +106,10 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
       }
     }
     types.push_back(ev.type);
-    if (!WebhooksEnabled(ev.flags)) continue;
+    if (!WebhooksEnabled(ev.flags)) {
+      keep_ids();
+      continue;
+    }
     size_t passing = fanout;
     if (filtering) {
       passing = 0;
@@ -137,6 +143,7 @@ void Ingestor::Ingest(std::string_view write_key, std::vector<RawEvent> events,
               : std::string_view();
       item.jobs.emplace_back(fields);  // The job's bytes, written once.
     }
+    keep_ids();
   }
 
   auto finish = [this, n](Done done, absl::StatusOr<IngestOutcome> result) {

@@ -154,8 +154,9 @@ class TlsSocket {
         return;
       }
       // Nothing received and nothing in OpenSSL: SSL_read could only ask for more.
-      const Step step = kKind == Kind::kRead && tls->MustReceive() ? Step{Next::kReceive}
-                                                                   : tls->Perform(kKind, data, size);
+      const Step step = kKind == Kind::kRead && tls->MustReceive()
+                            ? Step{Next::kReceive}
+                            : tls->Perform(kKind, data, size);
       switch (step.next) {
         case Next::kReceive:
           tls->socket_.async_read_some(boost::asio::buffer(tls->in_.get(), kInSize),
