@@ -35,17 +35,6 @@ void AppendMerged(std::string* out, dom::object item, dom::object batch) {
   out->push_back('}');
 }
 
-// Sets *out to what `write` appends to an empty string, with one allocation: written into a
-// per-thread buffer that keeps its capacity, then copied. Appending to *out itself grew it by
-// doubling, four or five reallocations and copies for a typical context object.
-template <class Write>
-void WriteOnce(std::string* out, Write write) {
-  thread_local std::string scratch;
-  scratch.clear();
-  write(&scratch);
-  out->assign(scratch);
-}
-
 // Reads a destination switch: false turns off; true or an options object turns on; null or
 // other values leave it unset.
 std::optional<bool> Switch(dom::element e) {
@@ -196,20 +185,20 @@ void ReadItem(dom::object item, hookrelay::v1::EventType endpoint_type,
   auto merged = [](dom::object item, dom::object batch) {
     return [item, batch](std::string* out) { AppendMerged(out, item, batch); };
   };
-  if (properties) WriteOnce(&raw->properties, object(*properties));
-  if (traits) WriteOnce(&raw->traits, object(*traits));
+  if (properties) common::AssignWritten(&raw->properties, object(*properties));
+  if (traits) common::AssignWritten(&raw->traits, object(*traits));
   if (context && defaults.context) {
-    WriteOnce(&raw->context, merged(*context, *defaults.context));
+    common::AssignWritten(&raw->context, merged(*context, *defaults.context));
   } else if (context || defaults.context) {
-    WriteOnce(&raw->context, object(context ? *context : *defaults.context));
+    common::AssignWritten(&raw->context, object(context ? *context : *defaults.context));
   }
   if (integrations && defaults.integrations) {
-    WriteOnce(&raw->integrations, merged(*integrations, *defaults.integrations));
+    common::AssignWritten(&raw->integrations, merged(*integrations, *defaults.integrations));
     ReadFlags(*defaults.integrations, &raw->flags);
     ReadFlags(*integrations, &raw->flags);  // item values win
   } else if (integrations || defaults.integrations) {
     const dom::object obj = integrations ? *integrations : *defaults.integrations;
-    WriteOnce(&raw->integrations, object(obj));
+    common::AssignWritten(&raw->integrations, object(obj));
     ReadFlags(obj, &raw->flags);
   }
 

@@ -90,11 +90,14 @@ RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
       raw.parse_error = FieldError{"sentAt", "sentAt is out of range"};
     }
   }
-  if (e.has_properties()) AppendStructJson(&raw.properties, e.properties());
-  if (e.has_traits()) AppendStructJson(&raw.traits, e.traits());
-  if (e.has_context()) AppendStructJson(&raw.context, e.context());
+  auto as_json = [](const google::protobuf::Struct& s) {
+    return [&s](std::string* out) { AppendStructJson(out, s); };
+  };
+  if (e.has_properties()) common::AssignWritten(&raw.properties, as_json(e.properties()));
+  if (e.has_traits()) common::AssignWritten(&raw.traits, as_json(e.traits()));
+  if (e.has_context()) common::AssignWritten(&raw.context, as_json(e.context()));
   if (e.has_integrations()) {
-    AppendStructJson(&raw.integrations, e.integrations());
+    common::AssignWritten(&raw.integrations, as_json(e.integrations()));
     const auto& fields = e.integrations().fields();
     if (auto it = fields.find("All"); it != fields.end()) raw.flags.all = Switch(it->second);
     if (auto it = fields.find("Webhooks"); it != fields.end()) raw.flags.webhooks = Switch(it->second);
