@@ -6,11 +6,12 @@
 // is never blocked), each address is checked against the address policy before it is connected to
 // (a refused address is skipped; when every address was refused, kForbiddenAddress and nothing is
 // sent), TCP_NODELAY is set, then for https the TLS handshake (SNI, certificate and host-name
-// verification, ALPN offering h2 and http/1.1; OpenSSL on the socket itself: tls_socket.h). Then the request head (request_head.h) and the body
-// go out in one gather write (one buffer for TLS when the body is small), while the response is
-// read with a Beast parser that keeps the status, the HTTP version and Retry-After and discards
-// the body (Content-Length, chunked, or up to the close); 1xx interim responses are skipped. No
-// pipelining: the next exchange starts only after this one's response has been read whole.
+// verification, ALPN offering h2 and http/1.1; tls_socket.h). Then the request head
+// (request_head.h) and the body go out in one gather write (one buffer for TLS when the body is
+// small), while the response is read with a Beast parser that keeps the status, the HTTP version
+// and Retry-After and discards the body (Content-Length, chunked, or up to the close); 1xx interim
+// responses are skipped. No pipelining: the next exchange starts only after this one's response
+// has been read whole.
 //
 // Ends, reported to the owner (H1ConnectionOwner::ExchangeDone) exactly once per Begin:
 //   kResponse  a complete response; reusable() says whether the connection may serve another one

@@ -26,6 +26,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/compose.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -134,6 +135,11 @@ class TlsSocket {
     // The end of a receive into the TLS input buffer.
     template <class Self>
     void operator()(Self& self, boost::system::error_code ec, size_t bytes) {
+      if (ec == boost::asio::error::operation_aborted) {
+        // The socket was closed: its TlsSocket may already be replaced by the next connection's.
+        Complete(self, ec, 0);
+        return;
+      }
       ec = tls->Received(ec, bytes);
       if (ec) {
         Finish(self, false, ec, 0);
