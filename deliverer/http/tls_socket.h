@@ -15,8 +15,9 @@
 //
 // Renegotiation is refused (a write never has to wait for a read); OpenSSL calls only from the
 // subset BoringSSL shares. Not thread-safe: one thread (the socket's io_context) drives it; one
-// read and one write may be in progress at once. The socket must outlive it; closing the socket
-// cancels its operations.
+// read and one write may be in progress at once. The socket must outlive it, and it must outlive
+// its operations' handlers, except that closing the socket ends an operation still waiting with
+// operation_aborted without touching the TlsSocket (one that already completed needs it).
 #ifndef HOOKRELAY_DELIVERER_HTTP_TLS_SOCKET_H_
 #define HOOKRELAY_DELIVERER_HTTP_TLS_SOCKET_H_
 
