@@ -3,18 +3,23 @@
 //   sender_threads       = half the cores (std::thread::hardware_concurrency() / 2, at least 1)
 //   max_host_connections = 128 (per receiver host per sender thread; the host's connection slots
 //                          in all are sender_threads x max_host_connections)
-//   credits              = 2 x sender_threads x max_host_connections, at most 20000 (every
-//                          connection slot busy with one job and one more waiting for it)
+//   credits              = 4 x sender_threads x max_host_connections, at most 20000 (every
+//                          connection slot busy with one job and three more waiting for it)
 //
-// On a 2-core machine: 1 thread, 128 connections per host, 256 credits. Half the cores, because
+// On a 2-core machine: 1 thread, 128 connections per host, 512 credits. Half the cores, because
 // the stream's gRPC thread does about 40 % of each delivery's work (reading, rendering, signing)
 // besides the sender threads' 60 %: with a sender thread per core the threads outnumbered the
 // cores, woke each other up and batched less. Measured on 2 cores (docs/BENCHMARKS.md, "Deliverer
 // CPU per delivery: a sender thread per two cores"): 1 thread x 128 connections gave 13 us of
 // deliverer CPU per delivery against 17 us, and 11 % more deliveries/s, than 2 x 64 (the same
-// slots per host and credits in all).
+// slots per host and credits in all). Four jobs per slot, not two: a credit comes back with an
+// outcome and goes out again with the collector's next job, and with two per slot a fast
+// receiver's connections sat idle for that round trip, the more so beside a slow destination
+// holding its share of the credits ("Credits for the collector's round trip": 512 credits gave
+// 5-13 % more deliveries/s and a fast destination beside a 2 s one kept 0.87 of its solo rate
+// against 0.78).
 // Each value given (non-zero) replaces its derived one, and credits are derived from the values
-// in effect (so --sender_threads=2 alone gives 2 x 2 x 128 = 512 credits).
+// in effect (so --sender_threads=2 alone gives 4 x 2 x 128 = 1024 credits).
 //
 // Thread-safe (pure functions).
 #ifndef HOOKRELAY_DELIVERER_SENDER_SIZING_H_
@@ -41,7 +46,7 @@ struct SizingFlags {
 struct Sizing {
   int sender_threads = 1;
   int32_t max_host_connections = kDefaultConnectionsPerThread;
-  uint32_t credits = 2 * kDefaultConnectionsPerThread;
+  uint32_t credits = 4 * kDefaultConnectionsPerThread;
 };
 
 // `hardware_threads`: std::thread::hardware_concurrency() (0 = unknown, taken as 1).
