@@ -531,6 +531,7 @@ void Deliverer::SendBatch(std::vector<BatchItem> items) {
            static_cast<const JobState*>(b.job.get())->delivery->job().id();
   });
   auto batch = std::make_shared<BatchState>();
+  batch->sent = clock_.Now();
   batch->members.reserve(items.size());
   for (BatchItem& item : items) {
     batch->members.push_back(std::static_pointer_cast<JobState>(std::move(item.job)));

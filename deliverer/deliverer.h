@@ -126,6 +126,7 @@ class Deliverer {
   struct BatchAttempt {
     std::string key;
     int members = 0;
+    absl::Time sent;      // the request's start: every member's attempt time
     absl::Time retry_at;  // every member that retries waits until then
     absl::Span<const UrlResult> results;  // per URL
     absl::Span<const std::string> details;
@@ -136,7 +137,8 @@ class Deliverer {
                              absl::Span<const std::string> details,
                              google::protobuf::RepeatedPtrField<hookrelay::v1::UrlAttempt>* out);
   // Decides the job's outcome and sends it back; with `collect`, appends it there instead (a
-  // batch's members' outcomes go back together: PostOutcomes).
+  // batch's members' outcomes go back together: PostOutcomes), where a member joins the one
+  // before it when their decisions match and its collector takes grouped outcomes.
   void FinishJob(const std::shared_ptr<JobState>& job, const BatchAttempt* batch = nullptr,
                  std::vector<std::pair<Call*, hookrelay::v1::Outcome>>* collect = nullptr);
   // Settles a job without any request (e.g. the body cannot be rendered).

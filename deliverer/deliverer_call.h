@@ -25,9 +25,9 @@
 
 namespace hookrelay::deliverer {
 
-// Outcomes wait up to kOutcomeLinger for company before they are written, unless
-// kOutcomesPerWrite are pending (or the stream drains or closes). At moderate rates each response
-// came alone and its outcome took a gRPC write of its own, and on the collector a read, a store
+// Outcomes wait up to kOutcomeLinger for company before they are written, unless outcomes for
+// kOutcomesPerWrite jobs are pending (or the stream drains or closes). At moderate rates each
+// response came alone and its outcome took a gRPC write of its own, and on the collector a read, a store
 // settlement and a flow-control update: ~2,500 writes a second at 10,000 deliveries/s.
 inline constexpr auto kOutcomeLinger = std::chrono::milliseconds(1);
 inline constexpr int kOutcomesPerWrite = 64;
@@ -77,6 +77,7 @@ class Deliverer::Call final
     received_any_.store(true, std::memory_order_relaxed);
     std::shared_ptr<Read> read = std::move(reading_);
     const hookrelay::v1::SubscribeResponse& response = *read->response;
+    if (response.grouped_outcomes()) grouped_outcomes_.store(true, std::memory_order_relaxed);
     if (response.has_destinations() && deliverer_.metrics_ != nullptr) {
       deliverer_.metrics_->DeclareDestinations(
           {response.destinations().ids().begin(), response.destinations().ids().end()});
@@ -142,18 +143,23 @@ class Deliverer::Call final
       absl::MutexLock lock(&mu_);
       --held_;
       if (broken_) return;
+      ++pending_jobs_;
       *pending_.add_outcomes() = std::move(outcome);
       if (!DeferPumpLocked()) return;
     }
     Pump();
   }
-  // The outcomes in [first, last), all of this stream's jobs.
+  // The outcomes in [first, last), all of this stream's jobs (an outcome may settle several:
+  // Outcome.also_job_ids).
   template <typename It>
   void AddOutcomes(It first, It last) {
+    int64_t jobs = 0;
+    for (It it = first; it != last; ++it) jobs += 1 + it->second.also_job_ids_size();
     {
       absl::MutexLock lock(&mu_);
-      held_ -= static_cast<int64_t>(last - first);
+      held_ -= jobs;
       if (broken_) return;
+      pending_jobs_ += jobs;
       for (It it = first; it != last; ++it) *pending_.add_outcomes() = std::move(it->second);
       if (!DeferPumpLocked()) return;
     }
@@ -189,6 +195,8 @@ class Deliverer::Call final
     return status_;
   }
   const std::string& collector() const { return collector_; }
+  // The collector settles grouped outcomes (SubscribeResponse.grouped_outcomes).
+  bool grouped_outcomes() const { return grouped_outcomes_.load(std::memory_order_relaxed); }
 
  private:
   // The read side ended.
@@ -229,7 +237,7 @@ class Deliverer::Call final
         op = Op::kRemoveHold;
       } else if (writes_done_sent_) {
         // Half-closed: the collector ends the stream, which fails the read (broken_).
-      } else if (pending_.outcomes_size() > 0 && pending_.outcomes_size() < kOutcomesPerWrite &&
+      } else if (pending_.outcomes_size() > 0 && pending_jobs_ < kOutcomesPerWrite &&
                  !linger_over_ && !drain_requested_ && !close_requested_) {
         if (!linger_armed_) {
           linger_armed_ = true;
@@ -239,6 +247,7 @@ class Deliverer::Call final
         linger_over_ = false;
         write_.Clear();
         write_.mutable_outcomes()->Swap(&pending_);
+        pending_jobs_ = 0;
         writing_ = true;
         op = Op::kWrite;
       } else if (drain_requested_ && !drain_sent_) {
@@ -312,10 +321,12 @@ class Deliverer::Call final
   hookrelay::v1::SubscribeRequest write_;  // owned by the write in flight
   std::shared_ptr<Call> self_;
   std::atomic<bool> received_any_{false};
+  std::atomic<bool> grouped_outcomes_{false};
   absl::Notification done_;
 
   mutable absl::Mutex mu_;
   hookrelay::v1::OutcomeBatch pending_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_jobs_ ABSL_GUARDED_BY(mu_) = 0;  // the jobs pending_ settles
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   // A pump is deferred to the end of the current round of the thread that set it.
   bool pump_deferred_ ABSL_GUARDED_BY(mu_) = false;

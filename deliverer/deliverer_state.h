@@ -82,6 +82,7 @@ struct Deliverer::JobState {
 struct Deliverer::BatchState {
   std::vector<std::shared_ptr<JobState>> members;
   std::string key;  // Idempotency-Key
+  absl::Time sent;  // when the request started
   PerUrl<UrlResult> results;
   PerUrl<std::string> details;
   PerUrl<absl::Duration> durations;

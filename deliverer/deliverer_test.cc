@@ -110,6 +110,10 @@ class DelivererTest : public ::testing::Test {
     return {-1, -1};
   }
 
+  // Batched webhooks end to end through the deliverer; `grouped`: the collector takes grouped
+  // outcomes.
+  void BatchedScenario(bool grouped);
+
   common::ManualClock clock_;
   prometheus::Registry registry_;
   FakeCollector collector_;
@@ -396,7 +400,8 @@ TEST_F(DelivererTest, RotatedSecretSignsWithBothUntilTheOverlapEnds) {
 // max_events are there or max_wait_ms after the first (by the deliverer's clock), signed once
 // over the whole body, with an Idempotency-Key from the members' message ids that a retry of the
 // same members repeats; the request's outcome is every member's.
-TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) {
+void DelivererTest::BatchedScenario(bool grouped) {
+  collector_.set_grouped_outcomes(grouped);
   std::atomic<int> calls{0};
   Start([&](const ReceivedRequest& r) {
     Response answer;
@@ -500,7 +505,31 @@ TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) {
   const std::pair<int64_t, double> sizes = Histogram("hookrelay_delivery_batch_events");
   EXPECT_EQ(sizes.first, 5);      // batch requests
   EXPECT_EQ(sizes.second, 10.0);  // members, over all of them
+
+  // Grouped: one outcome per batch request, naming the other members with their leases.
+  const std::vector<Outcome> sent = collector_.sent_outcomes();
+  if (!grouped) {
+    EXPECT_EQ(sent.size(), 10u);
+    for (const Outcome& o : sent) EXPECT_EQ(o.also_job_ids_size(), 0) << o.job_id();
+    return;
+  }
+  ASSERT_EQ(sent.size(), 5u);
+  EXPECT_EQ(sent[0].job_id(), 1u);
+  EXPECT_EQ(sent[0].lease(), 1001u);
+  EXPECT_THAT(sent[0].also_job_ids(), testing::ElementsAre(2, 3));
+  EXPECT_THAT(sent[0].also_leases(), testing::ElementsAre(1002, 1003));
+  EXPECT_EQ(sent[1].kind(), Outcome::RETRY);
+  EXPECT_THAT(sent[1].also_job_ids(), testing::ElementsAre(5));
+  EXPECT_EQ(sent[3].job_id(), 8u);
+  EXPECT_EQ(sent[3].also_job_ids_size(), 0);
+  EXPECT_EQ(sent[4].kind(), Outcome::DEAD);
+  EXPECT_THAT(sent[4].also_job_ids(), testing::ElementsAre(7));
 }
+
+TEST_F(DelivererTest, BatchedJobsShareOneSignedRequestAndItsOutcome) { BatchedScenario(false); }
+
+// A collector that takes grouped outcomes gets one per batch request: the same jobs settled.
+TEST_F(DelivererTest, BatchedJobsShareOneGroupedOutcome) { BatchedScenario(true); }
 
 // A receiver that speaks HTTP/2 (a gRPC server over TLS, which libcurl reaches through
 // deliverer/http/curl_sender.h) gets the same traceparent header: the trace id kept, a new parent

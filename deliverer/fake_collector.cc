@@ -25,7 +25,18 @@ grpc::Status FakeCollector::Subscribe(
       hello_by_reference_ = request.hello().destinations_by_reference();
     }
     if (request.has_credit() && request.credit().drain()) drained_ = true;
-    for (const Outcome& o : request.outcomes().outcomes()) outcomes_.push_back(o);
+    for (const Outcome& o : request.outcomes().outcomes()) {
+      sent_outcomes_.push_back(o);
+      Outcome own = o;
+      own.clear_also_job_ids();
+      own.clear_also_leases();
+      outcomes_.push_back(own);
+      for (int i = 0; i < o.also_job_ids_size(); ++i) {
+        own.set_job_id(o.also_job_ids(i));
+        own.set_lease(i < o.also_leases_size() ? o.also_leases(i) : 0);
+        outcomes_.push_back(own);
+      }
+    }
     if (request.has_outcomes()) ++outcome_messages_;
   }
   absl::MutexLock lock(&mu_);
@@ -61,6 +72,7 @@ bool FakeCollector::Send(const std::vector<hookrelay::v1::Delivery>& deliveries,
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), kFakeCollectorWait)) return false;
   SubscribeResponse response;
+  response.set_grouped_outcomes(grouped_outcomes_);
   for (const auto& d : destinations) *response.add_destination_configs() = d;
   for (const auto& d : deliveries) *response.add_deliveries() = d;
   return stream_->Write(response);
@@ -76,6 +88,16 @@ std::vector<Outcome> FakeCollector::WaitOutcomes(size_t n) {
   auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outcomes_.size() >= n; };
   mu_.AwaitWithTimeout(absl::Condition(&enough), kFakeCollectorWait);
   return outcomes_;
+}
+
+void FakeCollector::set_grouped_outcomes(bool grouped) {
+  absl::MutexLock lock(&mu_);
+  grouped_outcomes_ = grouped;
+}
+
+std::vector<Outcome> FakeCollector::sent_outcomes() {
+  absl::MutexLock lock(&mu_);
+  return sent_outcomes_;
 }
 
 uint32_t FakeCollector::hello_credits() {

@@ -43,8 +43,13 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
   // Whether the Hello said destinations_by_reference.
   bool hello_by_reference();
 
-  // Waits until `n` outcomes arrived and returns them.
+  // Responses say the collector settles grouped outcomes (SubscribeResponse.grouped_outcomes).
+  void set_grouped_outcomes(bool grouped);
+  // Waits until outcomes for `n` jobs arrived and returns them, one per job: a grouped outcome
+  // as one copy per job it settles (the attempt in each, also_job_ids empty).
   std::vector<hookrelay::v1::Outcome> WaitOutcomes(size_t n);
+  // The outcomes as the deliverer sent them, grouped ones as they came.
+  std::vector<hookrelay::v1::Outcome> sent_outcomes();
 
   uint32_t hello_credits();
   int outcome_messages();
@@ -59,7 +64,9 @@ class FakeCollector final : public hookrelay::v1::Collector::Service {
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
   int streams_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int outcome_messages_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<hookrelay::v1::Outcome> outcomes_ ABSL_GUARDED_BY(mu_);
+  bool grouped_outcomes_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<hookrelay::v1::Outcome> outcomes_ ABSL_GUARDED_BY(mu_);  // one per job
+  std::vector<hookrelay::v1::Outcome> sent_outcomes_ ABSL_GUARDED_BY(mu_);
 };
 
 // A collector serving on 127.0.0.1 with its own port.

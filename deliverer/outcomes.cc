@@ -54,6 +54,7 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   // that retry share one retry time, so that they come back together and go as the same batch.
   BatchAttempt attempt;
   attempt.key = batch->key;
+  attempt.sent = batch->sent;
   attempt.results = batch->results;
   attempt.details = batch->details;
   AddUrlAttempts(batch->results, batch->durations, batch->details, &attempt.urls);
@@ -81,13 +82,14 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
     // Per outcome kind, in one step each (batch members are never test jobs).
     int64_t counts[3] = {0, 0, 0};
     for (const auto& [call, outcome] : outcomes) {
-      counts[outcome.kind() == Outcome::DELIVERED ? 0 : outcome.kind() == Outcome::RETRY ? 1 : 2]++;
+      counts[outcome.kind() == Outcome::DELIVERED ? 0 : outcome.kind() == Outcome::RETRY ? 1 : 2] +=
+          1 + outcome.also_job_ids_size();
     }
     const std::string& id = batch->members.front()->destination().id();
     if (counts[0] > 0) metrics_->CountAttempt(id, DecisionKind::kDelivered, counts[0]);
     if (counts[1] > 0) metrics_->CountAttempt(id, DecisionKind::kRetry, counts[1]);
     if (counts[2] > 0) metrics_->CountAttempt(id, DecisionKind::kDead, counts[2]);
-    metrics_->JobFinished(static_cast<int64_t>(outcomes.size()));
+    metrics_->JobFinished(static_cast<int64_t>(batch->members.size()));
   }
   PostOutcomes(std::move(outcomes));  // The members (and their streams) are held by `batch`.
 }
@@ -143,25 +145,6 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
     decision.not_before = batch->retry_at;  // the batch's members come back together
   }
 
-  Outcome outcome;
-  outcome.set_job_id(j.id());
-  outcome.set_lease(job->delivery->lease());
-  outcome.set_kind(ToOutcomeKind(decision.kind));
-  hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
-  attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
-  if (batch != nullptr) {
-    attempt->set_batch_key(batch->key);
-    attempt->set_batch_members(batch->members);
-    *attempt->mutable_urls() = batch->urls;  // made once per batch
-  } else {
-    AddUrlAttempts(job->results, job->durations, job->details, attempt->mutable_urls());
-  }
-  if (decision.kind == DecisionKind::kRetry) {
-    common::ToProtoTime(decision.not_before, outcome.mutable_not_before());
-  } else if (decision.kind == DecisionKind::kDead) {
-    outcome.set_reason(decision.reason);
-  }
-
   if (metrics_ && !j.test()) {
     // A batch's members are counted together by OnBatchUrlDone.
     if (collect == nullptr) metrics_->CountAttempt(destination.id(), decision.kind);
@@ -187,6 +170,42 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
          {"next_attempt", next}});
   }
   if (metrics_ && collect == nullptr) metrics_->JobFinished();
+  const Outcome::Kind kind = ToOutcomeKind(decision.kind);
+  if (collect != nullptr && batch != nullptr && !collect->empty() &&
+      job->call->grouped_outcomes()) {
+    // The member before it came to the same decision: one outcome settles both.
+    auto& [call, last] = collect->back();
+    google::protobuf::Timestamp not_before;
+    if (kind == Outcome::RETRY) common::ToProtoTime(decision.not_before, &not_before);
+    if (call == job->call.get() && last.kind() == kind &&
+        (kind != Outcome::RETRY || (last.not_before().seconds() == not_before.seconds() &&
+                                    last.not_before().nanos() == not_before.nanos())) &&
+        (kind != Outcome::DEAD || last.reason() == decision.reason)) {
+      last.add_also_job_ids(j.id());
+      last.add_also_leases(job->delivery->lease());
+      return;
+    }
+  }
+
+  Outcome outcome;
+  outcome.set_job_id(j.id());
+  outcome.set_lease(job->delivery->lease());
+  outcome.set_kind(kind);
+  hookrelay::v1::Attempt* attempt = outcome.mutable_attempt();
+  if (batch != nullptr) {
+    attempt->set_at_unix_ms(absl::ToUnixMillis(batch->sent));
+    attempt->set_batch_key(batch->key);
+    attempt->set_batch_members(batch->members);
+    *attempt->mutable_urls() = batch->urls;  // made once per batch
+  } else {
+    attempt->set_at_unix_ms(absl::ToUnixMillis(job->started));
+    AddUrlAttempts(job->results, job->durations, job->details, attempt->mutable_urls());
+  }
+  if (decision.kind == DecisionKind::kRetry) {
+    common::ToProtoTime(decision.not_before, outcome.mutable_not_before());
+  } else if (decision.kind == DecisionKind::kDead) {
+    outcome.set_reason(decision.reason);
+  }
   if (collect != nullptr) {
     collect->emplace_back(job->call.get(), std::move(outcome));
   } else {

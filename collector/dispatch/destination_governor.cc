@@ -288,15 +288,16 @@ absl::Duration AttemptLatency(const Outcome& outcome) {
 }  // namespace
 
 bool DestinationGovernor::OnOutcome(const std::string& destination,
-                                    const DeliveryOptions& options, const Outcome& outcome) {
+                                    const DeliveryOptions& options, uint64_t job_id,
+                                    const Outcome& outcome) {
   const absl::Time now = clock_.Now();
   absl::MutexLock lock(&mu_);
   auto it = dests_.find(destination);
   if (it == dests_.end()) return false;
   Dest& d = it->second;
   const size_t in_use = d.in_flight.size();
-  d.in_flight.erase(outcome.job_id());
-  const bool was_probe = d.probe_job != 0 && d.probe_job == outcome.job_id();
+  d.in_flight.erase(job_id);
+  const bool was_probe = d.probe_job != 0 && d.probe_job == job_id;
   if (was_probe) d.probe_job = 0;
 
   const bool failure = IsRetryableFailure(outcome);

@@ -128,9 +128,14 @@ class DestinationGovernor {
 
   // The outcome of an admitted job: its latency and kind drive the limit and the breaker.
   // `options` are the destination's current ones (its breaker settings). Returns true when this
-  // outcome opened the breaker (for a log line).
+  // outcome opened the breaker (for a log line). `job_id`: the job it settles (one of those a
+  // grouped outcome names); the outcome's own without it.
   bool OnOutcome(const std::string& destination, const hookrelay::v1::DeliveryOptions& options,
-                 const hookrelay::v1::Outcome& outcome);
+                 uint64_t job_id, const hookrelay::v1::Outcome& outcome);
+  bool OnOutcome(const std::string& destination, const hookrelay::v1::DeliveryOptions& options,
+                 const hookrelay::v1::Outcome& outcome) {
+    return OnOutcome(destination, options, outcome.job_id(), outcome);
+  }
 
   // An admitted job's lease was extended: its slot stays taken until `deadline`.
   void ExtendInFlight(const std::string& destination, uint64_t job_id, absl::Time deadline);

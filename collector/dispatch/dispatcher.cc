@@ -457,12 +457,13 @@ bool AllGone(const Outcome& outcome) {
 
 }  // namespace
 
-void Dispatcher::GovernOutcome(const std::string& destination_id, const Outcome& outcome) {
+void Dispatcher::GovernOutcome(const std::string& destination_id, uint64_t job_id,
+                               const Outcome& outcome) {
   const std::shared_ptr<const Routing> routing = routing_.Get();
   const hookrelay::v1::Destination* destination = routing->FindDestination(destination_id);
   const hookrelay::v1::DeliveryOptions options =
       destination != nullptr ? destination->options() : hookrelay::v1::DeliveryOptions();
-  if (governor_.OnOutcome(destination_id, options, outcome)) {
+  if (governor_.OnOutcome(destination_id, options, job_id, outcome)) {
     const DestinationGovernor::State state = governor_.Get(destination_id);
     common::LogWarning("circuit breaker open: attempts paused",
                        {{"destination", destination_id},
@@ -522,18 +523,43 @@ void Dispatcher::CountOutcomeLocked(const std::string& destination_id, const Out
 
 void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>& outcomes,
                                std::string_view deliverer_id) {
+  // Every job the outcomes settle: an outcome's own, then those it settles alike.
+  struct Settled {
+    const Outcome* outcome;
+    uint64_t job_id;
+    uint64_t lease;
+  };
+  std::vector<Settled> settled;
+  settled.reserve(static_cast<size_t>(outcomes.size()));
+  for (const Outcome& outcome : outcomes) {
+    settled.push_back({&outcome, outcome.job_id(), outcome.lease()});
+    if (outcome.also_job_ids_size() != outcome.also_leases_size()) {
+      // A broken deliverer: the jobs without a lease come back when their leases end.
+      static common::LogRateLimiter* const limiter = new common::LogRateLimiter(0.2, 3);
+      common::LogRateLimited(*limiter, common::LogLevel::kError, "applying an outcome failed",
+                             {{"deliverer", deliverer_id},
+                              {"job_id", outcome.job_id()},
+                              {"error", absl::StrCat(outcome.also_job_ids_size(),
+                                                     " also_job_ids but ",
+                                                     outcome.also_leases_size(),
+                                                     " also_leases")}});
+    }
+    const int also = std::min(outcome.also_job_ids_size(), outcome.also_leases_size());
+    for (int i = 0; i < also; ++i) {
+      settled.push_back({&outcome, outcome.also_job_ids(i), outcome.also_leases(i)});
+    }
+  }
   // One lock for the batch: take each job's entry and, for a customer job, count the outcome.
-  std::vector<InFlight> jobs(static_cast<size_t>(outcomes.size()));
+  std::vector<InFlight> jobs(settled.size());
   {
     absl::MutexLock lock(&stats_mu_);
-    for (int i = 0; i < outcomes.size(); ++i) {
-      const Outcome& outcome = outcomes[i];
-      auto it = in_flight_.find(outcome.job_id());
+    for (size_t i = 0; i < settled.size(); ++i) {
+      auto it = in_flight_.find(settled[i].job_id);
       if (it == in_flight_.end()) continue;
       jobs[i] = std::move(it->second);
-      if (jobs[i].stream != nullptr) lease_ends_.erase({jobs[i].deadline, outcome.job_id()});
+      if (jobs[i].stream != nullptr) lease_ends_.erase({jobs[i].deadline, settled[i].job_id});
       in_flight_.erase(it);
-      if (!jobs[i].test) CountOutcomeLocked(jobs[i].destination_id, outcome);
+      if (!jobs[i].test) CountOutcomeLocked(jobs[i].destination_id, *settled[i].outcome);
     }
   }
   std::vector<Settlement> batch;
@@ -545,42 +571,43 @@ void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>
   };
   std::vector<Sent> sent;
   sent.reserve(jobs.size());
-  for (int i = 0; i < outcomes.size(); ++i) {
-    const Outcome& outcome = outcomes[i];
+  for (size_t i = 0; i < settled.size(); ++i) {
+    const Outcome& outcome = *settled[i].outcome;
+    const uint64_t job_id = settled[i].job_id;
+    const uint64_t lease = settled[i].lease;
     InFlight& job = jobs[i];
     if (job.test) {
       // Test jobs end with their first outcome.
-      absl::Status st = store_.Complete(outcome.job_id(), outcome.lease());
+      absl::Status st = store_.Complete(job_id, lease);
       if (!st.ok() && !absl::IsNotFound(st) && !absl::IsFailedPrecondition(st)) {
         common::LogWarning("removing a test job failed",
-                           {{"job_id", outcome.job_id()}, {"error", st.ToString()}});
+                           {{"job_id", job_id}, {"error", st.ToString()}});
       }
       if (options_.on_test_outcome) options_.on_test_outcome(job.message_id, outcome);
       continue;
     }
-    if (!job.destination_id.empty()) GovernOutcome(job.destination_id, outcome);
+    if (!job.destination_id.empty()) GovernOutcome(job.destination_id, job_id, outcome);
     switch (outcome.kind()) {
       case Outcome::DELIVERED:
-        batch.push_back(Settlement::Complete(outcome.job_id(), outcome.lease()));
-        sent.push_back({metrics_.delivered, outcome.job_id()});
+        batch.push_back(Settlement::Complete(job_id, lease));
+        sent.push_back({metrics_.delivered, job_id});
         break;
       case Outcome::RETRY:
         // A time outside Timestamp's range (a broken deliverer) means: due now.
         batch.push_back(Settlement::Retry(
-            outcome.job_id(), outcome.lease(),
+            job_id, lease,
             common::FromProtoTime(outcome.not_before()).value_or(absl::InfinitePast()),
             outcome.attempt()));
-        sent.push_back({metrics_.retried, outcome.job_id()});
+        sent.push_back({metrics_.retried, job_id});
         break;
       case Outcome::DEAD:
-        batch.push_back(
-            Settlement::Bury(outcome.job_id(), outcome.lease(), outcome.reason(), outcome.attempt()));
-        sent.push_back({metrics_.dead, outcome.job_id()});
+        batch.push_back(Settlement::Bury(job_id, lease, outcome.reason(), outcome.attempt()));
+        sent.push_back({metrics_.dead, job_id});
         break;
       default:
         common::LogError("applying an outcome failed",
                          {{"deliverer", deliverer_id},
-                          {"job_id", outcome.job_id()},
+                          {"job_id", job_id},
                           {"error", absl::StrCat("outcome kind ", outcome.kind())}});
         break;
     }

@@ -210,7 +210,8 @@ class Dispatcher {
   size_t FillStream(DeliveryStream& stream);
   // Protection bookkeeping for a customer job's outcome: the governor, the breaker's log line,
   // 410 Gone.
-  void GovernOutcome(const std::string& destination_id, const hookrelay::v1::Outcome& outcome);
+  void GovernOutcome(const std::string& destination_id, uint64_t job_id,
+                     const hookrelay::v1::Outcome& outcome);
   // Adds a customer job's outcome to its destination's stats.
   void CountOutcomeLocked(const std::string& destination_id, const hookrelay::v1::Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stats_mu_);

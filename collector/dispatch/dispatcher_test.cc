@@ -252,6 +252,40 @@ TEST_F(DispatcherTest, CreditsBoundJobsInFlightAndBatchesAreCapped) {
   stream.Close();
 }
 
+// One outcome may settle several jobs (Outcome.also_job_ids, a batch request's members): each is
+// settled with its own lease and returns its credit. Ids without a lease are left to their
+// lease's end.
+TEST_F(DispatcherTest, GroupedOutcomeSettlesEveryJobItNames) {
+  Stream stream(*stub_, 5);
+  Append(8, "hook");
+  stream.batch_sizes.clear();
+  std::vector<Delivery> first = stream.Read(5);
+  ASSERT_EQ(first.size(), 5u);
+  SubscribeRequest request;
+  Outcome* delivered = request.mutable_outcomes()->add_outcomes();
+  delivered->set_job_id(first[0].job().id());
+  delivered->set_lease(first[0].lease());
+  delivered->set_kind(Outcome::DELIVERED);
+  for (int i : {1, 2}) {
+    delivered->add_also_job_ids(first[i].job().id());
+    delivered->add_also_leases(first[i].lease());
+  }
+  Outcome* broken = request.mutable_outcomes()->add_outcomes();
+  broken->set_job_id(first[3].job().id());
+  broken->set_lease(first[3].lease());
+  broken->set_kind(Outcome::DELIVERED);
+  broken->add_also_job_ids(first[4].job().id());  // no lease: a broken deliverer
+  stream.Write(request);
+  // Four jobs settled, four credits back: three more jobs (all that are left) go out.
+  std::vector<Delivery> more = stream.Read(3);
+  ASSERT_EQ(more.size(), 3u) << store_->Counts().ready << " " << store_->Counts().leased << " " << store_->Counts().scheduled << " " << Counter("hookrelay_dispatch_outcomes_total", "outcome", "delivered");
+  ASSERT_TRUE(WaitCounts([this](const JobCounts& c) {
+    return c.ready == 0 && c.leased == 4 &&  // first[4] and the three
+           Counter("hookrelay_dispatch_outcomes_total", "outcome", "delivered") == 4;
+  })) << "delivered " << Counter("hookrelay_dispatch_outcomes_total", "outcome", "delivered");
+  stream.Close();
+}
+
 // hookrelay_dispatch_latency_seconds: receipt → handed to the stream, on the injected clock, for
 // first attempts of customer jobs only (test jobs are left out).
 TEST_F(DispatcherTest, DispatchLatencyIsObservedFromReceiptForFirstAttempts) {
@@ -412,6 +446,7 @@ TEST_F(DispatcherTest, StreamsAreToldTheDestinationIds) {
   EXPECT_EQ(std::vector<std::string>(response.destinations().ids().begin(),
                                      response.destinations().ids().end()),
             (std::vector<std::string>{"hook", "off"}));
+  EXPECT_TRUE(response.grouped_outcomes());
 
   auto config = common::ParseConfigYaml(absl::StrCat(
       kConfig,

@@ -89,6 +89,8 @@ class SubscribeStream final : public DeliveryStream,
     response_.clear_deliveries();
     response_.clear_destinations();
     response_.clear_destination_configs();
+    // With the destinations: this collector settles grouped outcomes (Outcome.also_job_ids).
+    response_.set_grouped_outcomes(announce);
     if (announce) {
       announced_ = routing;
       auto& ids = *response_.mutable_destinations()->mutable_ids();
@@ -189,8 +191,12 @@ class SubscribeStream final : public DeliveryStream,
         }
         const auto& outcomes = request_.outcomes().outcomes();
         dispatcher_.ApplyOutcomes(outcomes, deliverer_id);
+        int64_t settled = 0;  // jobs: an outcome may settle several
+        for (const Outcome& o : outcomes) {
+          settled += 1 + std::min(o.also_job_ids_size(), o.also_leases_size());
+        }
         absl::MutexLock lock(&mu_);
-        const int64_t n = std::min<int64_t>(outcomes.size(), held_);
+        const int64_t n = std::min<int64_t>(settled, held_);
         held_ -= n;
         if (!draining_) credits_ += n;
         return absl::OkStatus();

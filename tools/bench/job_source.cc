@@ -80,6 +80,7 @@ class Source final : public hookrelay::v1::Collector::Service {
     std::thread reader([&] { ReadOutcomes(stream); });
     SubscribeResponse response;
     response.mutable_destinations()->add_ids(kDestinationId);
+    response.set_grouped_outcomes(true);  // as the collector does
     if (by_reference) *response.add_destination_configs() = Destination();
     int64_t next = 1;
     bool first = true;
@@ -169,14 +170,15 @@ class Source final : public hookrelay::v1::Collector::Service {
       if (!request.has_outcomes()) continue;
       absl::MutexLock lock(&mu_);
       for (const Outcome& o : request.outcomes().outcomes()) {
-        ++outcomes_;
-        --in_flight_;
+        const int64_t jobs = 1 + o.also_job_ids_size();  // a grouped outcome settles several
+        outcomes_ += jobs;
+        in_flight_ -= jobs;
         if (o.kind() == Outcome::DELIVERED) {
-          ++delivered_;
+          delivered_ += jobs;
         } else if (o.kind() == Outcome::RETRY) {
-          ++retry_;
+          retry_ += jobs;
         } else {
-          ++dead_;
+          dead_ += jobs;
         }
       }
       if (outcomes_ >= jobs_) {
