@@ -14,6 +14,8 @@ packages=(
   prometheus-cpp-dev libssl-dev zlib1g-dev libboost1.81-dev libcurl4-openssl-dev
   # storage, JSON, config; the NATS C client for the JetStream engine
   librocksdb-dev libsimdjson-dev rapidjson-dev libyaml-cpp-dev libnats-dev
+  # the servers' allocator
+  libjemalloc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl
   # the bench scripts and their smoke runs in the test command: wrk (the delivery ceiling), jq,
