@@ -26,7 +26,7 @@ ABSL_FLAG(bool, allow_private_networks, false,
           "permit receivers on loopback, private, link-local and metadata addresses");
 ABSL_FLAG(std::string, deliverer_id, "", "name shown in collector logs (default hostname-pid)");
 ABSL_FLAG(int32_t, credits, 0,
-          "jobs held per collector stream at most; 0 = derived: 4 x sender_threads x "
+          "jobs held per collector stream at most; 0 = derived: 8 x sender_threads x "
           "max_host_connections (at most 20000)");
 ABSL_FLAG(int32_t, sender_threads, 0,
           "HTTP sender threads, each with its own connection pool; 0 = derived: half the "

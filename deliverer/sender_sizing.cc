@@ -42,7 +42,7 @@ absl::StatusOr<Sizing> DeriveSizing(const SizingFlags& flags, unsigned hardware_
     sizing.credits = static_cast<uint32_t>(flags.credits);
   } else {
     const int64_t derived =
-        int64_t{4} * sizing.sender_threads * int64_t{sizing.max_host_connections};
+        int64_t{8} * sizing.sender_threads * int64_t{sizing.max_host_connections};
     sizing.credits = static_cast<uint32_t>(std::min<int64_t>(derived, kMaxCredits));
   }
   return sizing;

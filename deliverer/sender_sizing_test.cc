@@ -9,20 +9,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// No flags: a sender thread per two cores, 128 connections per host per thread, credits four
-// times the connection slots (2 cores: 1 / 128 / 512; 8 cores: 4 / 128 / 2048).
+// No flags: a sender thread per two cores, 128 connections per host per thread, credits eight
+// times the connection slots (2 cores: 1 / 128 / 1024; 8 cores: 4 / 128 / 4096).
 TEST(SenderSizingTest, DerivesEverythingFromTheCores) {
   absl::StatusOr<Sizing> s = DeriveSizing({}, 2);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 1);
   EXPECT_EQ(s->max_host_connections, 128);
-  EXPECT_EQ(s->credits, 512u);
+  EXPECT_EQ(s->credits, 1024u);
 
   s = DeriveSizing({}, 8);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 4);
   EXPECT_EQ(s->max_host_connections, 128);
-  EXPECT_EQ(s->credits, 2048u);
+  EXPECT_EQ(s->credits, 4096u);
 
   s = DeriveSizing({}, 3);  // an odd count rounds down
   ASSERT_TRUE(s.ok()) << s.status();
@@ -35,7 +35,7 @@ TEST(SenderSizingTest, UnknownOrSingleCoreMeansOneThread) {
     absl::StatusOr<Sizing> s = DeriveSizing({}, cores);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->sender_threads, 1) << cores;
-    EXPECT_EQ(s->credits, 512u) << cores;
+    EXPECT_EQ(s->credits, 1024u) << cores;
   }
 }
 
@@ -45,13 +45,13 @@ TEST(SenderSizingTest, FlagsOverrideAndCreditsFollow) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 1);
   EXPECT_EQ(s->max_host_connections, 64);
-  EXPECT_EQ(s->credits, 256u);
+  EXPECT_EQ(s->credits, 512u);
 
   s = DeriveSizing({.sender_threads = 2}, 2);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->sender_threads, 2);
   EXPECT_EQ(s->max_host_connections, 128);
-  EXPECT_EQ(s->credits, 1024u);
+  EXPECT_EQ(s->credits, 2048u);
 
   s = DeriveSizing({.sender_threads = 3, .max_host_connections = 100, .credits = 128}, 2);
   ASSERT_TRUE(s.ok()) << s.status();
