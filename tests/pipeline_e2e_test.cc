@@ -3,6 +3,7 @@
 // the integrations map and a disabled destination decide who gets what.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <memory>
@@ -388,6 +389,74 @@ TEST_P(PipelineE2eTest, FilteredEventsMakeNoJobOnEitherFrontEnd) {
             (std::set<std::string>{"h-pass", "h-free", "h-small", "h-total-string", "h-name",
                                    "h-identify", "g-pass", "g-free", "barrier"}));
   EXPECT_EQ((*pro)->request_count(), 3);
+}
+
+// Batched webhooks through the real collector and deliverer: a batch request's outcome settles
+// every member on the engine (the deliverer sends it once for all of them, SubscribeResponse.
+// grouped_outcomes): a 503 schedules all five for the same retry, which goes again as the same
+// request and delivers them; a 400 dead-letters each member as its own job.
+TEST_P(PipelineE2eTest, BatchOutcomeSettlesEveryMember) {
+  std::atomic<int> requests{0};
+  auto receiver = WebhookReceiver::Start({}, [&](const ReceivedRequest&) {
+    receiver::Response answer;
+    const int n = requests.fetch_add(1);
+    if (n == 0) answer.status = 503;
+    if (n >= 2) answer.status = 400;
+    return answer;
+  });
+  ASSERT_TRUE(receiver.ok());
+  absl::StatusOr<EngineSetup> engine = PrepareEngine(GetParam());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  InProcessPipeline::Options options;
+  options.engine = *engine;
+  const std::string config = absl::StrCat(
+      "sources: [{id: web, write_keys: [", kWebKey, "]}]\n",
+      "destinations:\n"
+      "  - id: batched\n"
+      "    type: webhooks\n"
+      "    sources: [web]\n"
+      "    enabled: true\n"
+      "    urls: [{url: '", (*receiver)->Url(), "'}]\n",
+      "    options: {batch: {max_events: 5, max_bytes: 500000, max_wait_ms: 10000}}\n");
+  InProcessPipeline p("e2e_batch", config, options);
+  ASSERT_TRUE(p.Start().ok());
+  auto send = [&](int first) {
+    std::string body = R"({"batch":[)";
+    for (int i = first; i < first + 5; ++i) {
+      absl::StrAppend(&body, i == first ? "" : ",",
+                      R"({"type":"track","userId":"u1","event":"E","messageId":"m-)", i, R"("})");
+    }
+    body += "]}";
+    absl::StatusOr<HttpResponse> http = HttpPost(p.collector().http_port(), "/v1/batch", body,
+                                                 kWebKey);
+    return http.ok() && http->status == 200;
+  };
+
+  ASSERT_TRUE(send(1));
+  ASSERT_TRUE((*receiver)->WaitForRequests(1, kPipelineWait));
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.scheduled == 5 && c.ready == 0 && c.leased == 0;
+  })) << p.store().Counts().scheduled;
+  ASSERT_TRUE(p.AdvanceToNextDue());
+  ASSERT_TRUE((*receiver)->WaitForRequests(2, kPipelineWait));
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.ready == 0 && c.leased == 0 && c.scheduled == 0 && c.dead == 0;
+  }));
+  std::vector<ReceivedRequest> got = (*receiver)->Requests();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].body, got[0].body);
+  EXPECT_EQ(got[1].Header("Idempotency-Key"), got[0].Header("Idempotency-Key"));
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_NE(got[1].body.find(absl::StrCat(R"("messageId":"m-)", i, R"(")")),
+              std::string::npos) << got[1].body;
+  }
+
+  ASSERT_TRUE(send(6));
+  ASSERT_TRUE((*receiver)->WaitForRequests(3, kPipelineWait));
+  ASSERT_TRUE(p.WaitForCounts([](const collector::JobCounts& c) {
+    return c.dead == 5 && c.ready == 0 && c.leased == 0 && c.scheduled == 0;
+  })) << p.store().Counts().dead;
+  EXPECT_EQ((*receiver)->request_count(), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, PipelineE2eTest, EngineParams(), EngineParamName);
