@@ -27,8 +27,9 @@ namespace hookrelay::deliverer {
 
 // Outcomes wait up to kOutcomeLinger for company before they are written, unless outcomes for
 // kOutcomesPerWrite jobs are pending (or the stream drains or closes). At moderate rates each
-// response came alone and its outcome took a gRPC write of its own, and on the collector a read, a store
-// settlement and a flow-control update: ~2,500 writes a second at 10,000 deliveries/s.
+// response came alone and its outcome took a gRPC write of its own, and on the collector a
+// read, a store settlement and a flow-control update: ~2,500 writes a second at 10,000
+// deliveries/s.
 inline constexpr auto kOutcomeLinger = std::chrono::milliseconds(1);
 inline constexpr int kOutcomesPerWrite = 64;
 
