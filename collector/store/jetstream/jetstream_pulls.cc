@@ -24,6 +24,8 @@ natsStatus Reply(natsConnection* nc, natsMsg* msg, std::string_view body) {
 constexpr absl::Duration kPullGrace = absl::Seconds(2);
 // After the server refused a pull (409: too many jobs unacknowledged, a leader change, ...).
 constexpr absl::Duration kPullBackoff = absl::Milliseconds(250);
+// Tries of the consumer listing when the store opens (each bounded by the request timeout).
+constexpr int kOpenListAttempts = 3;
 
 // The consumer named by an ack subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
 // <consumer seq>.<time>.<pending>, or (servers 2.10 and later may use it) $JS.ACK.<domain>.
@@ -85,8 +87,15 @@ absl::StatusOr<std::unique_ptr<JetStreamPulls>> JetStreamPulls::Start(Options op
     absl::MutexLock lock(&pulls->mu_);
     pulls->AddQueue(kDispatchConsumer, kLegacyReadySubjects, "", /*legacy=*/true);
   }
-  if (!pulls->Rescan()) {
-    return absl::UnavailableError("JetStream: listing the consumers of HR_JOBS failed");
+  // A cluster electing a new leader (a server just lost) drops API requests until it has one:
+  // a few tries, each bounded by the request timeout, before the store refuses to open.
+  bool listed = false;
+  for (int attempt = 0; attempt < kOpenListAttempts && !listed; ++attempt) {
+    listed = pulls->Rescan();
+  }
+  if (!listed) {
+    return absl::UnavailableError(absl::StrCat(
+        "JetStream: listing the consumers of HR_JOBS failed ", kOpenListAttempts, " times"));
   }
   pulls->background_ = std::thread([raw = pulls.get()] { raw->BackgroundLoop(); });
   return pulls;
