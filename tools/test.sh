@@ -194,10 +194,11 @@ if [ -z "${config[*]}" ]; then
   section "Deliverer benchmark smoke run (tools/bench/run_deliverer_bench.sh, JOBS=2000)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   smoke_ok=1
+  # tee -a: when stderr is a log file (CI's `.ci/run > log 2>&1`), a plain tee truncated it.
   for tls in "" 1; do
     if ! SKIP_BUILD=1 TLS="$tls" JOBS=2000 ROUNDS=1 DELIVERERS="smoke=$bin_dir/deliverer/deliverer" \
         JOB_SOURCE="$bin_dir/tools/bench/job_source" BENCH_RECEIVER="$bin_dir/tools/bench/bench_receiver" \
-        timeout 120 tools/bench/run_deliverer_bench.sh | tee /dev/stderr | grep -q '"delivered":2000,'; then
+        timeout 120 tools/bench/run_deliverer_bench.sh | tee -a /dev/stderr | grep -q '"delivered":2000,'; then
       smoke_ok=0
     fi
   done
@@ -227,7 +228,7 @@ if [ -z "${config[*]}" ]; then
   section "Ingest CPU smoke run (tools/bench/run_ingest_cpu.sh, DURATION=3)"
   bin_dir=$(bazel info bazel-bin 2>/dev/null)
   if DURATION=3 timeout 120 tools/bench/run_ingest_cpu.sh "$bin_dir/collector/collector" \
-      "$bin_dir/tools/bench/ingest_load" grpc | tee /dev/stderr | grep -q "us per event \[.*jobstore-write="; then
+      "$bin_dir/tools/bench/ingest_load" grpc | tee -a /dev/stderr | grep -q "us per event \[.*jobstore-write="; then
     go_passed=$((go_passed + 1))
   else
     go_failed=$((go_failed + 1)); failed_names+=("$suite")
