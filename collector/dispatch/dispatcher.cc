@@ -521,8 +521,8 @@ void Dispatcher::CountOutcomeLocked(const std::string& destination_id, const Out
                             : clock_.Now();
 }
 
-void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>& outcomes,
-                               std::string_view deliverer_id) {
+size_t Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>& outcomes,
+                                 std::string_view deliverer_id) {
   // Every job the outcomes settle: an outcome's own, then those it settles alike.
   struct Settled {
     const Outcome* outcome;
@@ -612,7 +612,7 @@ void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>
         break;
     }
   }
-  if (batch.empty()) return;
+  if (batch.empty()) return settled.size();
   // The callback may run on a store thread after this returns: it uses only the metrics (owned
   // by the registry, which outlives the store) and what it captured.
   store_.Settle(std::move(batch), [stale = metrics_.stale, sent = std::move(sent),
@@ -652,6 +652,7 @@ void Dispatcher::ApplyOutcomes(const google::protobuf::RepeatedPtrField<Outcome>
                                                       {"error", st.ToString()}});
     }
   });
+  return settled.size();
 }
 
 void Dispatcher::Shutdown() {

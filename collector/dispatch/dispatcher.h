@@ -169,9 +169,10 @@ class Dispatcher {
   // dispatcher.
   void Unregister(DeliveryStream* stream);
   // A deliverer's outcomes for jobs it was sent (one OutcomeBatch): stored with one
-  // JobQueue::Settle.
-  void ApplyOutcomes(const google::protobuf::RepeatedPtrField<hookrelay::v1::Outcome>& outcomes,
-                     std::string_view deliverer_id);
+  // JobQueue::Settle. Returns how many jobs they name (an outcome may settle several:
+  // Outcome.also_job_ids), one credit each.
+  size_t ApplyOutcomes(const google::protobuf::RepeatedPtrField<hookrelay::v1::Outcome>& outcomes,
+                       std::string_view deliverer_id);
   // Credits one stream may hold at most (Options::max_credits).
   uint32_t max_credits() const { return options_.max_credits; }
   // Drains and ends every stream, then joins the thread. New streams are refused from then on.

@@ -189,14 +189,10 @@ class SubscribeStream final : public DeliveryStream,
           if (!hello_) return absl::FailedPreconditionError("the first message must be a hello");
           deliverer_id = deliverer_id_;
         }
-        const auto& outcomes = request_.outcomes().outcomes();
-        dispatcher_.ApplyOutcomes(outcomes, deliverer_id);
-        int64_t settled = 0;  // jobs: an outcome may settle several
-        for (const Outcome& o : outcomes) {
-          settled += 1 + std::min(o.also_job_ids_size(), o.also_leases_size());
-        }
+        const size_t settled = dispatcher_.ApplyOutcomes(request_.outcomes().outcomes(),
+                                                         deliverer_id);
         absl::MutexLock lock(&mu_);
-        const int64_t n = std::min<int64_t>(settled, held_);
+        const int64_t n = std::min<int64_t>(static_cast<int64_t>(settled), held_);
         held_ -= n;
         if (!draining_) credits_ += n;
         return absl::OkStatus();
