@@ -28,10 +28,10 @@ ABSL_FLAG(std::string, store, "embedded",
           "cluster at --nats_url, shared by any number of collectors; see docs/DESIGN.md)");
 ABSL_FLAG(std::string, nats_url, "", "--store=jetstream: comma-separated nats:// URLs");
 ABSL_FLAG(int, nats_replicas, 3, "--store=jetstream: copies of every stream (1, 3 or 5)");
-ABSL_FLAG(int, nats_dedup_replicas, 0,
-          "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 0 = as "
-          "--nats_replicas, or 1, 3, 5. At 1 an event costs one replicated write instead of two; "
-          "a lost node then forgets its share of the markers (duplicates possible, no loss)");
+ABSL_FLAG(int, nats_dedup_replicas, 1,
+          "--store=jetstream: copies of the de-duplication markers (HR_DEDUP): 1, 3, 5, or 0 = as "
+          "--nats_replicas. At 1 an event costs one replicated write instead of two; a lost node "
+          "forgets its markers (a retried event may then be delivered twice; none is lost)");
 ABSL_FLAG(absl::Duration, dedup_window, absl::Hours(24),
           "an event repeating the (source, messageId) of one accepted this long ago or less is "
           "acknowledged and dropped (1m..30d). On --store=jetstream the markers cost server "

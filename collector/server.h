@@ -27,7 +27,7 @@ class Server {
     std::string store = "embedded";
     std::string nats_url;
     int nats_replicas = 3;
-    int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+    int nats_dedup_replicas = 1;  // HR_DEDUP's copies; 0: as nats_replicas.
     // --nats_deletion_resume_after (JetStreamLayout::deletion_resume_after).
     absl::Duration nats_deletion_resume_after = absl::Seconds(30);
     // jetstream: NATS credentials and TLS, secrets as files (--nats_creds_file, ...).

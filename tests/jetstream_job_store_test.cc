@@ -374,9 +374,10 @@ TEST(JetStreamJobStoreTest, DuplicatesRefusedAfterTheStreamWindowUntilTheDedupWi
   EXPECT_TRUE(accepted) << "event 3 still refused after the dedup window";
 }
 
-// --nats_dedup_replicas=1: the markers live on one server. While it is down, appends go on
-// without the 24 h check (counted), failing fast (no responders) rather than waiting out the
-// request timeout; when it is back, its markers are checked again.
+// --nats_dedup_replicas=1 (the default): the markers live on one server. While it is down,
+// appends go on without the 24 h check (counted), failing fast (no responders) rather than
+// waiting out the request timeout, and a collector can start; when it is back, its markers are
+// checked again.
 TEST(JetStreamJobStoreTest, DedupMarkersOnOneReplicaSurviveTheirServerBeingDown) {
   absl::StatusOr<std::unique_ptr<test::NatsCluster>> cluster = test::NatsCluster::Start(3);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -470,6 +471,19 @@ TEST(JetStreamJobStoreTest, DedupMarkersOnOneReplicaSurviveTheirServerBeingDown)
             << std::endl;
   EXPECT_LT(took, absl::Seconds(2)) << "the lookup waited for its timeout";
   EXPECT_GE(Metric(others_registry, "hookrelay_jetstream_dedup_lookup_failures_total"), 1);
+
+  // A collector starting while that server is down (a NATS pod restarting) starts once its
+  // connect timeout is spent (the other streams' leaders re-elected meanwhile), and takes events.
+  JetStreamJobStore::Options late = others;
+  late.connect_timeout = absl::Seconds(15);
+  prometheus::Registry late_registry;
+  late.registry = &late_registry;
+  absl::StatusOr<std::unique_ptr<JetStreamJobStore>> opened_late = JetStreamJobStore::Open(late);
+  ASSERT_TRUE(opened_late.ok()) << opened_late.status();
+  appended = AppendAndWait(**opened_late, {Event(101)});
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(appended->stored, (std::vector<bool>{true}));
+  EXPECT_GE(Metric(late_registry, "hookrelay_jetstream_dedup_lookup_failures_total"), 1);
 
   // The server back: its markers (on disk) refuse the old events again. Each attempt sends an
   // event of the first batch not sent since (one whose lookup failed while the server was

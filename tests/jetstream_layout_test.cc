@@ -79,6 +79,7 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   const std::string dead = Api("$JS.API.STREAM.INFO.HR_DEAD");
   EXPECT_THAT(dead, HasSubstr(R"("subjects":["hr.dead.\u003e"])")) << dead;
   const std::string dedup = Api("$JS.API.STREAM.INFO.HR_DEDUP");
+  EXPECT_THAT(dedup, HasSubstr(R"("num_replicas":1)")) << dedup;  // --nats_dedup_replicas.
   EXPECT_THAT(dedup, HasSubstr(R"("max_age":86400000000000)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("max_msgs_per_subject":1)")) << dedup;
   EXPECT_THAT(dedup, HasSubstr(R"("allow_direct":true)")) << dedup;
@@ -117,23 +118,23 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(st.message(), HasSubstr("HR_DEDUP"));
   EXPECT_THAT(st.message(), HasSubstr("(--dedup_window)"));
-  // Another replication of the markers alone: the markers' stream says so, naming its flag.
-  JetStreamLayout dedup_r1 = layout;
-  dedup_r1.dedup_replicas = 1;
-  st = EnsureJetStreamLayout(nc_, dedup_r1);
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_THAT(st.message(), HasSubstr("HR_DEDUP"));
-  EXPECT_THAT(st.message(),
-              HasSubstr("num_replicas is 3, hookrelay needs 1 (--nats_dedup_replicas)"));
-  // 0 means "as --nats_replicas": the same layout as before.
+  // Another replication of the markers alone: HR_DEDUP follows --nats_dedup_replicas (0 = as
+  // --nats_replicas; an earlier release made it so by default), the jobs untouched, and back.
   JetStreamLayout dedup_same = layout;
   dedup_same.dedup_replicas = 0;
-  EXPECT_TRUE(EnsureJetStreamLayout(nc_, dedup_same).ok());
+  st = Ensure(dedup_same);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_DEDUP"), HasSubstr(R"("num_replicas":3)"));
+  EXPECT_TRUE(EnsureJetStreamLayout(nc_, dedup_same).ok());  // Idempotent.
+  st = Ensure(layout);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_DEDUP"), HasSubstr(R"("num_replicas":1)"));
+  EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));
 }
 
-TEST_F(JetStreamLayoutTest, DedupMarkersOnOneReplica) {
+TEST_F(JetStreamLayoutTest, DedupMarkersOnOneReplicaByDefault) {
   JetStreamLayout layout;
-  layout.dedup_replicas = 1;
+  ASSERT_EQ(layout.dedup_replicas, 1);
   ASSERT_TRUE(Ensure(layout).ok()) << Ensure(layout);
   EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_DEDUP"), HasSubstr(R"("num_replicas":1)"));
   EXPECT_THAT(Api("$JS.API.STREAM.INFO.HR_JOBS"), HasSubstr(R"("num_replicas":3)"));

@@ -31,7 +31,7 @@ struct JobStoreOptions {
   // jetstream: --nats_url (comma-separated nats:// URLs) and --nats_replicas (1, 3 or 5).
   std::string nats_url;
   int nats_replicas = 3;
-  int nats_dedup_replicas = 0;  // 0: as nats_replicas.
+  int nats_dedup_replicas = 1;  // HR_DEDUP's copies; 0: as nats_replicas.
   // A deletion left unfinished this long (its collector died) is finished by another.
   absl::Duration nats_deletion_resume_after = absl::Seconds(30);
   // jetstream: credentials and TLS (--nats_creds_file, --nats_tls_ca_file, ...).

@@ -139,12 +139,26 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   if (s != NATS_OK) return NatsConnectError(o.urls, o.connect, s);
 
   const absl::Time deadline = absl::Now() + o.connect_timeout;
-  absl::Status layout = EnsureJetStreamLayout(store->nc_, o.layout);
+  absl::Status layout = EnsureJobAndUserLayout(store->nc_, o.layout);
   while (absl::IsUnavailable(layout) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(300));
-    layout = EnsureJetStreamLayout(store->nc_, o.layout);
+    layout = EnsureJobAndUserLayout(store->nc_, o.layout);
   }
   if (!layout.ok()) return layout;
+  // The markers last. With one copy (the default) their server may be down — a NATS pod
+  // restarting: the collector starts anyway once the connect timeout is spent, each lookup
+  // failing fast and counted until the server is back (appends go on, duplicates possible).
+  absl::Status dedup = EnsureDedupStream(store->nc_, o.layout);
+  while (absl::IsUnavailable(dedup) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(300));
+    dedup = EnsureDedupStream(store->nc_, o.layout);
+  }
+  if (absl::IsUnavailable(dedup) && o.layout.DedupReplicas() == 1) {
+    common::LogWarning("starting without the 24 h de-duplication check until HR_DEDUP answers",
+                       {{"stream", kDedupStream}, {"error", std::string(dedup.message())}});
+  } else if (!dedup.ok()) {
+    return dedup;
+  }
 
   // Dedup lookup answers arrive on <inbox>.<lookup token>.
   {

@@ -44,8 +44,9 @@ struct Wanted {
   std::string key;
   std::string value;
   std::string why;
-  // A switch a later release of hookrelay needs: turned on in a stream an earlier one created.
-  bool turn_on = false;
+  // A setting hookrelay changes itself in a stream an earlier release created: a switch a later
+  // release needs, or the markers' replication (its flag's default changed).
+  bool adjust = false;
 };
 
 // The settings of `info_body` that differ from `wanted`, as "key is X, hookrelay needs Y (why)".
@@ -78,30 +79,30 @@ absl::Status Check(const std::string& what, const std::string& info_body,
       ". Change it (nats stream/consumer edit) or remove it so hookrelay creates it."));
 }
 
-// When the stream's only differences from `wanted` are switches to turn on, turns them on
-// (STREAM.UPDATE with the stream's own config plus those switches) and answers the update's
+// When the stream's only differences from `wanted` are settings hookrelay adjusts, changes them
+// (STREAM.UPDATE with the stream's own config plus those settings) and answers the update's
 // info; otherwise "" (Check then reports the differences).
-absl::StatusOr<std::string> TurnOn(natsConnection* nc, const JetStreamLayout& layout,
+absl::StatusOr<std::string> Adjust(natsConnection* nc, const JetStreamLayout& layout,
                                    const std::string& what, const std::string& name,
                                    const std::string& info_body,
                                    const std::vector<Wanted>& wanted) {
   simdjson::dom::parser parser;
   simdjson::dom::object config;
   if (parser.parse(info_body)["config"].get_object().get(config) != simdjson::SUCCESS) return "";
-  std::vector<const Wanted*> off;
+  std::vector<const Wanted*> changes;
   for (const Wanted& w : wanted) {
     if (Setting(config, w.key) == w.value) continue;
-    if (!w.turn_on) return "";
-    off.push_back(&w);
+    if (!w.adjust) return "";
+    changes.push_back(&w);
   }
-  if (off.empty()) return "";
+  if (changes.empty()) return "";
   // A key repeated at the end wins (the server's JSON decoding keeps the last).
   std::string body = simdjson::minify(config);
   body.pop_back();
   std::vector<std::string> names;
-  for (const Wanted* w : off) {
+  for (const Wanted* w : changes) {
     absl::StrAppend(&body, ",\"", w->key, "\":", w->value);
-    names.push_back(absl::StrCat(w->key, " (", w->why, ")"));
+    names.push_back(absl::StrCat(w->key, " to ", w->value, " (", w->why, ")"));
   }
   body.push_back('}');
   absl::StatusOr<JetStreamApiReply> reply = JetStreamApi(
@@ -109,11 +110,11 @@ absl::StatusOr<std::string> TurnOn(natsConnection* nc, const JetStreamLayout& la
   if (!reply.ok()) return reply.status();
   if (reply->error_code != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, ": turning on ", absl::StrJoin(names, ", "), " was refused (",
-                     reply->error, "); hookrelay needs nats-server ", kMinNatsServerVersion,
-                     " or later"));
+        absl::StrCat(what, ": changing ", absl::StrJoin(names, ", "), " was refused (",
+                     reply->error, "); change it by hand (nats stream edit) or remove the "
+                     "stream; hookrelay needs nats-server ", kMinNatsServerVersion, " or later"));
   }
-  common::LogInfo("turned on settings of an existing JetStream stream",
+  common::LogInfo("changed settings of an existing JetStream stream",
                   {{"stream", name}, {"settings", absl::StrJoin(names, ", ")}});
   return reply->body;
 }
@@ -126,7 +127,7 @@ absl::Status EnsureStream(natsConnection* nc, const JetStreamLayout& layout,
   if (!info.ok()) return info.status();
   const std::string what = absl::StrCat("JetStream stream ", name);
   if (info->error_code == 0) {
-    absl::StatusOr<std::string> updated = TurnOn(nc, layout, what, name, info->body, wanted);
+    absl::StatusOr<std::string> updated = Adjust(nc, layout, what, name, info->body, wanted);
     if (!updated.ok()) return updated.status();
     return Check(what, updated->empty() ? info->body : *updated, wanted);
   }
@@ -393,7 +394,20 @@ absl::StatusOr<std::vector<std::string>> JetStreamConsumerNames(natsConnection* 
   }
 }
 
-absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout) {
+absl::Status EnsureDedupStream(natsConnection* nc, const JetStreamLayout& layout) {
+  // The markers' replication follows --nats_dedup_replicas: a stream an earlier release made
+  // with the jobs' replication (its default then) is scaled, not refused.
+  return EnsureStream(nc, layout, kDedupStream, internal::DedupStreamConfig(layout),
+                      {{"subjects", kDedupSubjects, "one marker per accepted event"},
+                       {"num_replicas", absl::StrCat(layout.DedupReplicas()),
+                        "--nats_dedup_replicas", true},
+                       {"max_age", absl::StrCat(absl::ToInt64Nanoseconds(layout.dedup_window)),
+                        "--dedup_window"},
+                       {"max_msgs_per_subject", "1", "one marker per event"},
+                       {"allow_direct", "true", "batched marker lookups"}});
+}
+
+absl::Status EnsureJobAndUserLayout(natsConnection* nc, const JetStreamLayout& layout) {
   if (layout.replicas != 1 && layout.replicas != 3 && layout.replicas != 5) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nats_replicas is ", layout.replicas, "; use 1, 3 or 5"));
@@ -421,15 +435,6 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
                     {{"subjects", kDeadSubjects, "dead letters by destination"},
                      {"storage", "file", "dead letters survive restarts"},
                      {"num_replicas", replicas, "--nats_replicas"}});
-  if (!st.ok()) return st;
-  st = EnsureStream(nc, layout, kDedupStream, internal::DedupStreamConfig(layout),
-                    {{"subjects", kDedupSubjects, "one marker per accepted event"},
-                     {"num_replicas", absl::StrCat(layout.DedupReplicas()),
-                      "--nats_dedup_replicas"},
-                     {"max_age", absl::StrCat(absl::ToInt64Nanoseconds(layout.dedup_window)),
-                      "--dedup_window"},
-                     {"max_msgs_per_subject", "1", "one marker per event"},
-                     {"allow_direct", "true", "batched marker lookups"}});
   if (!st.ok()) return st;
   st = EnsureStream(nc, layout, kUsersStream, internal::UsersStreamConfig(layout),
                     {{"subjects", kUsersSubjects, "the sources each user was seen in"},
@@ -514,6 +519,11 @@ absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& la
     return absl::UnavailableError(absl::StrCat("creating ", what, ": ", created->error));
   }
   return absl::OkStatus();
+}
+
+absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout) {
+  if (absl::Status st = EnsureJobAndUserLayout(nc, layout); !st.ok()) return st;
+  return EnsureDedupStream(nc, layout);
 }
 
 }  // namespace hookrelay::collector

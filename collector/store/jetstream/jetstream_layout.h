@@ -79,9 +79,9 @@ struct JetStreamLayout {
   // --nats_replicas: copies of every stream (1, 3 or 5).
   int replicas = 3;
   // --nats_dedup_replicas: copies of HR_DEDUP (0 = `replicas`). Markers are best-effort (a
-  // lost marker is a duplicate check missed, never an event lost), and at 1 each event costs one
-  // replicated write instead of two; a node's loss then forgets a share of the markers.
-  int dedup_replicas = 0;
+  // lost marker is a duplicate check missed, never an event lost), so one copy is the default:
+  // each event costs one replicated write instead of two; a node's loss forgets its markers.
+  int dedup_replicas = 1;
   // The lease of a dispatched job (the consumer's ack wait).
   absl::Duration ack_wait = absl::Seconds(90);
   // Jobs dispatched and not yet settled, across every collector.
@@ -100,8 +100,12 @@ struct JetStreamLayout {
 
 // Creates what is missing and checks what exists; idempotent. Errors: INVALID_ARGUMENT for bad
 // options, FAILED_PRECONDITION for a mismatch (the message says what to change), UNAVAILABLE
-// when the cluster does not answer (the caller retries).
+// when the cluster does not answer (the caller retries). EnsureJetStreamLayout is the other two
+// in turn: every stream and consumer but HR_DEDUP, then HR_DEDUP (apart, since with one replica
+// a collector may start while the server holding it is down; JetStreamJobStore::Open).
 absl::Status EnsureJetStreamLayout(natsConnection* nc, const JetStreamLayout& layout);
+absl::Status EnsureJobAndUserLayout(natsConnection* nc, const JetStreamLayout& layout);
+absl::Status EnsureDedupStream(natsConnection* nc, const JetStreamLayout& layout);
 
 // The consumer of a destination's jobs, and its filter subject.
 std::string DestinationConsumerName(std::string_view destination_id);
