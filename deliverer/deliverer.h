@@ -71,6 +71,9 @@ class Deliverer {
     absl::Duration reconnect_max_backoff = absl::Seconds(10);
     // Shutdown waits this long for jobs in flight (longer than the largest destination timeout).
     absl::Duration drain_timeout = absl::Seconds(15);
+    // Outcomes wait this long for company before they are written (deliverer_call.h), except an
+    // ordered job's: the next job of its user waits for it.
+    absl::Duration outcome_linger = absl::Milliseconds(5);
     // Sent as `authorization: Bearer <admin_token>` on every Subscribe stream when non-empty
     // (collectors that require the admin token for Subscribe).
     std::string admin_token;
@@ -145,9 +148,11 @@ class Deliverer {
   void FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::string reason);
   // Sends `outcome` back on the job's stream (dropped when the stream has ended); inside a sender
   // thread's round the write starts at the round's end (deliverer/round_end.h).
-  static void PostOutcome(Call& call, hookrelay::v1::Outcome outcome);
+  // `urgent`: written without waiting for company (an ordered job's: its user's next job waits).
+  static void PostOutcome(Call& call, hookrelay::v1::Outcome outcome, bool urgent);
   // Each run of outcomes of one stream in one step (one lock, at most one write started).
-  static void PostOutcomes(std::vector<std::pair<Call*, hookrelay::v1::Outcome>> outcomes);
+  static void PostOutcomes(std::vector<std::pair<Call*, hookrelay::v1::Outcome>> outcomes,
+                           bool urgent);
   // X-Signature and, with standard_webhooks, the Standard Webhooks headers of `body` (both
   // signatures during a secret rotation's overlap); nothing without a shared secret.
   void AddSignatureHeaders(const hookrelay::v1::Destination& destination,

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "deliverer/deliverer.h"
 #include "deliverer/deliverer_state.h"
@@ -25,12 +26,13 @@
 
 namespace hookrelay::deliverer {
 
-// Outcomes wait up to kOutcomeLinger for company before they are written, unless outcomes for
-// kOutcomesPerWrite jobs are pending (or the stream drains or closes). At moderate rates each
-// response came alone and its outcome took a gRPC write of its own, and on the collector a
-// read, a store settlement and a flow-control update: ~2,500 writes a second at 10,000
-// deliveries/s.
-inline constexpr auto kOutcomeLinger = std::chrono::milliseconds(1);
+// Outcomes wait up to Options::outcome_linger (5 ms) for company before they are written,
+// unless outcomes for kOutcomesPerWrite jobs are pending, one is urgent (an ordered job's), or
+// the stream drains or closes. At moderate rates each response came alone and its outcome took
+// a gRPC write of its own, and on the collector a read, a store settlement and a flow-control
+// update: ~2,500 writes a second at 10,000 deliveries/s; ~1,000 with a 1 ms linger, ~250 with
+// 5 ms (docs/BENCHMARKS.md, "Outcomes linger 5 ms"). An outcome's wait delays no delivery,
+// only the job's settlement and its credit.
 inline constexpr int kOutcomesPerWrite = 64;
 
 // One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
@@ -138,12 +140,14 @@ class Deliverer::Call final
     // `self` may be the last reference: nothing touches members after this point.
   }
 
-  // A job's outcome, from any thread. Dropped when the stream is gone.
-  void AddOutcome(hookrelay::v1::Outcome outcome) {
+  // A job's outcome, from any thread. Dropped when the stream is gone. `urgent`: written without
+  // the linger.
+  void AddOutcome(hookrelay::v1::Outcome outcome, bool urgent) {
     {
       absl::MutexLock lock(&mu_);
       --held_;
       if (broken_) return;
+      urgent_ = urgent_ || urgent;
       ++pending_jobs_;
       *pending_.add_outcomes() = std::move(outcome);
       if (!DeferPumpLocked()) return;
@@ -153,13 +157,14 @@ class Deliverer::Call final
   // The outcomes in [first, last), all of this stream's jobs (an outcome may settle several:
   // Outcome.also_job_ids).
   template <typename It>
-  void AddOutcomes(It first, It last) {
+  void AddOutcomes(It first, It last, bool urgent) {
     int64_t jobs = 0;
     for (It it = first; it != last; ++it) jobs += 1 + it->second.also_job_ids_size();
     {
       absl::MutexLock lock(&mu_);
       held_ -= jobs;
       if (broken_) return;
+      urgent_ = urgent_ || urgent;
       pending_jobs_ += jobs;
       for (It it = first; it != last; ++it) *pending_.add_outcomes() = std::move(it->second);
       if (!DeferPumpLocked()) return;
@@ -239,13 +244,14 @@ class Deliverer::Call final
       } else if (writes_done_sent_) {
         // Half-closed: the collector ends the stream, which fails the read (broken_).
       } else if (pending_.outcomes_size() > 0 && pending_jobs_ < kOutcomesPerWrite &&
-                 !linger_over_ && !drain_requested_ && !close_requested_) {
+                 !linger_over_ && !urgent_ && !drain_requested_ && !close_requested_) {
         if (!linger_armed_) {
           linger_armed_ = true;
           op = Op::kLinger;
         }
       } else if (pending_.outcomes_size() > 0) {
         linger_over_ = false;
+        urgent_ = false;
         write_.Clear();
         write_.mutable_outcomes()->Swap(&pending_);
         pending_jobs_ = 0;
@@ -291,7 +297,7 @@ class Deliverer::Call final
       absl::MutexLock lock(&mu_);
       linger_alarm_ = std::move(alarm);  // the previous one has fired
     }
-    raw->Set(std::chrono::system_clock::now() + kOutcomeLinger,
+    raw->Set(absl::ToChronoTime(absl::Now() + deliverer_.options_.outcome_linger),
              [weak = weak_from_this()](bool) {
                std::shared_ptr<Call> self = weak.lock();
                if (self == nullptr) return;
@@ -342,6 +348,7 @@ class Deliverer::Call final
   bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
   bool linger_armed_ ABSL_GUARDED_BY(mu_) = false;  // an alarm is set
   bool linger_over_ ABSL_GUARDED_BY(mu_) = false;   // it went off: write what is pending
+  bool urgent_ ABSL_GUARDED_BY(mu_) = false;        // a pending outcome must not wait
   std::unique_ptr<grpc::Alarm> linger_alarm_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };

@@ -69,6 +69,7 @@ class DelivererTest : public ::testing::Test {
     options.collectors = {absl::StrCat("127.0.0.1:", port_)};
     options.credits = credits;
     options.drain_timeout = absl::Seconds(5);
+    options.outcome_linger = outcome_linger_;
     deliverer_ = std::make_unique<Deliverer>(options, *sender_, clock_, metrics_.get());
     ASSERT_TRUE(deliverer_->Start().ok());
   }
@@ -114,6 +115,7 @@ class DelivererTest : public ::testing::Test {
   // outcomes.
   void BatchedScenario(bool grouped);
 
+  absl::Duration outcome_linger_ = Deliverer::Options().outcome_linger;
   common::ManualClock clock_;
   prometheus::Registry registry_;
   FakeCollector collector_;
@@ -141,6 +143,30 @@ TEST_F(DelivererTest, DeliversAndReportsOutcomesInBatches) {
   }
   EXPECT_LE(collector_.outcome_messages(), 8);
   EXPECT_TRUE(receiver_->WaitForRequests(8, kWait));
+}
+
+// Outcomes wait for company (the linger, here far longer than the test), except an ordered
+// job's: its user's next job waits for it, so it is written at once, taking along the outcomes
+// that were waiting.
+TEST_F(DelivererTest, AnOrderedJobsOutcomeDoesNotWaitForTheLinger) {
+  outcome_linger_ = absl::Minutes(10);
+  Start(nullptr, 16);
+  ASSERT_TRUE(collector_.Send({Job(1)}));
+  // Job 1 attempted (its outcome decided right after): it now waits for company.
+  const absl::Time deadline = absl::Now() + kWait;
+  while (Histogram("hookrelay_delivery_attempt_duration_seconds").first < 1 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(Histogram("hookrelay_delivery_attempt_duration_seconds").first, 1);
+  hookrelay::v1::Delivery ordered = Job(2);
+  ordered.mutable_job()->set_ordering_key("u");
+  ASSERT_TRUE(collector_.Send({ordered}));
+  const std::vector<Outcome> outcomes = collector_.WaitOutcomes(2);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].job_id(), 1u);
+  EXPECT_EQ(outcomes[1].job_id(), 2u);
+  EXPECT_EQ(collector_.outcome_messages(), 1);  // one write took both
 }
 
 // Pickup latency (hookrelay_delivery_pickup_seconds): the collector's receipt (in µs) to the

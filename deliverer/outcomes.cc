@@ -75,8 +75,10 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
   }
   std::vector<std::pair<Call*, Outcome>> outcomes;
   outcomes.reserve(batch->members.size());
+  bool ordered = false;
   for (const std::shared_ptr<JobState>& member : batch->members) {
     FinishJob(member, &attempt, &outcomes);
+    ordered = ordered || !member->delivery->job().ordering_key().empty();
   }
   if (metrics_) {
     // Per outcome kind, in one step each (batch members are never test jobs).
@@ -91,7 +93,8 @@ void Deliverer::OnBatchUrlDone(const std::shared_ptr<BatchState>& batch, size_t 
     if (counts[2] > 0) metrics_->CountAttempt(id, DecisionKind::kDead, counts[2]);
     metrics_->JobFinished(static_cast<int64_t>(batch->members.size()));
   }
-  PostOutcomes(std::move(outcomes));  // The members (and their streams) are held by `batch`.
+  // The members (and their streams) are held by `batch`.
+  PostOutcomes(std::move(outcomes), ordered);
 }
 
 void Deliverer::OnUrlDone(const std::shared_ptr<JobState>& job, size_t index, HttpResult result) {
@@ -209,19 +212,21 @@ void Deliverer::FinishJob(const std::shared_ptr<JobState>& job, const BatchAttem
   if (collect != nullptr) {
     collect->emplace_back(job->call.get(), std::move(outcome));
   } else {
-    PostOutcome(*job->call, std::move(outcome));
+    PostOutcome(*job->call, std::move(outcome), !j.ordering_key().empty());
   }
 }
 
-void Deliverer::PostOutcome(Call& call, Outcome outcome) { call.AddOutcome(std::move(outcome)); }
+void Deliverer::PostOutcome(Call& call, Outcome outcome, bool urgent) {
+  call.AddOutcome(std::move(outcome), urgent);
+}
 
-void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes) {
+void Deliverer::PostOutcomes(std::vector<std::pair<Call*, Outcome>> outcomes, bool urgent) {
   for (size_t from = 0; from < outcomes.size();) {
     Call* call = outcomes[from].first;
     size_t end = from + 1;
     while (end < outcomes.size() && outcomes[end].first == call) ++end;
     call->AddOutcomes(outcomes.begin() + static_cast<ptrdiff_t>(from),
-                      outcomes.begin() + static_cast<ptrdiff_t>(end));
+                      outcomes.begin() + static_cast<ptrdiff_t>(end), urgent);
     from = end;
   }
 }
@@ -244,7 +249,7 @@ void Deliverer::FailWithoutAttempt(const std::shared_ptr<JobState>& job, std::st
     metrics_->CountAttempt(j.destination_id(), DecisionKind::kDead);
     metrics_->JobFinished();
   }
-  PostOutcome(*job->call, std::move(outcome));
+  PostOutcome(*job->call, std::move(outcome), !j.ordering_key().empty());
 }
 
 }  // namespace hookrelay::deliverer
