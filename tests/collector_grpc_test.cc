@@ -504,6 +504,44 @@ TEST_P(CollectorGrpcTest, LimitsAreResourceExhausted) {
   for (const Job& job : jobs) EXPECT_TRUE(absl::StartsWith(job.message_id(), "ok-")) << job.message_id();
 }
 
+// A Struct the collector's one-pass reading leaves to protobuf (a key sent twice, which no
+// protobuf library writes: protobuf keeps the last) is read as protobuf reads it, and the plain
+// events of the same request alike.
+TEST_P(CollectorGrpcTest, StructWithAKeySentTwiceIsReadAsProtobufReadsIt) {
+  auto entry = [](std::string_view key, std::string_view text) {
+    return LenField(1, LenField(1, key) + LenField(2, LenField(3, text)));
+  };
+  const std::string twice = Track("u1", "Upgraded", "twice").SerializeAsString() +
+                            LenField(12, entry("plan", "free") + entry("plan", "pro"));
+  const std::string plain = Track("u2", "Upgraded", "plain").SerializeAsString() +
+                            LenField(12, entry("plan", "pro"));
+  const grpc::ByteBuffer request = ToByteBuffer(LenField(1, twice) + LenField(1, plain));
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
+  context.AddMetadata("x-write-key", kWebKey);
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  absl::Notification done;
+  generic.UnaryCall(&context, "/hookrelay.v1.Collector/Ingest", grpc::StubOptions(), &request,
+                    &reply, [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  IngestResponse response;
+  ASSERT_TRUE(response.ParseFromString(FromByteBuffer(reply)));
+  EXPECT_EQ(response.accepted(), 2);
+  const auto by_id = ByMessageId(StopAndLeaseAll());
+  for (const char* id : {"twice", "plain"}) {
+    ASSERT_TRUE(by_id.contains(id)) << id;
+    const std::string& json = by_id.at(id).event_json();
+    EXPECT_EQ(JsonStr(json, "/properties/plan"), "pro") << json;
+    EXPECT_EQ(json.find("\"plan\""), json.rfind("\"plan\"")) << "one plan: " << json;
+  }
+}
+
 // The standard gRPC health service reports SERVING for the whole server.
 TEST_P(CollectorGrpcTest, HealthCheckReportsServing) {
   grpc::GenericStub generic(channel_);

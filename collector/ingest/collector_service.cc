@@ -4,6 +4,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,23 +91,44 @@ grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* 
                                                    grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time started = absl::Now();
-  // The request lives on an arena: its events' Structs are maps of many small strings and
-  // values, which the arena frees at once when this function returns (the events are copied out
-  // by RawEventFromProto below). The arena starts in this thread's own block, reused by every
-  // call: most requests need no heap block at all.
+  // The request is read as hookrelay.internal.IngestRequestWire first (its events' Structs as
+  // bytes, written out as JSON in one pass: RawEventFromWire). Should any Struct be more than
+  // plain, it is read again as hookrelay.v1.IngestRequest (protobuf's maps, then JSON), whose
+  // parse also decides what is malformed. Both live on an arena that starts in this thread's
+  // own block, reused by every call: most requests need no heap block at all.
   thread_local char first_block[kArenaFirstBlockBytes];
   google::protobuf::ArenaOptions arena_options;
   arena_options.initial_block = first_block;
   arena_options.initial_block_size = sizeof(first_block);
   arena_options.max_block_size = kArenaMaxBlockBytes;
   google::protobuf::Arena arena(arena_options);
-  hookrelay::v1::IngestRequest& request =
-      *google::protobuf::Arena::CreateMessage<hookrelay::v1::IngestRequest>(&arena);
-  {
+  auto parse = [request_bytes](google::protobuf::Message& message) {
     // The reader only reads; it takes a non-const pointer for its own bookkeeping.
     grpc::ByteBuffer copy(*request_bytes);
     grpc::ProtoBufferReader reader(&copy);
-    if (!request.ParseFromZeroCopyStream(&reader)) {
+    return message.ParseFromZeroCopyStream(&reader);
+  };
+  std::vector<RawEvent> events;
+  int n = 0;
+  auto& wire = *google::protobuf::Arena::CreateMessage<hookrelay::internal::IngestRequestWire>(
+      &arena);
+  bool plain = parse(wire);
+  if (plain) {
+    n = wire.events_size();
+    if (static_cast<size_t>(n) <= kMaxBatchEvents) {
+      events.reserve(n);
+      for (int i = 0; i < n && plain; ++i) {
+        std::optional<RawEvent> raw = RawEventFromWire(wire.events(i));
+        plain = raw.has_value();
+        if (plain) events.push_back(*std::move(raw));
+      }
+    }
+  }
+  if (!plain) {
+    events.clear();
+    auto& request =
+        *google::protobuf::Arena::CreateMessage<hookrelay::v1::IngestRequest>(&arena);
+    if (!parse(request)) {
       if (metrics_) metrics_->CountRejected("invalid_request");
       reactor->Finish(BadRequestStatus(
           grpc::StatusCode::INVALID_ARGUMENT,
@@ -114,8 +136,12 @@ grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* 
           {{"", "not a valid hookrelay.v1.IngestRequest"}}));
       return reactor;
     }
+    n = request.events_size();
+    if (static_cast<size_t>(n) <= kMaxBatchEvents) {
+      events.reserve(n);
+      for (int i = 0; i < n; ++i) events.push_back(RawEventFromProto(request.events(i)));
+    }
   }
-  const int n = request.events_size();
   if (static_cast<size_t>(n) > kMaxBatchEvents) {
     if (metrics_) metrics_->CountRejected("too_large");
     const std::string message =
@@ -124,10 +150,8 @@ grpc::ServerUnaryReactor* CollectorService::Ingest(grpc::CallbackServerContext* 
         BadRequestStatus(grpc::StatusCode::RESOURCE_EXHAUSTED, message, {{"events", message}}));
     return reactor;
   }
-  std::vector<RawEvent> events;
-  events.reserve(n);
   for (int i = 0; i < n; ++i) {
-    RawEvent& raw = events.emplace_back(RawEventFromProto(request.events(i)));
+    const RawEvent& raw = events[i];
     if (raw.json_bytes > kMaxEventBytes) {
       if (metrics_) metrics_->CountRejected("too_large");
       const std::string description = absl::StrCat("event is ", raw.json_bytes,

@@ -1,10 +1,15 @@
 #include "collector/ingest/proto_event_parser.h"
 
+#include <cstdint>
+#include <cstring>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_writer.h"
 #include "common/proto_time.h"
+#include "simdjson.h"
 
 namespace hookrelay::collector {
 namespace {
@@ -47,23 +52,187 @@ std::optional<bool> Switch(const Value& v) {
   return std::nullopt;
 }
 
-}  // namespace
-
-void AppendStructJson(std::string* out, const google::protobuf::Struct& s) {
-  out->push_back('{');
-  bool first = true;
-  for (const auto& [key, value] : s.fields()) {
-    if (!first) out->push_back(',');
-    first = false;
-    common::AppendJsonString(out, key);
-    out->push_back(':');
-    AppendValueJson(out, value);
+// Protobuf wire format, read forward; every method answers false on malformed input.
+class WireReader {
+ public:
+  explicit WireReader(std::string_view bytes) : p_(bytes.data()), end_(p_ + bytes.size()) {}
+  bool done() const { return p_ == end_; }
+  bool Varint(uint64_t* v) {
+    uint64_t out = 0;
+    for (int shift = 0; shift < 64 && p_ != end_; shift += 7) {
+      const auto byte = static_cast<uint8_t>(*p_++);
+      out |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) {
+        *v = out;
+        return true;
+      }
+    }
+    return false;
   }
-  out->push_back('}');
+  bool Tag(uint32_t* field, uint32_t* wire_type) {
+    uint64_t tag = 0;
+    if (!Varint(&tag) || tag > UINT32_MAX) return false;
+    *field = static_cast<uint32_t>(tag >> 3);
+    *wire_type = static_cast<uint32_t>(tag & 7);
+    return *field != 0;
+  }
+  bool Fixed64(uint64_t* v) {
+    if (end_ - p_ < 8) return false;
+    std::memcpy(v, p_, 8);  // little-endian on every platform this builds for
+    p_ += 8;
+    return true;
+  }
+  bool Bytes(std::string_view* v) {
+    uint64_t n = 0;
+    if (!Varint(&n) || n > static_cast<uint64_t>(end_ - p_)) return false;
+    *v = std::string_view(p_, n);
+    p_ += n;
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
+
+// Protobuf's parser gives up 100 messages deep, i.e. about 32 nested Structs: beyond 20 the
+// protobuf parse decides.
+constexpr int kMaxWireDepth = 20;
+
+bool AppendStructWire(std::string* out, std::string_view bytes, int depth);
+
+bool AppendStringWire(std::string* out, std::string_view s) {
+  if (!simdjson::validate_utf8(s.data(), s.size())) return false;
+  common::AppendJsonString(out, s);
+  return true;
 }
 
-RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
-  RawEvent raw;
+// google.protobuf.Value: exactly one field of its oneof, or none (null).
+bool AppendValueWire(std::string* out, std::string_view bytes, int depth) {
+  WireReader r(bytes);
+  if (r.done()) {
+    out->append("null");
+    return true;
+  }
+  uint32_t field = 0;
+  uint32_t wire_type = 0;
+  if (!r.Tag(&field, &wire_type)) return false;
+  uint64_t n = 0;
+  std::string_view inner;
+  switch (field) {
+    case 1:  // null_value
+      if (wire_type != kVarint || !r.Varint(&n)) return false;
+      out->append("null");
+      break;
+    case 2: {  // number_value
+      if (wire_type != kFixed64 || !r.Fixed64(&n)) return false;
+      double d;
+      std::memcpy(&d, &n, sizeof(d));
+      common::AppendJsonDouble(out, d);
+      break;
+    }
+    case 3:  // string_value
+      if (wire_type != kLengthDelimited || !r.Bytes(&inner) || !AppendStringWire(out, inner)) {
+        return false;
+      }
+      break;
+    case 4:  // bool_value
+      if (wire_type != kVarint || !r.Varint(&n)) return false;
+      out->append(n != 0 ? "true" : "false");
+      break;
+    case 5:  // struct_value
+      if (wire_type != kLengthDelimited || !r.Bytes(&inner) ||
+          !AppendStructWire(out, inner, depth + 1)) {
+        return false;
+      }
+      break;
+    case 6: {  // list_value: repeated Value values = 1
+      if (wire_type != kLengthDelimited || !r.Bytes(&inner) || depth + 1 > kMaxWireDepth) {
+        return false;
+      }
+      WireReader list(inner);
+      out->push_back('[');
+      bool first = true;
+      while (!list.done()) {
+        std::string_view item;
+        if (!list.Tag(&field, &wire_type) || field != 1 || wire_type != kLengthDelimited ||
+            !list.Bytes(&item)) {
+          return false;
+        }
+        if (!first) out->push_back(',');
+        first = false;
+        if (!AppendValueWire(out, item, depth + 1)) return false;
+      }
+      out->push_back(']');
+      break;
+    }
+    default:
+      return false;
+  }
+  return r.done();  // A second field would override the first in protobuf's reading.
+}
+
+// google.protobuf.Struct: map<string, Value> fields = 1, each entry {key = 1, value = 2}.
+bool AppendStructWire(std::string* out, std::string_view bytes, int depth) {
+  if (depth > kMaxWireDepth) return false;
+  // Keys seen, to give up on a repeated one (protobuf keeps the last): compared one by one
+  // while few, hashed beyond.
+  constexpr size_t kLinearKeys = 16;
+  absl::InlinedVector<std::string_view, kLinearKeys> keys;
+  absl::flat_hash_set<std::string_view> many;
+  WireReader r(bytes);
+  out->push_back('{');
+  bool first = true;
+  while (!r.done()) {
+    uint32_t field = 0;
+    uint32_t wire_type = 0;
+    std::string_view entry;
+    if (!r.Tag(&field, &wire_type) || field != 1 || wire_type != kLengthDelimited ||
+        !r.Bytes(&entry)) {
+      return false;
+    }
+    std::optional<std::string_view> key;
+    std::optional<std::string_view> value;
+    WireReader e(entry);
+    while (!e.done()) {
+      std::string_view v;
+      if (!e.Tag(&field, &wire_type) || wire_type != kLengthDelimited || !e.Bytes(&v)) {
+        return false;
+      }
+      std::optional<std::string_view>& slot = field == 1 ? key : value;
+      if ((field != 1 && field != 2) || slot.has_value()) return false;
+      slot = v;
+    }
+    const std::string_view k = key.value_or(std::string_view());
+    if (keys.size() < kLinearKeys) {
+      for (std::string_view seen : keys) {
+        if (seen == k) return false;
+      }
+      keys.push_back(k);
+      if (keys.size() == kLinearKeys) many.insert(keys.begin(), keys.end());
+    } else if (!many.insert(k).second) {
+      return false;
+    }
+    if (!first) out->push_back(',');
+    first = false;
+    if (!AppendStringWire(out, k)) return false;
+    out->push_back(':');
+    if (!value.has_value()) {
+      out->append("null");
+    } else if (!AppendValueWire(out, *value, depth)) {
+      return false;
+    }
+  }
+  out->push_back('}');
+  return true;
+}
+
+// The fields an Event and an EventWire share, and the event's size as compact JSON once its
+// objects are written.
+template <typename E>
+void ScalarFields(const E& e, RawEvent& raw) {
   raw.type = e.type();
   if (raw.type == hookrelay::v1::DELETE) {
     raw.type = hookrelay::v1::EVENT_TYPE_UNSPECIFIED;
@@ -90,20 +259,10 @@ RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
       raw.parse_error = FieldError{"sentAt", "sentAt is out of range"};
     }
   }
-  auto as_json = [](const google::protobuf::Struct& s) {
-    return [&s](std::string* out) { AppendStructJson(out, s); };
-  };
-  if (e.has_properties()) common::AssignWritten(&raw.properties, as_json(e.properties()));
-  if (e.has_traits()) common::AssignWritten(&raw.traits, as_json(e.traits()));
-  if (e.has_context()) common::AssignWritten(&raw.context, as_json(e.context()));
-  if (e.has_integrations()) {
-    common::AssignWritten(&raw.integrations, as_json(e.integrations()));
-    const auto& fields = e.integrations().fields();
-    if (auto it = fields.find("All"); it != fields.end()) raw.flags.all = Switch(it->second);
-    if (auto it = fields.find("Webhooks"); it != fields.end()) raw.flags.webhooks = Switch(it->second);
-  }
+}
 
-  // The size the event has as compact JSON with the HTTP API's field names.
+template <typename E>
+void JsonSize(const E& e, RawEvent& raw) {
   size_t n = 2;
   auto field = [&](size_t key_len, size_t value_len, bool quoted) {
     if (value_len == 0) return;
@@ -125,6 +284,73 @@ RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
   field(7, raw.context.size(), false);
   field(12, raw.integrations.size(), false);
   raw.json_bytes = n;
+}
+
+void Integrations(const google::protobuf::Struct& s, RawEvent& raw) {
+  common::AssignWritten(&raw.integrations, [&s](std::string* out) { AppendStructJson(out, s); });
+  const auto& fields = s.fields();
+  if (auto it = fields.find("All"); it != fields.end()) raw.flags.all = Switch(it->second);
+  if (auto it = fields.find("Webhooks"); it != fields.end()) {
+    raw.flags.webhooks = Switch(it->second);
+  }
+}
+
+}  // namespace
+
+void AppendStructJson(std::string* out, const google::protobuf::Struct& s) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [key, value] : s.fields()) {
+    if (!first) out->push_back(',');
+    first = false;
+    common::AppendJsonString(out, key);
+    out->push_back(':');
+    AppendValueJson(out, value);
+  }
+  out->push_back('}');
+}
+
+RawEvent RawEventFromProto(const hookrelay::v1::Event& e) {
+  RawEvent raw;
+  ScalarFields(e, raw);
+  auto as_json = [](const google::protobuf::Struct& s) {
+    return [&s](std::string* out) { AppendStructJson(out, s); };
+  };
+  if (e.has_properties()) common::AssignWritten(&raw.properties, as_json(e.properties()));
+  if (e.has_traits()) common::AssignWritten(&raw.traits, as_json(e.traits()));
+  if (e.has_context()) common::AssignWritten(&raw.context, as_json(e.context()));
+  if (e.has_integrations()) Integrations(e.integrations(), raw);
+  JsonSize(e, raw);
+  return raw;
+}
+
+bool AppendStructWireJson(std::string* out, std::string_view serialized) {
+  return AppendStructWire(out, serialized, 0);
+}
+
+std::optional<RawEvent> RawEventFromWire(const hookrelay::internal::EventWire& e) {
+  if (e.properties_size() > 1 || e.traits_size() > 1 || e.context_size() > 1 ||
+      e.integrations_size() > 1) {
+    return std::nullopt;  // Sent in parts, merged by protobuf's reading.
+  }
+  RawEvent raw;
+  ScalarFields(e, raw);
+  bool ok = true;
+  auto write = [&ok](std::string* json, const google::protobuf::RepeatedPtrField<std::string>& f) {
+    if (!ok || f.empty()) return;
+    common::AssignWritten(json, [&](std::string* out) { ok = AppendStructWire(out, f[0], 0); });
+  };
+  write(&raw.properties, e.properties());
+  write(&raw.traits, e.traits());
+  write(&raw.context, e.context());
+  if (!ok) return std::nullopt;
+  if (!e.integrations().empty()) {
+    // Rare and small, and its switches are looked up: parsed as the Struct it is.
+    google::protobuf::Struct integrations;
+    if (!integrations.ParseFromString(e.integrations(0))) return std::nullopt;
+    Integrations(integrations, raw);
+  }
+  JsonSize(e, raw);
   return raw;
 }
 
