@@ -30,9 +30,10 @@ namespace hookrelay::deliverer {
 // unless outcomes for kOutcomesPerWrite jobs are pending, one is urgent (an ordered job's), or
 // the stream drains or closes. At moderate rates each response came alone and its outcome took
 // a gRPC write of its own, and on the collector a read, a store settlement and a flow-control
-// update: ~2,500 writes a second at 10,000 deliveries/s; ~1,000 with a 1 ms linger, ~250 with
-// 5 ms (docs/BENCHMARKS.md, "Outcomes linger 5 ms"). An outcome's wait delays no delivery,
-// only the job's settlement and its credit.
+// update: ~2,500 writes a second at 10,000 deliveries/s. A linger allows one write per linger
+// and stream at such rates: ~1,000 a second at 1 ms, ~200 at 5 ms (docs/BENCHMARKS.md,
+// "Outcomes linger 5 ms"). An outcome's wait delays no delivery, only the job's settlement and
+// its credit.
 inline constexpr int kOutcomesPerWrite = 64;
 
 // One Subscribe call. Owned by shared_ptr (its Link and the jobs it delivered), so late outcomes
