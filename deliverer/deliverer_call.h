@@ -27,7 +27,8 @@
 namespace hookrelay::deliverer {
 
 // Outcomes wait up to Options::outcome_linger (5 ms) for company before they are written,
-// unless outcomes for kOutcomesPerWrite jobs are pending, one is urgent (an ordered job's), or
+// unless outcomes for kOutcomesPerWrite jobs (an eighth of the stream's credits when that is
+// fewer: lingering outcomes hold credits) are pending, one is urgent (an ordered job's), or
 // the stream drains or closes. At moderate rates each response came alone and its outcome took
 // a gRPC write of its own, and on the collector a read, a store settlement and a flow-control
 // update: ~2,500 writes a second at 10,000 deliveries/s. A linger allows one write per linger
@@ -59,6 +60,7 @@ class Deliverer::Call final
     {
       absl::MutexLock lock(&mu_);
       writing_ = true;
+      outcomes_per_write_ = std::clamp<int64_t>(credits / 8, 1, kOutcomesPerWrite);
       // From here Pump may start operations: a drain or close requested before (Shutdown
       // racing the stream's start) is sent after the Hello.
       started_ = true;
@@ -244,7 +246,7 @@ class Deliverer::Call final
         op = Op::kRemoveHold;
       } else if (writes_done_sent_) {
         // Half-closed: the collector ends the stream, which fails the read (broken_).
-      } else if (pending_.outcomes_size() > 0 && pending_jobs_ < kOutcomesPerWrite &&
+      } else if (pending_.outcomes_size() > 0 && pending_jobs_ < outcomes_per_write_ &&
                  !linger_over_ && !urgent_ && !drain_requested_ && !close_requested_) {
         if (!linger_armed_) {
           linger_armed_ = true;
@@ -350,6 +352,7 @@ class Deliverer::Call final
   bool linger_armed_ ABSL_GUARDED_BY(mu_) = false;  // an alarm is set
   bool linger_over_ ABSL_GUARDED_BY(mu_) = false;   // it went off: write what is pending
   bool urgent_ ABSL_GUARDED_BY(mu_) = false;        // a pending outcome must not wait
+  int64_t outcomes_per_write_ ABSL_GUARDED_BY(mu_) = kOutcomesPerWrite;  // set by Start
   std::unique_ptr<grpc::Alarm> linger_alarm_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
