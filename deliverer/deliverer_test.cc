@@ -169,6 +169,17 @@ TEST_F(DelivererTest, AnOrderedJobsOutcomeDoesNotWaitForTheLinger) {
   EXPECT_EQ(collector_.outcome_messages(), 1);  // one write took both
 }
 
+// Waiting outcomes hold credits: a write starts once an eighth of the stream's credits are
+// pending (2 of 16 here), whatever the linger.
+TEST_F(DelivererTest, OutcomesWaitingForCompanyHoldAtMostAnEighthOfTheCredits) {
+  outcome_linger_ = absl::Minutes(10);
+  Start(nullptr, 16);
+  ASSERT_TRUE(collector_.Send({Job(1), Job(2)}));
+  const std::vector<Outcome> outcomes = collector_.WaitOutcomes(2);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(collector_.outcome_messages(), 1);
+}
+
 // Pickup latency (hookrelay_delivery_pickup_seconds): the collector's receipt (in µs) to the
 // deliverer's receipt, on the injected clock, for first attempts only — not for a retry, a test
 // event, or a job stored before the field existed.
