@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "collector/store/wire_fields.h"
 #include "common/json_writer.h"
 #include "common/proto_time.h"
 #include "simdjson.h"
@@ -52,51 +53,6 @@ std::optional<bool> Switch(const Value& v) {
   return std::nullopt;
 }
 
-// Protobuf wire format, read forward; every method answers false on malformed input.
-class WireReader {
- public:
-  explicit WireReader(std::string_view bytes) : p_(bytes.data()), end_(p_ + bytes.size()) {}
-  bool done() const { return p_ == end_; }
-  bool Varint(uint64_t* v) {
-    uint64_t out = 0;
-    for (int shift = 0; shift < 64 && p_ != end_; shift += 7) {
-      const auto byte = static_cast<uint8_t>(*p_++);
-      out |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) {
-        *v = out;
-        return true;
-      }
-    }
-    return false;
-  }
-  bool Tag(uint32_t* field, uint32_t* wire_type) {
-    uint64_t tag = 0;
-    if (!Varint(&tag) || tag > UINT32_MAX) return false;
-    *field = static_cast<uint32_t>(tag >> 3);
-    *wire_type = static_cast<uint32_t>(tag & 7);
-    return *field != 0;
-  }
-  bool Fixed64(uint64_t* v) {
-    if (end_ - p_ < 8) return false;
-    std::memcpy(v, p_, 8);  // little-endian on every platform this builds for
-    p_ += 8;
-    return true;
-  }
-  bool Bytes(std::string_view* v) {
-    uint64_t n = 0;
-    if (!Varint(&n) || n > static_cast<uint64_t>(end_ - p_)) return false;
-    *v = std::string_view(p_, n);
-    p_ += n;
-    return true;
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-};
-
-enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
-
 // Protobuf's parser gives up 100 messages deep, i.e. about 32 nested Structs: beyond 20 the
 // protobuf parse decides.
 constexpr int kMaxWireDepth = 20;
@@ -111,59 +67,53 @@ bool AppendStringWire(std::string* out, std::string_view s) {
 
 // google.protobuf.Value: exactly one field of its oneof, or none (null).
 bool AppendValueWire(std::string* out, std::string_view bytes, int depth) {
-  WireReader r(bytes);
-  if (r.done()) {
+  const char* p = bytes.data();
+  const char* const end = p + bytes.size();
+  if (p == end) {
     out->append("null");
     return true;
   }
-  uint32_t field = 0;
-  uint32_t wire_type = 0;
-  if (!r.Tag(&field, &wire_type)) return false;
-  uint64_t n = 0;
-  std::string_view inner;
-  switch (field) {
+  wire::Field field;
+  if (!wire::NextField(p, end, field)) return false;
+  const bool varint = field.wire_type == wire::kVarint;
+  const bool delimited = field.wire_type == wire::kLengthDelimited;
+  switch (field.number) {
     case 1:  // null_value
-      if (wire_type != kVarint || !r.Varint(&n)) return false;
+      if (!varint) return false;
       out->append("null");
       break;
     case 2: {  // number_value
-      if (wire_type != kFixed64 || !r.Fixed64(&n)) return false;
+      if (field.wire_type != wire::kFixed64) return false;
       double d;
-      std::memcpy(&d, &n, sizeof(d));
+      std::memcpy(&d, &field.varint, sizeof(d));
       common::AppendJsonDouble(out, d);
       break;
     }
     case 3:  // string_value
-      if (wire_type != kLengthDelimited || !r.Bytes(&inner) || !AppendStringWire(out, inner)) {
-        return false;
-      }
+      if (!delimited || !AppendStringWire(out, field.bytes)) return false;
       break;
     case 4:  // bool_value
-      if (wire_type != kVarint || !r.Varint(&n)) return false;
-      out->append(n != 0 ? "true" : "false");
+      if (!varint) return false;
+      out->append(field.varint != 0 ? "true" : "false");
       break;
     case 5:  // struct_value
-      if (wire_type != kLengthDelimited || !r.Bytes(&inner) ||
-          !AppendStructWire(out, inner, depth + 1)) {
-        return false;
-      }
+      if (!delimited || !AppendStructWire(out, field.bytes, depth + 1)) return false;
       break;
     case 6: {  // list_value: repeated Value values = 1
-      if (wire_type != kLengthDelimited || !r.Bytes(&inner) || depth + 1 > kMaxWireDepth) {
-        return false;
-      }
-      WireReader list(inner);
+      if (!delimited || depth + 1 > kMaxWireDepth) return false;
+      const char* item = field.bytes.data();
+      const char* const items_end = item + field.bytes.size();
       out->push_back('[');
       bool first = true;
-      while (!list.done()) {
-        std::string_view item;
-        if (!list.Tag(&field, &wire_type) || field != 1 || wire_type != kLengthDelimited ||
-            !list.Bytes(&item)) {
+      while (item != items_end) {
+        wire::Field value;
+        if (!wire::NextField(item, items_end, value) || value.number != 1 ||
+            value.wire_type != wire::kLengthDelimited) {
           return false;
         }
         if (!first) out->push_back(',');
         first = false;
-        if (!AppendValueWire(out, item, depth + 1)) return false;
+        if (!AppendValueWire(out, value.bytes, depth + 1)) return false;
       }
       out->push_back(']');
       break;
@@ -171,7 +121,7 @@ bool AppendValueWire(std::string* out, std::string_view bytes, int depth) {
     default:
       return false;
   }
-  return r.done();  // A second field would override the first in protobuf's reading.
+  return p == end;  // A second field would override the first in protobuf's reading.
 }
 
 // google.protobuf.Struct: map<string, Value> fields = 1, each entry {key = 1, value = 2}.
@@ -182,28 +132,28 @@ bool AppendStructWire(std::string* out, std::string_view bytes, int depth) {
   constexpr size_t kLinearKeys = 16;
   absl::InlinedVector<std::string_view, kLinearKeys> keys;
   absl::flat_hash_set<std::string_view> many;
-  WireReader r(bytes);
+  const char* p = bytes.data();
+  const char* const end = p + bytes.size();
   out->push_back('{');
   bool first = true;
-  while (!r.done()) {
-    uint32_t field = 0;
-    uint32_t wire_type = 0;
-    std::string_view entry;
-    if (!r.Tag(&field, &wire_type) || field != 1 || wire_type != kLengthDelimited ||
-        !r.Bytes(&entry)) {
+  while (p != end) {
+    wire::Field entry;
+    if (!wire::NextField(p, end, entry) || entry.number != 1 ||
+        entry.wire_type != wire::kLengthDelimited) {
       return false;
     }
     std::optional<std::string_view> key;
     std::optional<std::string_view> value;
-    WireReader e(entry);
-    while (!e.done()) {
-      std::string_view v;
-      if (!e.Tag(&field, &wire_type) || wire_type != kLengthDelimited || !e.Bytes(&v)) {
+    const char* e = entry.bytes.data();
+    const char* const entry_end = e + entry.bytes.size();
+    while (e != entry_end) {
+      wire::Field f;
+      if (!wire::NextField(e, entry_end, f) || f.wire_type != wire::kLengthDelimited) {
         return false;
       }
-      std::optional<std::string_view>& slot = field == 1 ? key : value;
-      if ((field != 1 && field != 2) || slot.has_value()) return false;
-      slot = v;
+      std::optional<std::string_view>& slot = f.number == 1 ? key : value;
+      if ((f.number != 1 && f.number != 2) || slot.has_value()) return false;
+      slot = f.bytes;
     }
     const std::string_view k = key.value_or(std::string_view());
     if (keys.size() < kLinearKeys) {

@@ -1,9 +1,11 @@
 // Reading the top-level fields of a serialized protobuf message without parsing it (the engines
-// read a job's queue fields this way, and NewJob finds where its fields are).
+// read a job's queue fields this way, NewJob finds where its fields are, and the gRPC front end
+// writes an event's google.protobuf.Structs out as JSON: collector/ingest/proto_event_parser.h).
 #ifndef HOOKRELAY_COLLECTOR_STORE_WIRE_FIELDS_H_
 #define HOOKRELAY_COLLECTOR_STORE_WIRE_FIELDS_H_
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace hookrelay::collector::wire {
@@ -19,9 +21,12 @@ inline bool ReadVarint(const char*& p, const char* end, uint64_t& v) {
   return false;
 }
 
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+
 struct Field {
   uint64_t number = 0;
-  uint64_t varint = 0;     // a varint field's value
+  uint32_t wire_type = 0;
+  uint64_t varint = 0;     // a varint field's value, or a 64-bit field's bits
   std::string_view bytes;  // a length-delimited field's bytes
 };
 
@@ -31,23 +36,25 @@ inline bool NextField(const char*& p, const char* end, Field& field) {
   uint64_t tag = 0;
   if (!ReadVarint(p, end, tag)) return false;
   field.number = tag >> 3;
+  field.wire_type = static_cast<uint32_t>(tag & 7);
   field.varint = 0;
   field.bytes = std::string_view();
-  switch (tag & 7) {
-    case 0:  // varint
+  switch (field.wire_type) {
+    case kVarint:
       return ReadVarint(p, end, field.varint);
-    case 1:  // 64-bit
+    case kFixed64:
       if (end - p < 8) return false;
+      std::memcpy(&field.varint, p, 8);  // little-endian, as every platform this builds for
       p += 8;
       return true;
-    case 2: {  // length-delimited
+    case kLengthDelimited: {
       uint64_t len = 0;
       if (!ReadVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return false;
       field.bytes = std::string_view(p, static_cast<size_t>(len));
       p += len;
       return true;
     }
-    case 5:  // 32-bit
+    case kFixed32:
       if (end - p < 4) return false;
       p += 4;
       return true;
