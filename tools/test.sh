@@ -15,10 +15,11 @@ esac
 tools/bootstrap.sh || exit 1
 
 log=$(mktemp)
+failures=$(mktemp)  # what each failed C++ test asserted, printed again at the very end
 suite=""
 failed_names=()  # printed at the end, so the tail of a long run names what failed
 section() { suite=$1; echo "== $1"; }
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$failures"' EXIT
 
 section "C++ tests (bazel test //... ${config[*]})"
 bazel test "${config[@]}" --nocache_test_results --test_tag_filters=-benchmark //... 2>&1 | tee "$log"
@@ -40,7 +41,7 @@ if [ ${#failed_names[@]} -gt 0 ]; then
       [ -f "$file" ] || continue
       echo "== ${file#"$testlogs"/}: what failed, then its last 80 lines"
       grep -a -E -A12 '^\[  FAILED  \]|Failure$|WARNING: (Address|ThreadSanitizer)' "$file" |
-        head -60 || true
+        head -60 | tee -a "$failures" || true
       tail -n 80 "$file"
     done
   done
@@ -290,4 +291,9 @@ failed=$((cc_failed + go_failed))
 echo
 echo "test suites: ${passed} passed, ${failed} failed"
 for name in "${failed_names[@]}"; do echo "failed: $name"; done
+# A CI page shows the head and the tail of a long run: what the failed tests asserted goes last.
+if [ -s "$failures" ]; then
+  echo "what the failed C++ tests asserted (their whole logs are above):"
+  grep -a -v '^\[nats-' "$failures" | head -80
+fi
 [ "$failed" -eq 0 ]
