@@ -6,10 +6,13 @@
 #include <nats/nats.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -75,6 +78,7 @@ TEST_F(JetStreamLayoutTest, CreatesThenChecks) {
   EXPECT_THAT(jobs, HasSubstr(R"("num_replicas":3)"));
   EXPECT_THAT(jobs, HasSubstr(R"("allow_msg_schedules":true)"));
   EXPECT_THAT(jobs, HasSubstr(R"("retention":"workqueue")"));
+  EXPECT_THAT(jobs, HasSubstr(R"("allow_direct":true)"));  // Per-user order checks.
   EXPECT_THAT(Api("$JS.API.CONSUMER.INFO.HR_JOBS.dispatch"), HasSubstr(R"("ack_policy":"explicit")"));
   const std::string dead = Api("$JS.API.STREAM.INFO.HR_DEAD");
   EXPECT_THAT(dead, HasSubstr(R"("subjects":["hr.dead.\u003e"])")) << dead;
@@ -141,9 +145,9 @@ TEST_F(JetStreamLayoutTest, DedupMarkersOnOneReplicaByDefault) {
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, layout).ok());  // Idempotent.
 }
 
-// HR_JOBS as an earlier release made it (no atomic batches), with a limit its operator added:
-// atomic batches are turned on, the limit and the jobs stay. A setting hookrelay cannot turn
-// on by itself (the replication) is still refused.
+// HR_JOBS as an earlier release made it (no atomic batches, no direct gets), with a limit its
+// operator added: both are turned on, the limit and the jobs stay. A setting hookrelay cannot
+// turn on by itself (the replication) is still refused.
 TEST_F(JetStreamLayoutTest, JobsStreamOfAnEarlierReleaseGetsAtomicBatches) {
   std::string answer;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -157,6 +161,7 @@ TEST_F(JetStreamLayoutTest, JobsStreamOfAnEarlierReleaseGetsAtomicBatches) {
   } while (absl::Now() < deadline);
   ASSERT_FALSE(absl::StrContains(answer, "\"error\"")) << answer;
   ASSERT_THAT(answer, Not(HasSubstr(R"("allow_atomic":true)")));
+  ASSERT_THAT(answer, Not(HasSubstr(R"("allow_direct":true)")));
   std::string stored;
   for (int i = 0; i < 50; ++i) {  // The stream's leader settling.
     stored = Api("hr.jobs.ready.ZA.cw.dQ", "a job");
@@ -175,9 +180,83 @@ TEST_F(JetStreamLayoutTest, JobsStreamOfAnEarlierReleaseGetsAtomicBatches) {
   ASSERT_TRUE(Ensure(JetStreamLayout()).ok());
   const std::string jobs = Api("$JS.API.STREAM.INFO.HR_JOBS");
   EXPECT_THAT(jobs, HasSubstr(R"("allow_atomic":true)")) << jobs;
+  EXPECT_THAT(jobs, HasSubstr(R"("allow_direct":true)")) << jobs;
   EXPECT_THAT(jobs, HasSubstr(R"("max_bytes":1073741824)")) << jobs;
   EXPECT_THAT(jobs, HasSubstr(R"("messages":1)")) << jobs;
   EXPECT_TRUE(EnsureJetStreamLayout(nc_, JetStreamLayout()).ok());
+}
+
+// The direct read of the per-user order checks answers what the leader's read answers: the
+// first message on a subject filter from a sequence on, none past the last, and a stream
+// without direct gets is an error (nothing answers), never "none".
+TEST_F(JetStreamLayoutTest, DirectNextMessageAnswersAsTheLeader) {
+  ASSERT_TRUE(Ensure(JetStreamLayout()).ok());
+  std::vector<std::string> stored;
+  for (const char* subject : {"hr.jobs.ready.ZA.cw.dQ", "hr.jobs.ready.ZB.cw.dQ",
+                              "hr.jobs.ready.ZA.cx.dQ", "hr.jobs.ready.ZA.cw.dR"}) {
+    stored.push_back(Api(subject, subject));
+    ASSERT_THAT(stored.back(), HasSubstr(R"("seq":)")) << stored.back();
+  }
+  const auto direct = [&](uint64_t from, const char* filter) {
+    absl::StatusOr<std::optional<JetStreamMessage>> out = JetStreamDirectNextMessage(
+        nc_, kJobsStream, from, filter, absl::Seconds(5));
+    // A replica may still be applying the last store: asked again for a while.
+    for (int i = 0; i < 50 && out.ok() && !out->has_value() && from <= 4; ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      out = JetStreamDirectNextMessage(nc_, kJobsStream, from, filter, absl::Seconds(5));
+    }
+    return out;
+  };
+  const auto leader = [&](uint64_t from, const char* filter) {
+    return JetStreamNextMessage(nc_, kJobsStream, from, filter, absl::Seconds(5),
+                                absl::Seconds(5));
+  };
+  for (uint64_t from : {1, 2, 3, 4, 5}) {
+    for (const char* filter : {"hr.jobs.ready.ZA.*.dQ", "hr.jobs.ready.*.*.dR"}) {
+      SCOPED_TRACE(absl::StrCat(filter, " from ", from));
+      absl::StatusOr<std::optional<JetStreamMessage>> d = direct(from, filter);
+      absl::StatusOr<std::optional<JetStreamMessage>> l = leader(from, filter);
+      ASSERT_TRUE(d.ok()) << d.status();
+      ASSERT_TRUE(l.ok()) << l.status();
+      ASSERT_EQ(d->has_value(), l->has_value());
+      if (!d->has_value()) continue;
+      EXPECT_EQ((*d)->seq, (*l)->seq);
+      EXPECT_EQ((*d)->data, (*l)->data);
+    }
+  }
+  absl::StatusOr<std::optional<JetStreamMessage>> first = direct(1, "hr.jobs.ready.ZA.*.dQ");
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->data, "hr.jobs.ready.ZA.cw.dQ");
+  absl::StatusOr<std::optional<JetStreamMessage>> after = direct(2, "hr.jobs.ready.ZA.*.dQ");
+  ASSERT_TRUE(after.ok() && after->has_value());
+  EXPECT_EQ((*after)->data, "hr.jobs.ready.ZA.cx.dQ");
+  absl::StatusOr<std::optional<JetStreamMessage>> none = direct(5, "hr.jobs.ready.ZA.*.dQ");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  // Several reads sent together: each answered in its place, as when asked alone.
+  const std::vector<std::pair<uint64_t, std::string>> reads = {
+      {1, "hr.jobs.ready.ZA.*.dQ"}, {5, "hr.jobs.ready.ZA.*.dQ"}, {1, "hr.jobs.ready.*.*.dR"},
+      {2, "hr.jobs.ready.ZA.*.dQ"}, {1, "hr.jobs.ready.ZC.*.*"}};
+  const std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> together =
+      JetStreamDirectNextMessages(nc_, kJobsStream, reads, absl::Seconds(5));
+  ASSERT_EQ(together.size(), reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat(reads[i].second, " from ", reads[i].first));
+    absl::StatusOr<std::optional<JetStreamMessage>> alone =
+        leader(reads[i].first, reads[i].second.c_str());
+    ASSERT_TRUE(together[i].ok()) << together[i].status();
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    ASSERT_EQ(together[i]->has_value(), alone->has_value());
+    if (alone->has_value()) {
+      EXPECT_EQ((*together[i])->seq, (*alone)->seq);
+    }
+  }
+  EXPECT_EQ((*together[2])->data, "hr.jobs.ready.ZA.cw.dR");
+  EXPECT_FALSE(together[4]->has_value());
+  // HR_DEAD has no direct gets: an error, not an empty answer.
+  absl::StatusOr<std::optional<JetStreamMessage>> refused = JetStreamDirectNextMessage(
+      nc_, kDeadStream, 1, "hr.dead.>", absl::Seconds(2));
+  EXPECT_FALSE(refused.ok());
 }
 
 TEST_F(JetStreamLayoutTest, ForeignStreamOfTheSameNameIsRefused) {

@@ -4,10 +4,8 @@
 #include "collector/store/jetstream/jetstream_job_store.h"
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,8 +25,16 @@ using hookrelay::v1::Job;
 // Acks of delivered jobs wait at most this long, or until this many are waiting (see AckLoop).
 constexpr absl::Duration kAckBurstDelay = absl::Milliseconds(20);
 constexpr size_t kAckBurstSize = 256;
-// Per-user order checks made at once by one Lease call (each a request to the stream's leader).
+// Per-user order checks made at once by one Lease call (each a request to a server).
 constexpr size_t kOrderCheckThreads = 16;
+
+// The subjects of the job's user's ready jobs of its destination (of every destination in the
+// layout before per-destination consumers: `legacy`).
+std::string UserReadyJobs(const Job& job, bool legacy) {
+  return legacy ? absl::StrCat("hr.jobs.ready.*.", JobUserToken(job))
+                : absl::StrCat("hr.jobs.ready.", JetStreamToken(job.destination_id()), ".*.",
+                               JobUserToken(job));
+}
 
 // The job a settlement starts from: as its attempts record had it (an ordered job that retried
 // in place), else as its message carries it.
@@ -137,20 +143,38 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     std::vector<Item*> to_check;
     to_check.reserve(oldest_of_key.size());
     for (const auto& [key, item] : oldest_of_key) to_check.push_back(item);
-    std::atomic<size_t> next{0};
-    auto check = [&] {
-      for (size_t i = next++; i < to_check.size(); i = next++) {
-        Item& item = *to_check[i];
+    // The common case settled in one round: every key's first ready job read at once (direct
+    // gets, pipelined); a job handed out for the first time that is its key's first goes. The
+    // rest (an earlier job of the key there, a job that may have retried in place, another
+    // destination's job first, no answer) get the whole check, side by side on the pool.
+    std::vector<std::pair<uint64_t, std::string>> reads;
+    reads.reserve(to_check.size());
+    for (const Item* item : to_check) {
+      reads.emplace_back(1, UserReadyJobs(item->leased.job, item->legacy));
+    }
+    const std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> firsts =
+        JetStreamDirectNextMessages(nc_, kJobsStream, reads, options_.layout.request_timeout);
+    std::vector<Item*> whole;
+    for (size_t i = 0; i < to_check.size(); ++i) {
+      Item& item = *to_check[i];
+      if (item.delivered <= 1 && firsts[i].ok() && firsts[i]->has_value() &&
+          (*firsts[i])->seq == item.leased.job.id()) {
+        item.order = OrderCheck{.head = true};
+      } else {
+        whole.push_back(&item);
+      }
+    }
+    // The pool's threads are made at the first whole check (fetch_mu_ held).
+    if (!whole.empty() && order_checks_ == nullptr) {
+      order_checks_ = std::make_unique<common::WorkerPool>(kOrderCheckThreads - 1);
+    }
+    if (!whole.empty()) {
+      order_checks_->ForEach(whole.size(), [&](size_t i) {
+        Item& item = *whole[i];
         item.order =
             CheckOrder(item.leased.job, item.leased.job.id(), item.delivered, item.legacy);
-      }
-    };
-    std::vector<std::thread> threads;
-    const size_t helpers = std::min(to_check.size(), kOrderCheckThreads) - (to_check.empty() ? 0 : 1);
-    threads.reserve(helpers);
-    for (size_t t = 0; t < helpers; ++t) threads.emplace_back(check);
-    check();
-    for (std::thread& t : threads) t.join();
+      });
+    }
   }
   // Jobs sent back to wait for their key's earlier job, per consumer: the demand they took
   // stands, so that the consumer's pull brings what else is there (and these again, after their
@@ -281,10 +305,12 @@ JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t s
   // is gone from the work-queue stream), passing those without the key. A job of the layout
   // before per-destination consumers looks among that layout's jobs (every destination's): after
   // an upgrade the key's jobs of that layout go out first, then the new ones, each in order.
-  const std::string user_jobs =
-      legacy ? absl::StrCat("hr.jobs.ready.*.", JobUserToken(job))
-             : absl::StrCat("hr.jobs.ready.", JetStreamToken(job.destination_id()), ".*.",
-                            JobUserToken(job));
+  // Read with direct gets, which any replica answers: a replica holds a prefix of the leader's
+  // stream, and a key's jobs only ever leave it (acks, purges; a retry keeps its message, a
+  // replay is a new one), so a replica that shows this job first is right, and one that lags
+  // shows an earlier job still there (this one waits a little longer) or not this job yet (then
+  // the leader is asked).
+  const std::string user_jobs = UserReadyJobs(job, legacy);
   // A later job of a key comes back after 100 ms, doubling to 1 s while it keeps waiting (its
   // key's job in flight takes one attempt; a retrying one says how long it waits, below).
   const int64_t backoff_ms = std::min<int64_t>(
@@ -292,7 +318,12 @@ JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t s
   uint64_t from = 1;
   for (int step = 0; step < 1000; ++step) {
     absl::StatusOr<std::optional<JetStreamMessage>> next =
-        JetStreamNextMessage(nc_, kJobsStream, from, user_jobs, timeout, absl::ZeroDuration());
+        JetStreamDirectNextMessage(nc_, kJobsStream, from, user_jobs, timeout);
+    // Nothing from a replica (one behind the leader may not hold the job yet; one catching up
+    // answers an error status): the leader says.
+    if (!next.ok() || !next->has_value()) {
+      next = JetStreamNextMessage(nc_, kJobsStream, from, user_jobs, timeout, absl::ZeroDuration());
+    }
     if (!next.ok() || !next->has_value()) return out;  // Not known, or gone: later.
     const JetStreamMessage& m = **next;
     if (m.seq == seq) {

@@ -57,6 +57,7 @@
 #include "collector/store/ready_signal.h"
 #include "collector/store/store.h"
 #include "common/clock.h"
+#include "common/worker_pool.h"
 
 namespace prometheus {
 class Counter;
@@ -367,6 +368,8 @@ class JetStreamJobStore final : public Store {
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   // Lease() runs one at a time.
   absl::Mutex fetch_mu_;
+  // The threads making a Lease call's per-user order checks side by side (made at the first).
+  std::unique_ptr<common::WorkerPool> order_checks_ ABSL_GUARDED_BY(fetch_mu_);
   // The destinations' consumers, fetched from asynchronously; raises the ready signal when jobs
   // arrive.
   std::unique_ptr<JetStreamPulls> pulls_;

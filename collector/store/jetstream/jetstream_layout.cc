@@ -3,12 +3,14 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -236,6 +238,94 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnect
                     timeout, retry_for);
 }
 
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamDirectNextMessage(
+    natsConnection* nc, const char* stream, uint64_t seq, std::string_view subject,
+    absl::Duration timeout) {
+  return std::move(
+      JetStreamDirectNextMessages(nc, stream, {{seq, std::string(subject)}}, timeout)[0]);
+}
+
+std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNextMessages(
+    natsConnection* nc, const char* stream,
+    const std::vector<std::pair<uint64_t, std::string>>& reads, absl::Duration timeout) {
+  std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> out(
+      reads.size(), absl::UnavailableError(
+                        absl::StrCat("JetStream: reading ", stream, " directly: no answer in time")));
+  if (reads.empty()) return out;
+  const auto failed = [&](const char* what, natsStatus s) {
+    for (auto& answer : out) {
+      answer = absl::UnavailableError(absl::StrCat("JetStream: reading ", stream, " directly: ",
+                                                   what, ": ", natsStatus_GetText(s)));
+    }
+    return out;
+  };
+  // Answers come to <inbox>.<read>, on a subscription of this call's own.
+  char* inbox = nullptr;
+  natsStatus s = natsInbox_Create(&inbox);
+  if (s != NATS_OK) return failed("an inbox", s);
+  const std::string prefix = inbox;
+  natsInbox_Destroy(inbox);
+  natsSubscription* sub = nullptr;
+  s = natsConnection_SubscribeSync(&sub, nc, absl::StrCat(prefix, ".*").c_str());
+  if (s != NATS_OK) return failed("subscribing to the answers", s);
+  natsSubscription_SetPendingLimits(sub, -1, -1);
+  const std::string api = absl::StrCat("$JS.API.DIRECT.GET.", stream);
+  std::vector<bool> answered(reads.size(), false);
+  size_t open = 0;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const std::string body = absl::StrCat(R"({"seq":)", reads[i].first, R"(,"next_by_subj":")",
+                                          reads[i].second, R"("})");
+    s = natsConnection_PublishRequest(nc, api.c_str(), absl::StrCat(prefix, ".", i).c_str(),
+                                      body.data(), static_cast<int>(body.size()));
+    if (s != NATS_OK) {
+      out[i] = absl::UnavailableError(absl::StrCat("JetStream: reading ", stream,
+                                                    " directly: ", natsStatus_GetText(s)));
+      answered[i] = true;
+      continue;
+    }
+    ++open;
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (open > 0) {
+    natsMsg* reply = nullptr;
+    const int64_t wait_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (natsSubscription_NextMsg(&reply, sub, wait_ms) != NATS_OK) break;  // The rest: no answer.
+    const char* subject = natsMsg_GetSubject(reply);
+    const char* dot = subject == nullptr ? nullptr : strrchr(subject, '.');
+    size_t i = 0;
+    if (dot == nullptr || !absl::SimpleAtoi(dot + 1, &i) || i >= reads.size() || answered[i]) {
+      natsMsg_Destroy(reply);
+      continue;
+    }
+    answered[i] = true;
+    --open;
+    // A status header instead of a message: 404 when there is none; anything else (a replica
+    // catching up, a request the server refused) is an answer to try again later.
+    const char* status = nullptr;
+    JetStreamMessage m;
+    const char* sequence = nullptr;
+    if (natsMsgHeader_Get(reply, "Status", &status) == NATS_OK && status != nullptr) {
+      if (strcmp(status, "404") == 0) {
+        out[i] = std::optional<JetStreamMessage>();
+      } else {
+        out[i] = absl::UnavailableError(
+            absl::StrCat("JetStream: reading ", stream, " directly: status ", status));
+      }
+    } else if (natsMsgHeader_Get(reply, "Nats-Sequence", &sequence) != NATS_OK ||
+               sequence == nullptr || !absl::SimpleAtoi(sequence, &m.seq)) {
+      out[i] = absl::DataLossError(
+          absl::StrCat("JetStream: a direct answer from ", stream, " without its sequence"));
+    } else {
+      m.data.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+      out[i] = std::optional<JetStreamMessage>(std::move(m));
+    }
+    natsMsg_Destroy(reply);
+  }
+  natsSubscription_Unsubscribe(sub);
+  natsSubscription_Destroy(sub);
+  return out;
+}
+
 absl::StatusOr<std::optional<JetStreamMessage>> JetStreamLastMessage(natsConnection* nc,
                                                                     const char* stream,
                                                                     std::string_view subject,
@@ -256,7 +346,7 @@ std::string JobsStreamConfig(const JetStreamLayout& layout) {
                       R"("],"retention":"workqueue","storage":"file","num_replicas":)",
                       layout.replicas,
                       R"(,"allow_msg_schedules":true,"allow_rollup_hdrs":true,)"
-                      R"("allow_atomic":true,"duplicate_window":)",
+                      R"("allow_atomic":true,"allow_direct":true,"duplicate_window":)",
                       absl::ToInt64Nanoseconds(layout.duplicate_window),
                       "}");
 }
@@ -429,7 +519,8 @@ absl::Status EnsureJobAndUserLayout(natsConnection* nc, const JetStreamLayout& l
        {"num_replicas", replicas, "--nats_replicas"},
        {"allow_msg_schedules", "true", "retries are message schedules"},
        {"allow_atomic", "true", "a deletion's notifications are stored with their marker at once",
-        true}});
+        true},
+       {"allow_direct", "true", "per-user order checks answered by any replica", true}});
   if (!st.ok()) return st;
   st = EnsureStream(nc, layout, kDeadStream, internal::DeadStreamConfig(layout),
                     {{"subjects", kDeadSubjects, "dead letters by destination"},

@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -145,6 +146,18 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnect
                                                                     std::string_view subject,
                                                                     absl::Duration timeout,
                                                                     absl::Duration retry_for);
+
+// The same read as a direct get (DIRECT.GET; the stream needs allow_direct), answered by any
+// replica: the stream as that replica last applied it, a prefix of what its leader holds. One
+// request, not retried; UNAVAILABLE when nothing answers or the answer is an error status.
+absl::StatusOr<std::optional<JetStreamMessage>> JetStreamDirectNextMessage(
+    natsConnection* nc, const char* stream, uint64_t seq, std::string_view subject,
+    absl::Duration timeout);
+// Several such reads, (sequence, subject) each, sent together and answered within `timeout`:
+// one answer per read, in their order, each as above.
+std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNextMessages(
+    natsConnection* nc, const char* stream,
+    const std::vector<std::pair<uint64_t, std::string>>& reads, absl::Duration timeout);
 
 // The last message of `stream` whose subject is `subject` (last_by_subj), as above.
 absl::StatusOr<std::optional<JetStreamMessage>> JetStreamLastMessage(natsConnection* nc,
