@@ -248,9 +248,9 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamDirectNextMessage(
 std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNextMessages(
     natsConnection* nc, const char* stream,
     const std::vector<std::pair<uint64_t, std::string>>& reads, absl::Duration timeout) {
-  std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> out(
-      reads.size(), absl::UnavailableError(
-                        absl::StrCat("JetStream: reading ", stream, " directly: no answer in time")));
+  const absl::Status unanswered =
+      absl::UnavailableError(absl::StrCat("JetStream: reading ", stream, " directly: no answer"));
+  std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> out(reads.size(), unanswered);
   if (reads.empty()) return out;
   const auto failed = [&](const char* what, natsStatus s) {
     for (auto& answer : out) {
