@@ -238,11 +238,56 @@ absl::StatusOr<std::optional<JetStreamMessage>> JetStreamNextMessage(natsConnect
                     timeout, retry_for);
 }
 
+namespace {
+
+// A direct get's answer: the message, none (a 404 status), or an error; `reply` is destroyed.
+absl::StatusOr<std::optional<JetStreamMessage>> DirectAnswer(const char* stream, natsMsg* reply) {
+  // A status header instead of a message: 404 when there is none; anything else (a replica
+  // catching up, a request the server refused) is an answer to try again later.
+  const char* status = nullptr;
+  const char* sequence = nullptr;
+  absl::StatusOr<std::optional<JetStreamMessage>> out;
+  JetStreamMessage m;
+  if (natsMsgHeader_Get(reply, "Status", &status) == NATS_OK && status != nullptr) {
+    if (strcmp(status, "404") == 0) {
+      out = std::optional<JetStreamMessage>();
+    } else {
+      out = absl::UnavailableError(
+          absl::StrCat("JetStream: reading ", stream, " directly: status ", status));
+    }
+  } else if (natsMsgHeader_Get(reply, "Nats-Sequence", &sequence) != NATS_OK ||
+             sequence == nullptr || !absl::SimpleAtoi(sequence, &m.seq)) {
+    out = absl::DataLossError(
+        absl::StrCat("JetStream: a direct answer from ", stream, " without its sequence"));
+  } else {
+    m.data.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
+    out = std::optional<JetStreamMessage>(std::move(m));
+  }
+  natsMsg_Destroy(reply);
+  return out;
+}
+
+std::string DirectNextBody(uint64_t seq, std::string_view subject) {
+  return absl::StrCat(R"({"seq":)", seq, R"(,"next_by_subj":")",
+                      absl::string_view(subject.data(), subject.size()), R"("})");
+}
+
+}  // namespace
+
 absl::StatusOr<std::optional<JetStreamMessage>> JetStreamDirectNextMessage(
     natsConnection* nc, const char* stream, uint64_t seq, std::string_view subject,
     absl::Duration timeout) {
-  return std::move(
-      JetStreamDirectNextMessages(nc, stream, {{seq, std::string(subject)}}, timeout)[0]);
+  const std::string api = absl::StrCat("$JS.API.DIRECT.GET.", stream);
+  const std::string body = DirectNextBody(seq, subject);
+  natsMsg* reply = nullptr;
+  const natsStatus s =
+      natsConnection_Request(&reply, nc, api.c_str(), body.data(), static_cast<int>(body.size()),
+                             absl::ToInt64Milliseconds(timeout));
+  if (s != NATS_OK) {
+    return absl::UnavailableError(
+        absl::StrCat("JetStream: reading ", stream, " directly: ", natsStatus_GetText(s)));
+  }
+  return DirectAnswer(stream, reply);
 }
 
 std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNextMessages(
@@ -273,8 +318,7 @@ std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNext
   std::vector<bool> answered(reads.size(), false);
   size_t open = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
-    const std::string body = absl::StrCat(R"({"seq":)", reads[i].first, R"(,"next_by_subj":")",
-                                          reads[i].second, R"("})");
+    const std::string body = DirectNextBody(reads[i].first, reads[i].second);
     s = natsConnection_PublishRequest(nc, api.c_str(), absl::StrCat(prefix, ".", i).c_str(),
                                       body.data(), static_cast<int>(body.size()));
     if (s != NATS_OK) {
@@ -299,27 +343,7 @@ std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> JetStreamDirectNext
     }
     answered[i] = true;
     --open;
-    // A status header instead of a message: 404 when there is none; anything else (a replica
-    // catching up, a request the server refused) is an answer to try again later.
-    const char* status = nullptr;
-    JetStreamMessage m;
-    const char* sequence = nullptr;
-    if (natsMsgHeader_Get(reply, "Status", &status) == NATS_OK && status != nullptr) {
-      if (strcmp(status, "404") == 0) {
-        out[i] = std::optional<JetStreamMessage>();
-      } else {
-        out[i] = absl::UnavailableError(
-            absl::StrCat("JetStream: reading ", stream, " directly: status ", status));
-      }
-    } else if (natsMsgHeader_Get(reply, "Nats-Sequence", &sequence) != NATS_OK ||
-               sequence == nullptr || !absl::SimpleAtoi(sequence, &m.seq)) {
-      out[i] = absl::DataLossError(
-          absl::StrCat("JetStream: a direct answer from ", stream, " without its sequence"));
-    } else {
-      m.data.assign(natsMsg_GetData(reply), natsMsg_GetDataLength(reply));
-      out[i] = std::optional<JetStreamMessage>(std::move(m));
-    }
-    natsMsg_Destroy(reply);
+    out[i] = DirectAnswer(stream, reply);
   }
   natsSubscription_Unsubscribe(sub);
   natsSubscription_Destroy(sub);
