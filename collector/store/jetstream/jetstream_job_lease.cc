@@ -154,14 +154,14 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
     }
     const std::vector<absl::StatusOr<std::optional<JetStreamMessage>>> firsts =
         JetStreamDirectNextMessages(nc_, kJobsStream, reads, options_.layout.request_timeout);
-    std::vector<Item*> whole;
+    std::vector<size_t> whole;  // in to_check
     for (size_t i = 0; i < to_check.size(); ++i) {
       Item& item = *to_check[i];
       if (item.delivered <= 1 && firsts[i].ok() && firsts[i]->has_value() &&
           (*firsts[i])->seq == item.leased.job.id()) {
         item.order = OrderCheck{.head = true};
       } else {
-        whole.push_back(&item);
+        whole.push_back(i);
       }
     }
     // The pool's threads are made at the first whole check (fetch_mu_ held).
@@ -169,10 +169,10 @@ absl::StatusOr<std::vector<LeasedJob>> JetStreamJobStore::Lease(size_t max, Leas
       order_checks_ = std::make_unique<common::WorkerPool>(kOrderCheckThreads - 1);
     }
     if (!whole.empty()) {
-      order_checks_->ForEach(whole.size(), [&](size_t i) {
-        Item& item = *whole[i];
-        item.order =
-            CheckOrder(item.leased.job, item.leased.job.id(), item.delivered, item.legacy);
+      order_checks_->ForEach(whole.size(), [&](size_t w) {
+        Item& item = *to_check[whole[w]];
+        item.order = CheckOrder(item.leased.job, item.leased.job.id(), item.delivered,
+                                item.legacy, &firsts[whole[w]]);
       });
     }
   }
@@ -284,8 +284,9 @@ absl::StatusOr<natsMsg*> JetStreamJobStore::TakeLeased(uint64_t job_id, uint64_t
   return msg;
 }
 
-JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t seq,
-                                                           uint64_t delivered, bool legacy) {
+JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(
+    Job& job, uint64_t seq, uint64_t delivered, bool legacy,
+    const absl::StatusOr<std::optional<JetStreamMessage>>* first) {
   OrderCheck out;
   const absl::Duration timeout = options_.layout.request_timeout;
   // Handed out before: it may have retried in place, with its attempts recorded beside it.
@@ -318,7 +319,9 @@ JetStreamJobStore::OrderCheck JetStreamJobStore::CheckOrder(Job& job, uint64_t s
   uint64_t from = 1;
   for (int step = 0; step < 1000; ++step) {
     absl::StatusOr<std::optional<JetStreamMessage>> next =
-        JetStreamDirectNextMessage(nc_, kJobsStream, from, user_jobs, timeout);
+        step == 0 && first != nullptr
+            ? *first  // The same read, made already.
+            : JetStreamDirectNextMessage(nc_, kJobsStream, from, user_jobs, timeout);
     // Nothing from a replica (one behind the leader may not hold the job yet; one catching up
     // answers an error status): the leader says.
     if (!next.ok() || !next->has_value()) {

@@ -228,7 +228,9 @@ class JetStreamJobStore final : public Store {
   };
   // `legacy`: the job was stored in the layout before per-destination consumers (its subject has
   // no destination token); its key's earlier jobs are looked for in that layout.
-  OrderCheck CheckOrder(hookrelay::v1::Job& job, uint64_t seq, uint64_t delivered, bool legacy);
+  // `first`: the direct read of the key's first job already made by the caller, or null.
+  OrderCheck CheckOrder(hookrelay::v1::Job& job, uint64_t seq, uint64_t delivered, bool legacy,
+                        const absl::StatusOr<std::optional<JetStreamMessage>>* first = nullptr);
   // Removes an ordered job's attempts record once the job is settled.
   void DropOrderRecord(const std::string& subject);
   // A dead letter read from HR_DEAD.
