@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collector/store/jetstream/nats_connect.h"
 
 namespace hookrelay::test {
 namespace {
@@ -242,7 +243,10 @@ absl::StatusOr<natsConnection*> NatsCluster::Connect() const {
     }
   }
   natsConnection* nc = nullptr;
-  if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
+  // A signed connect is retried as the collector's is (ConnectNats says why).
+  collector::NatsConnectOptions signing;
+  signing.creds_file = options_.admin_creds_file;
+  if (s == NATS_OK) s = collector::ConnectNats(&nc, opts, signing);
   if (opts != nullptr) natsOptions_Destroy(opts);
   if (s != NATS_OK) {
     const char* detail = nats_GetLastError(nullptr);

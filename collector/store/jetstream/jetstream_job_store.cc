@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
     return absl::InvalidArgumentError(
         absl::StrCat("--nats_url ", RedactNatsUrls(o.urls), ": ", natsStatus_GetText(s)));
   }
-  s = natsConnection_Connect(&store->nc_, store->nats_options_);
+  s = ConnectNats(&store->nc_, store->nats_options_, o.connect);
   // Refused credentials, a certificate that does not verify: said in the flags' terms.
   if (s != NATS_OK) return NatsConnectError(o.urls, o.connect, s);
 

@@ -292,6 +292,15 @@ std::string RedactNatsUrls(std::string_view urls_in) {
   return absl::StrJoin(out, ",");
 }
 
+natsStatus ConnectNats(natsConnection** nc, natsOptions* opts, const NatsConnectOptions& o) {
+  const bool signs = !o.creds_file.empty() || !o.nkey_seed_file.empty();
+  natsStatus s = natsConnection_Connect(nc, opts);
+  for (int attempt = 1; signs && s == NATS_CONNECTION_AUTH_FAILED && attempt < 3; ++attempt) {
+    s = natsConnection_Connect(nc, opts);
+  }
+  return s;
+}
+
 absl::Status NatsConnectError(std::string_view urls, const NatsConnectOptions& o,
                               natsStatus s) {
   const std::string detail = LastErrorDetail();

@@ -63,6 +63,14 @@ std::string DescribeNatsConnect(const NatsConnectOptions& options);
 // and errors.
 std::string RedactNatsUrls(std::string_view urls);
 
+// natsConnection_Connect, tried up to three times when the servers refuse a signed connect
+// (--nats_creds_file, --nats_nkey_seed_file). Debian's client library (3.4; fixed in 3.10) drops
+// a nonce signature whose first byte is 0 from CONNECT — its base64 encoder takes a leading 0
+// byte for an empty input — so one such connect in 256 is refused with good credentials. Each
+// attempt signs a new nonce, so a refusal that repeats is a real one. The library's reconnects
+// retry on their own; two refusals in a row from one server (1 in 65,536) close the connection.
+natsStatus ConnectNats(natsConnection** nc, natsOptions* opts, const NatsConnectOptions& options);
+
 // UNAVAILABLE for a failed natsConnection_Connect (call on the thread that made the call: it
 // reads the client's thread-local error), saying why in the terms of the flags: refused
 // credentials, a certificate that does not verify, a server asking for TLS or credentials the
