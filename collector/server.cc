@@ -166,6 +166,7 @@ struct Server::Impl {
                                                     "hookrelay.v1.Admin"};
   absl::Mutex health_mu;
   bool store_writable ABSL_GUARDED_BY(health_mu) = true;
+  bool store_gave_up ABSL_GUARDED_BY(health_mu) = false;
   bool draining ABSL_GUARDED_BY(health_mu) = false;
   // Set before grpc_server is destroyed.
   bool grpc_health_gone ABSL_GUARDED_BY(health_mu) = false;
@@ -187,6 +188,16 @@ absl::Status Server::Start() {
     absl::MutexLock lock(&s.health_mu);
     if (s.draining) return absl::UnavailableError("collector is shutting down");
     if (!s.store_writable) return absl::UnavailableError("the job store cannot write");
+    return absl::OkStatus();
+  };
+  // Live unless the store cannot recover by itself: then an orchestrator's restart mends it.
+  metrics_options.live = [&s]() -> absl::Status {
+    absl::MutexLock lock(&s.health_mu);
+    if (s.store_gave_up) {
+      return absl::UnavailableError(
+          "the job store cannot recover by itself (the NATS client stopped reconnecting): "
+          "restart the collector");
+    }
     return absl::OkStatus();
   };
   s.exposer = std::make_unique<common::MetricsServer>(metrics_options);
@@ -216,6 +227,10 @@ absl::Status Server::Start() {
       s.store_writable = writable;
     }
     s.PublishHealth();
+  };
+  store_options.on_gave_up = [&s] {
+    absl::MutexLock lock(&s.health_mu);
+    s.store_gave_up = true;
   };
   absl::StatusOr<std::unique_ptr<Store>> store = OpenStore(store_options);
   if (!store.ok()) return store.status();

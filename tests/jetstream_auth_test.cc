@@ -6,7 +6,7 @@
 // credentials, an untrusted CA, a host name its certificate does not name or no client
 // certificate it does not start, and its one error line says why (and holds no secret); bad
 // flag combinations stop it before it connects; a password changed under a running collector
-// shows in /readyz and gRPC health. And decentralised auth: a cluster in operator mode (JWTs made
+// shows in /readyz and gRPC health, then in /healthz once the client gives up. And decentralised auth: a cluster in operator mode (JWTs made
 // by the test) takes the collector with a creds file of a user of its account, and refuses one
 // of an account it does not know. Signed connects (an NKey, a creds file) succeed every time, not
 // 255 times in 256 as with the client library alone.
@@ -173,7 +173,8 @@ collector::NKeyPair* JetStreamAuthTest::nkey_ = nullptr;
 
 // With the right password, CA and client certificate (and, on a second collector, the NKey
 // seed) events go in and come out to the receiver, signed; then the servers change the password:
-// the collector that used it reports itself not ready (/readyz, gRPC health) with the reason.
+// the collector that used it reports itself not ready (/readyz, gRPC health) with the reason,
+// and once its client stops reconnecting, not live (/healthz) either.
 TEST_F(JetStreamAuthTest, RightCredentialsDeliverAndAChangedPasswordShowsInHealth) {
   auto receiver = receiver::WebhookReceiver::Start(receiver::WebhookReceiver::Options{}, nullptr);
   ASSERT_TRUE(receiver.ok()) << receiver.status();
@@ -217,6 +218,7 @@ TEST_F(JetStreamAuthTest, RightCredentialsDeliverAndAChangedPasswordShowsInHealt
   const int http = (*by_password)->IntField("http_port");
   const int grpc_port = (*by_password)->IntField("grpc_port");
   ASSERT_EQ(Health(grpc_port), grpc::health::v1::HealthCheckResponse::SERVING);
+  ASSERT_EQ(Get((*by_password)->IntField("metrics_port"), "/healthz").status, 200);
   ASSERT_TRUE(cluster_->Reconfigure(AuthConfig("a-new-password", nkey_->public_key)).ok());
   const int metrics = (*by_password)->IntField("metrics_port");
   auto refused = [&] {
@@ -233,6 +235,20 @@ TEST_F(JetStreamAuthTest, RightCredentialsDeliverAndAChangedPasswordShowsInHealt
   // The NKey user was not changed: that collector still serves.
   EXPECT_EQ(Get((*by_nkey)->IntField("http_port"), "/readyz").status, 200);
   EXPECT_FALSE(absl::StrContains((*by_password)->Output(), "a-new-password"));
+  // Refused twice in a row by a server, the client stops reconnecting: only a restart mends
+  // that, so the liveness probe (/healthz on the metrics address) fails; the other stays live.
+  const std::string gave_up =
+      "the NATS client closed the connection to the JetStream cluster and stopped reconnecting: "
+      "the collector cannot store events until it is restarted";
+  const absl::Time gave_up_by = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < gave_up_by && (*by_password)->FindLine(gave_up).empty()) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE((*by_password)->FindLine(gave_up).empty()) << (*by_password)->Output();
+  const HttpResponse live = Get(metrics, "/healthz");
+  EXPECT_EQ(live.status, 503) << live.body;
+  EXPECT_TRUE(absl::StrContains(live.body, "restart the collector")) << live.body;
+  EXPECT_EQ(Get((*by_nkey)->IntField("metrics_port"), "/healthz").status, 200);
   ASSERT_TRUE(cluster_->Reconfigure(AuthConfig(kPassword, nkey_->public_key)).ok());
 
   (*deliverer)->Signal(SIGTERM);

@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenStore(const JobStoreOptions& options)
     o.clock = options.clock;
     o.layout.dedup_window = options.dedup_window;
     o.on_write_health = options.on_write_health;
+    o.on_gave_up = options.on_gave_up;
     o.registry = options.registry;
     o.max_schedule_delay = options.max_schedule_delay;
     absl::StatusOr<std::unique_ptr<JetStreamJobStore>> store = JetStreamJobStore::Open(std::move(o));

@@ -49,6 +49,9 @@ struct JobStoreOptions {
   // Called with false when the store can no longer take writes (disk full, cluster unreachable)
   // and with true once it can again; from a store thread.
   std::function<void(bool writable)> on_write_health;
+  // Called once when the store cannot recover by itself and only a restart mends it (jetstream:
+  // the NATS client stopped reconnecting); from a store thread.
+  std::function<void()> on_gave_up;
   // jetstream, tests with a manual clock only: retries due later than this (on the store's
   // clock) are sent back after this much real time instead, and held by the collector until the
   // clock reaches their due time (the server's schedules run on real time). Infinite = off.

@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<JetStreamJobStore>> JetStreamJobStore::Open(Optio
   store->events_ = new ConnectionEvents;
   store->events_->urls = RedactNatsUrls(o.urls);
   store->events_->on_write_health = o.on_write_health;
+  store->events_->on_gave_up = o.on_gave_up;
   if (o.registry != nullptr) {
     try {
       store->events_->writable =
@@ -571,6 +572,7 @@ void JetStreamJobStore::OnClosed(natsConnection* nc, void* closure) {
     common::LogError("the NATS client closed the connection to the JetStream cluster and stopped "
                      "reconnecting: the collector cannot store events until it is restarted",
                      {{"nats_url", events->urls}, {"error", events->Reason()}});
+    if (events->on_gave_up) events->on_gave_up();
   }
   ConnectionEvents::Release(events);  // The connection's last callback.
 }

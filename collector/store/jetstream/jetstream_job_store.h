@@ -91,6 +91,9 @@ class JetStreamJobStore final : public Store {
     // Called with false when the connection to the cluster is lost (or refused: credentials or
     // certificates no longer accepted at a reconnect) and true when it is back.
     std::function<void(bool writable)> on_write_health;
+    // Called once if the client closes the connection by itself (a server refused the same
+    // credentials twice in a row): nothing reconnects after that, a restart is needed.
+    std::function<void()> on_gave_up;
     // Optional: hookrelay_store_writable, hookrelay_ingest_duplicates_total and
     // hookrelay_jetstream_dedup_lookup_failures_total are registered in it.
     prometheus::Registry* registry = nullptr;
@@ -246,6 +249,7 @@ class JetStreamJobStore final : public Store {
     std::atomic<bool> store_closed{false};
     std::string urls;
     std::function<void(bool writable)> on_write_health;
+    std::function<void()> on_gave_up;
     prometheus::Gauge* writable = nullptr;
     // When the connection was lost (ms since the epoch), 0 while connected.
     std::atomic<int64_t> disconnected_since_ms{0};

@@ -68,7 +68,8 @@ std::string RedactNatsUrls(std::string_view urls);
 // a nonce signature whose first byte is 0 from CONNECT — its base64 encoder takes a leading 0
 // byte for an empty input — so one such connect in 256 is refused with good credentials. Each
 // attempt signs a new nonce, so a refusal that repeats is a real one. The library's reconnects
-// retry on their own; two refusals in a row from one server (1 in 65,536) close the connection.
+// retry on their own; two refusals in a row from one server (1 in 65,536) close the connection,
+// and /healthz then asks for a restart.
 natsStatus ConnectNats(natsConnection** nc, natsOptions* opts, const NatsConnectOptions& options);
 
 // UNAVAILABLE for a failed natsConnection_Connect (call on the thread that made the call: it
