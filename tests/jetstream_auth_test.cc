@@ -6,10 +6,10 @@
 // credentials, an untrusted CA, a host name its certificate does not name or no client
 // certificate it does not start, and its one error line says why (and holds no secret); bad
 // flag combinations stop it before it connects; a password changed under a running collector
-// shows in /readyz and gRPC health, then in /healthz once the client gives up. And decentralised auth: a cluster in operator mode (JWTs made
-// by the test) takes the collector with a creds file of a user of its account, and refuses one
-// of an account it does not know. Signed connects (an NKey, a creds file) succeed every time, not
-// 255 times in 256 as with the client library alone.
+// shows in /readyz and gRPC health, then in /healthz once the client gives up. And decentralised
+// auth: a cluster in operator mode (JWTs made by the test) takes the collector with a creds file
+// of a user of its account, and refuses one of an account it does not know. Signed connects (an
+// NKey, a creds file) succeed every time, not 255 times in 256 as with the client library alone.
 #include <sys/wait.h>
 
 #include <chrono>
