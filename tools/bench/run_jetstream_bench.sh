@@ -46,6 +46,8 @@
 #   SMOKE=1 tools/bench/run_jetstream_bench.sh                 # seconds per run: a check that it works
 #   SKIP_BUILD=1 BIN_DIR=bazel-bin tools/bench/run_jetstream_bench.sh   # binaries already built
 #   PERF=1 ...                                                 # + perf profiles of the r3 closed loop
+#   PERF=1 PERF_RUN='r3_open*' PERF_KEEP=1 ...                 # of other runs; keep NAME.ROLE.perf.data
+#   LATENCY_LOG=1 RESULTS=DIR ...                              # every ingest request: NAME.latency.csv
 #
 # ROUNDS=N repeats ingest (embedded, r1 + ceiling, r3 + ceiling) N times, interleaved, then the
 # deliveries N times, interleaved; the summary gives each round and the median of the ratios.
@@ -105,6 +107,9 @@ PRELOAD_RATE=${PRELOAD_RATE:-40000}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-180}
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-600}
 PERF=${PERF:-}
+# 1: each ingest run's acknowledged requests (seconds into the window, ms) in NAME.latency.csv,
+# to see stalls as well as percentiles.
+LATENCY_LOG=${LATENCY_LOG:-}
 PERF_SECONDS=${PERF_SECONDS:-5}
 NATS_SERVER=${NATS_SERVER:-${HOOKRELAY_NATS_SERVER:-$HOME/.cache/hookrelay-nats/v2.14.9/nats-server}}
 
@@ -130,7 +135,9 @@ cleanup() {
   if [[ -n "${RESULTS:-}" ]]; then
     mkdir -p "$RESULTS"
     find "$TMP" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \
-      -o -name '*.out' -o -name '*.cpu' -o -name '*.metrics' \) -exec cp {} "$RESULTS"/ \;
+      -o -name '*.out' -o -name '*.cpu' -o -name '*.metrics' -o -name '*.latency.csv' \
+      -o -name "${PERF_KEEP:+*.perf.data}" \) \
+      -exec cp {} "$RESULTS"/ \;
     echo "logs kept in $RESULTS"
   fi
   rm -rf "$TMP"
@@ -396,7 +403,7 @@ perf_finish() {
     echo "## $role: inclusive (children)"
     timeout 120 perf report -i "$TMP/$name.$role.perf.data" --children --sort symbol -g none \
       --percent-limit 3 --stdio 2>/dev/null | grep '%' | head -60 || true
-    rm -f "$TMP/$name.$role.perf.data"
+    [[ -n "${PERF_KEEP:-}" ]] || rm -f "$TMP/$name.$role.perf.data"
   done | sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//; s/[[:space:]]+$//' >"$TMP/$name.perf.txt"
   PERF_PIDS=(); PERF_ROLES=()
   echo "   profile: $name.perf.txt"
@@ -426,7 +433,8 @@ measure() {
     if [[ -n "$ta" ]]; then threads_json "$ta" "$tb" "$DURATION_S" >"$TMP/$name.threads.json"; fi
   ) &
   local sampler=$!
-  if [[ -n "$PERF" && "$name" == r3_closed* ]]; then
+  # shellcheck disable=SC2053
+  if [[ -n "$PERF" && "$name" == ${PERF_RUN:-r3_closed*} ]]; then
     perf_start "$name" "$(python3 -c "print($WARMUP_S + 1)")" "collector=$COLLECTOR_PID"
   fi
   timeout "$RUN_TIMEOUT" "$@" >"$TMP/$name.out" 2>&1 || echo "   (load generator exited $?)"
@@ -448,7 +456,8 @@ ingest_run() {  # ingest_run NAME RATE: ingest_load HTTP against the running col
   measure "$name" "$COLLECTOR_PID ${NATS_PIDS:-0}" "collector nats" -- \
     "$TMP/ingest_load" --mode=http --target="127.0.0.1:$HTTP_PORT" --write_key="$WRITE_KEY" \
     --connections="$HTTP_CONNECTIONS" --events_per_request="$EVENTS_PER_REQUEST" \
-    --event_bytes="$EVENT_BYTES" --duration="$DURATION" --warmup="$WARMUP" --rate="$rate"
+    --event_bytes="$EVENT_BYTES" --duration="$DURATION" --warmup="$WARMUP" --rate="$rate" \
+    ${LATENCY_LOG:+--latency_log="$TMP/$name.latency.csv"}
   jq -c '{durable_events_per_s, p50_ms, p99_ms, max_ms, failures}' "$TMP/$name.json" | sed 's/^/   /'
   echo "   cpu % of one core: $(cat "$TMP/$name.cpu.json"); collector threads: $(cat "$TMP/$name.threads.json" 2>/dev/null)"
   if [[ -s "$TMP/$name.varz.json" ]]; then echo "   servers' traffic per event: $(cat "$TMP/$name.varz.json")"; fi
