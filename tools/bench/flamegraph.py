@@ -5,6 +5,7 @@
   tools/bench/flamegraph.py fold < deliverer.script > deliverer.folded
   tools/bench/flamegraph.py svg --title "deliverer" < deliverer.folded > deliverer.svg
   tools/bench/flamegraph.py breakdown < deliverer.folded     # a Markdown table
+  tools/bench/flamegraph.py timeline --bin-ms 250 --busy 130 < nats1.script   # samples over time
 
 `fold` collapses each sample's call stack into one line, root first, frames separated by ';' and
 the sample count last (the format of Brendan Gregg's stackcollapse scripts): the thread name is
@@ -16,6 +17,12 @@ group self time by where it was spent; `svg` drops it.
 share of samples, siblings sorted by name) in a self-contained SVG with a <title> tooltip per
 frame. `breakdown` prints self time by category (kernel, libcurl, malloc/free, ...) and the
 inclusive share of the project's own hot functions.
+
+`timeline` reads `perf script` output too and prints one line per time bin: its start (seconds
+into the recording) and its samples (at 499 Hz and 250 ms bins, 125 = one core busy). In bins
+with at least --busy samples it adds the six frames whose share of the bin exceeds their share of
+the whole recording the most ("frame bin%/all%"): what the process did when it was busiest, e.g.
+a garbage collector marking during a latency stall.
 """
 
 import argparse
@@ -25,7 +32,7 @@ import re
 import sys
 import zlib
 
-HEADER = re.compile(r"^(\S.*?)\s+(\d+)(?:/\d+)?\s+(?:\[\d+\]\s+)?[\d.]+:")
+HEADER = re.compile(r"^(\S.*?)\s+(\d+)(?:/\d+)?\s+(?:\[\d+\]\s+)?([\d.]+):")
 FRAME = re.compile(r"^\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$")
 
 
@@ -36,33 +43,39 @@ def library(path):
     return re.sub(r"\.so(\.[\d.]+)?$", "", base) or "unknown"
 
 
-def fold(lines):
-    stacks = collections.Counter()
-    comm, frames = None, []
-
-    def flush():
-        if comm is not None and frames:
-            # perf marks frames inlined into their caller as "(inlined)": their code is the
-            # caller's library.
-            leaf_lib = next((lib for _, lib in frames if lib != "inlined"), "unknown")
-            names = [sym if sym != "[unknown]" else f"[{lib}]" for sym, lib in reversed(frames)]
-            stacks[";".join([comm] + names + ["{" + leaf_lib + "}"])] += 1
-
+def samples(lines):
+    """Each sample of `perf script` output with frames: (thread name, time, [(symbol, library)]
+    leaf first)."""
+    comm, time, frames = None, 0.0, []
     for line in lines:
         if not line.strip():
-            flush()
+            if comm is not None and frames:
+                yield comm, time, frames
             comm, frames = None, []
             continue
         m = HEADER.match(line)
         if m and not line[0].isspace():
-            flush()
+            if comm is not None and frames:
+                yield comm, time, frames
             comm, frames = m.group(1).replace(" ", "_").replace(";", ":"), []
+            time = float(m.group(3))
             continue
         m = FRAME.match(line)
         if m and comm is not None:
             sym = re.sub(r"\+0x[0-9a-f]+$", "", m.group(1)).replace(";", ":")
             frames.append((sym, library(m.group(2))))
-    flush()
+    if comm is not None and frames:
+        yield comm, time, frames
+
+
+def fold(lines):
+    stacks = collections.Counter()
+    for comm, _, frames in samples(lines):
+        # perf marks frames inlined into their caller as "(inlined)": their code is the
+        # caller's library.
+        leaf_lib = next((lib for _, lib in frames if lib != "inlined"), "unknown")
+        names = [sym if sym != "[unknown]" else f"[{lib}]" for sym, lib in reversed(frames)]
+        stacks[";".join([comm] + names + ["{" + leaf_lib + "}"])] += 1
     for stack, n in sorted(stacks.items()):
         print(f"{stack} {n}")
 
@@ -185,6 +198,31 @@ def svg(lines, title, width=1200, row=16, min_px=0.3):
     print("\n".join(out))
 
 
+def timeline(lines, bin_ms, busy):
+    recorded = [(t, {sym for sym, _ in frames}) for _, t, frames in samples(lines)]
+    if not recorded:
+        sys.exit("timeline: no samples with call stacks (perf record -g)")
+    start = min(t for t, _ in recorded)
+    bins = collections.defaultdict(list)
+    overall = collections.Counter()
+    for t, syms in recorded:
+        bins[int((t - start) * 1000 / bin_ms)].append(syms)
+        overall.update(syms)
+    total = len(recorded)
+    for b in sorted(bins):
+        in_bin = bins[b]
+        line = f"{b * bin_ms / 1000:7.2f} {len(in_bin):4d}"
+        if busy is not None and len(in_bin) >= busy:
+            here = collections.Counter()
+            for syms in in_bin:
+                here.update(syms)
+            n = len(in_bin)
+            top = sorted(here, key=lambda f: -(here[f] / n - overall[f] / total))[:6]
+            line += "   " + " | ".join(
+                f"{f[:60]} {100 * here[f] / n:.0f}%/{100 * overall[f] / total:.0f}%" for f in top)
+        print(line)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -194,11 +232,16 @@ def main():
     s.add_argument("--width", type=int, default=1200)
     b = sub.add_parser("breakdown")
     b.add_argument("--top", type=int, default=25)
+    t = sub.add_parser("timeline")
+    t.add_argument("--bin-ms", type=int, default=100)
+    t.add_argument("--busy", type=int, default=None)
     args = p.parse_args()
     if args.cmd == "fold":
         fold(sys.stdin)
     elif args.cmd == "svg":
         svg(sys.stdin, args.title, args.width)
+    elif args.cmd == "timeline":
+        timeline(sys.stdin, args.bin_ms, args.busy)
     else:
         breakdown(sys.stdin, args.top)
 
